@@ -1,0 +1,231 @@
+"""Engine data model: frozen value types for a snapshot and the plan computed from it.
+
+This module is the contract between the pure engine and its adapters (ORM, simulated cluster,
+Kubernetes, trace simulator). Everything here is plain data: no Django, no I/O, no clock.
+
+Units are in the names: ``*_milli`` is thousandths (CPU cores or GPUs), ``*_mib`` mebibytes,
+``*_gib`` gibibytes, ``*_s`` seconds. Times are POSIX seconds (float) supplied by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+Labels = tuple[tuple[str, str], ...]
+"""Node labels / selectors as sorted ``(key, value)`` pairs, hashable and deterministic."""
+
+
+def labels_of(mapping: dict[str, str] | None) -> Labels:
+    """Turn a dict into the canonical sorted-pairs form used throughout the engine."""
+    return tuple(sorted((mapping or {}).items()))
+
+
+class WorkloadState(StrEnum):
+    PENDING = "pending"
+    ADMITTED = "admitted"  # quota reserved and placed, pods not yet running
+    RUNNING = "running"
+
+
+class ReasonKind(StrEnum):
+    QUOTA = "quota"
+    PLACEMENT = "placement"
+    GANG = "gang"
+    BUDGET = "budget"
+    ORDER = "order"  # blocked behind a higher-ranked job (strict FIFO head-of-line)
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # empty key with operator Exists tolerates everything
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty = every effect
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNode:
+    """A schedulable node. Free capacity is derived from allocations, never stored here."""
+
+    name: str
+    gpu_model: str | None  # None for CPU-only nodes
+    gpu_count: int
+    cpu_milli: int
+    memory_mib: int
+    gpu_memory_gib: int = 0  # per device
+    labels: Labels = ()
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False  # cordoned
+    mig_enabled: bool = False  # devices are partitioned into MIG slices only
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """Where one replica runs: a node and the GPU devices it holds there.
+
+    ``gpu_milli`` is the share taken on each listed device (1000 for whole GPUs).
+    ``mig_slot`` is the first memory slice of a MIG instance (device holds exactly one index then).
+    """
+
+    node: str
+    gpu_indices: tuple[int, ...] = ()
+    gpu_milli: int = 0
+    mig_profile: str | None = None
+    mig_slot: int | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Per-replica request. At most one of ``gpu``, ``gpu_milli``, ``mig_profile``, ``gpu_memory_gib``."""
+
+    gpu: int = 0  # whole GPUs
+    gpu_milli: int = 0  # fraction of one GPU, 1..999
+    mig_profile: str | None = None
+    gpu_memory_gib: int = 0  # converted to a whole-GPU count per model by the engine
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def wants_gpu(self) -> bool:
+        return bool(self.gpu or self.gpu_milli or self.mig_profile or self.gpu_memory_gib)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A job as the engine sees it: ``replicas`` identical pods, all-or-nothing down to ``min_available``."""
+
+    id: str
+    local_queue: str
+    team: str
+    priority: int
+    created_at: float
+    resources: Resources
+    replicas: int = 1
+    min_available: int = 0  # 0 means all replicas (a full gang)
+    preemptible: bool = True
+    allowed_gpu_models: tuple[str, ...] = ()  # empty = any model
+    node_selector: Labels = ()
+    tolerations: tuple[Toleration, ...] = ()
+    preferred_labels: tuple[tuple[str, str, int], ...] = ()  # (key, value, weight)
+    runtime_s: float = 3600.0  # requested runtime, for estimated start times
+    state: WorkloadState = WorkloadState.PENDING
+    gpu_model: str | None = None  # the flavor it was admitted on (admitted/running)
+    placements: tuple[ReplicaPlacement, ...] = ()  # admitted/running
+    started_at: float | None = None  # admitted/running
+
+    @property
+    def gang_size(self) -> int:
+        return self.min_available or self.replicas
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuota:
+    """Quota of one GPU model in a ClusterQueue (Kueue: a resource flavor). ``None`` limit = unlimited."""
+
+    gpu_model: str
+    nominal_gpus: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueue:
+    name: str
+    cohort: str = ""
+    flavors: tuple[FlavorQuota, ...] = ()  # order = the order models are tried
+    cpu_milli: int | None = None  # None = unlimited
+    memory_mib: int | None = None
+    weight: float = 1.0  # fair-share weight within its cohort
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueue:
+    name: str
+    team: str
+    cluster_queue: str
+    weight: float = 1.0
+    max_pending: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignUsage:
+    """Capacity held by pods the portal did not create (system pods, other schedulers)."""
+
+    node: str
+    gpu_indices: tuple[int, ...] = ()
+    gpu_milli: int = 1000
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    placement: str = "binpack"  # binpack | spread | fgd | random | dotprod | clustering | packing | bestfit | ...
+    pool_label: str = ""  # node label naming pools; per-pool placement overrides below
+    pool_placement: tuple[tuple[str, str], ...] = ()
+    rack_label: str = "topology.kubernetes.io/rack"
+    zone_label: str = "topology.kubernetes.io/zone"
+    preemption: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    nodes: tuple[GpuNode, ...]
+    cluster_queues: tuple[ClusterQueue, ...]
+    local_queues: tuple[LocalQueue, ...]
+    workloads: tuple[Workload, ...]  # pending, admitted and running
+    foreign: tuple[ForeignUsage, ...] = ()
+    teams_blocked: tuple[tuple[str, str], ...] = ()  # (team, why) — may not start new jobs
+    mig_profiles: tuple[tuple[str, tuple[str, ...]], ...] = ()  # gpu_model -> supported profiles
+    gpu_memory_gib: tuple[tuple[str, int], ...] = ()  # gpu_model -> memory per device
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why a workload did not start, with the numbers behind it."""
+
+    kind: ReasonKind
+    message: str
+    details: tuple[tuple[str, int | float | str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    workload_id: str
+    gpu_model: str | None
+    placements: tuple[ReplicaPlacement, ...]
+    borrowed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    workload_id: str
+    preemptor_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInfo:
+    workload_id: str
+    reason: Reason
+    position: int  # 1-based position in its local queue
+    estimated_start: float | None = None  # None = cannot estimate (never fits)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    pending: tuple[PendingInfo, ...] = ()
+    stats: tuple[tuple[str, int | float], ...] = field(default=())
