@@ -1,0 +1,32 @@
+"""One error shape for the API: ``{"errors": {field: [messages]}, "detail": "..."}`` with a 4xx status.
+
+DRF already answers validation errors with field names; this handler adds a stable ``detail`` and
+turns domain errors raised by services (``portal.jobs.services.ServiceError``) into 400/409s.
+"""
+
+from __future__ import annotations
+
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.jobs.errors import ServiceError
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, ServiceError):
+        body = {"detail": str(exc), "errors": {exc.field: [exc.message]} if exc.field else {}}
+        return Response(body, status=exc.status_code)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    data = response.data
+    if isinstance(data, dict) and "detail" not in data:
+        first = next(iter(data.items()), None)
+        detail = f"{first[0]}: {first[1][0] if isinstance(first[1], list) and first[1] else first[1]}" if first else ""
+        response.data = {"detail": f"invalid input: {detail}", "errors": data}
+    elif isinstance(data, list):
+        response.data = {"detail": "; ".join(map(str, data)), "errors": {"non_field_errors": data}}
+    if response.status_code >= 500:
+        response.status_code = status.HTTP_500_INTERNAL_SERVER_ERROR
+    return response

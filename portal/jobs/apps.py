@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class JobsConfig(AppConfig):
+    name = "portal.jobs"
+    label = "jobs"
+    verbose_name = "Jobs and queues"

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """A business-rule refusal from a service, naming the field at fault. Maps to a 4xx response."""
+
+    status_code = 400
+
+    def __init__(self, message: str, *, field: str | None = None, status_code: int | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.message = message
+        self.field = field
+        if status_code is not None:
+            self.status_code = status_code

@@ -1,0 +1,244 @@
+"""Queues, quotas, priority classes and jobs.
+
+Kueue's vocabulary: a ClusterQueue holds quota per GPU model (a resource flavor) and belongs to a
+cohort it can borrow from; a team submits into a LocalQueue that points at a ClusterQueue.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from portal.jobs.states import ACTIVE_STATES, JobState
+from portal.tenants.models import Team
+
+
+class GpuModel(models.Model):
+    name = models.CharField(max_length=64, unique=True, help_text="e.g. H100-80GB, A100-80GB, A10, T4")
+    memory_gib = models.PositiveIntegerField(help_text="Memory per device, GiB.")
+    mig_profiles = models.JSONField(
+        default=list, blank=True, help_text='MIG profiles the model supports, e.g. ["1g.10gb", "3g.40gb"].'
+    )
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "GPU model"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PriorityClass(models.Model):
+    name = models.CharField(max_length=64, unique=True)
+    value = models.IntegerField(help_text="Higher runs first and may preempt lower.")
+    preemptible = models.BooleanField(default=True)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-value"]
+        verbose_name_plural = "priority classes"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.value})"
+
+
+class ClusterQueue(models.Model):
+    name = models.CharField(max_length=63, unique=True)
+    cohort = models.CharField(max_length=63, blank=True, help_text="Queues in one cohort lend and borrow.")
+    cpu_quota_milli = models.PositiveBigIntegerField(null=True, blank=True, help_text="Empty = unlimited.")
+    memory_quota_mib = models.PositiveBigIntegerField(null=True, blank=True, help_text="Empty = unlimited.")
+    weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)], help_text="Fair-share weight.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class FlavorQuota(models.Model):
+    """Quota of one GPU model in a ClusterQueue. Empty limits mean unlimited."""
+
+    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.CASCADE, related_name="flavors")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    nominal_gpus = models.PositiveIntegerField(default=0)
+    borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+    lending_limit = models.PositiveIntegerField(null=True, blank=True)
+    order = models.PositiveSmallIntegerField(default=0, help_text="Models are tried in this order.")
+
+    class Meta:
+        ordering = ["cluster_queue", "order", "gpu_model__name"]
+        constraints = [models.UniqueConstraint(fields=["cluster_queue", "gpu_model"], name="uniq_flavor")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_queue}: {self.gpu_model} ×{self.nominal_gpus}"
+
+
+class QuotaChange(models.Model):
+    """Audit trail of every quota edit: who, when, old → new."""
+
+    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.CASCADE, related_name="quota_changes")
+    field = models.CharField(max_length=100, help_text="e.g. 'A100-80GB nominal_gpus' or 'cpu_quota_milli'.")
+    old_value = models.CharField(max_length=100, blank=True)
+    new_value = models.CharField(max_length=100, blank=True)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_queue} {self.field}: {self.old_value or '∅'} → {self.new_value or '∅'}"
+
+
+class LocalQueue(models.Model):
+    name = models.CharField(max_length=63)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="local_queues")
+    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.PROTECT, related_name="local_queues")
+    weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)])
+    max_pending_jobs = models.PositiveIntegerField(null=True, blank=True, help_text="Empty = unlimited.")
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="uniq_local_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.name}"
+
+
+class Job(models.Model):
+    class Kind(models.TextChoices):
+        TRAINING = "training"
+        INFERENCE = "inference"
+        BATCH = "batch"
+
+    class RestartPolicy(models.TextChoices):
+        REQUEUE = "requeue", "Requeue when preempted or evicted"
+        NEVER = "never", "Fail when evicted"
+
+    name = models.CharField(max_length=100, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    local_queue = models.ForeignKey(LocalQueue, on_delete=models.PROTECT, related_name="jobs")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.TRAINING)
+    image = models.CharField(max_length=500)
+    command = models.JSONField(default=list, blank=True, help_text="argv list")
+    replicas = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(1024)])
+    min_available = models.PositiveIntegerField(default=0, help_text="Gang size; 0 = all replicas.")
+    # Per-replica resources. At most one of gpu / gpu_milli / mig_profile / gpu_memory_gib.
+    gpu = models.PositiveIntegerField(default=0, help_text="Whole GPUs per replica.")
+    gpu_milli = models.PositiveIntegerField(default=0, help_text="Fraction of one GPU, in thousandths.")
+    mig_profile = models.CharField(max_length=20, blank=True)
+    gpu_memory_gib = models.PositiveIntegerField(default=0, help_text="GPU memory needed; becomes a GPU count.")
+    cpu_milli = models.PositiveIntegerField(default=1000)
+    memory_mib = models.PositiveIntegerField(default=4096)
+    allowed_gpu_models = models.ManyToManyField(GpuModel, blank=True, related_name="+")
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="jobs")
+    runtime_s = models.PositiveIntegerField(default=3600, help_text="Requested runtime, seconds.")
+    restart_policy = models.CharField(max_length=20, choices=RestartPolicy.choices, default=RestartPolicy.REQUEUE)
+    node_selector = models.JSONField(default=dict, blank=True)
+    tolerations = models.JSONField(default=list, blank=True)
+
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0, help_text="Times admitted so far.")
+    gpu_model = models.ForeignKey(
+        GpuModel, null=True, blank=True, on_delete=models.PROTECT, related_name="+", help_text="Admitted on."
+    )
+    # The engine's explanation for a job that has not started (kind, message, numbers).
+    capacity_type = models.CharField(max_length=20, blank=True, help_text="on-demand, spot or reserved")
+    pending_reason = models.JSONField(default=dict, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    message = models.CharField(max_length=500, blank=True, help_text="Last event in words.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "state"]), models.Index(fields=["local_queue", "state"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(gpu_milli__lt=1000), name="job_gpu_milli_is_a_fraction"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name}".strip()
+
+    @property
+    def holds_capacity(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def gang_size(self) -> int:
+        return self.min_available or self.replicas
+
+    @property
+    def gpu_share_per_replica(self) -> float:
+        """GPUs one replica holds as a share: 0.25 for 250 milli, 3/7 for a 3g MIG slice, n for n GPUs."""
+        if self.gpu:
+            return float(self.gpu)
+        if self.gpu_milli:
+            return self.gpu_milli / 1000
+        if self.mig_profile:
+            return int(self.mig_profile.split("g.", 1)[0]) / 7
+        return 0.0
+
+    def resources_display(self) -> str:
+        if self.gpu:
+            gpu = f"{self.gpu} GPU"
+        elif self.gpu_milli:
+            gpu = f"{self.gpu_milli / 1000:g} GPU"
+        elif self.mig_profile:
+            gpu = f"MIG {self.mig_profile}"
+        elif self.gpu_memory_gib:
+            gpu = f"{self.gpu_memory_gib} GiB GPU memory"
+        else:
+            gpu = "no GPU"
+        return f"{self.replicas} × ({gpu}, {self.cpu_milli / 1000:g} CPU, {self.memory_mib} MiB)"
+
+
+class JobTransition(models.Model):
+    """State history: one row per transition, timestamped."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="transitions")
+    from_state = models.CharField(max_length=20, choices=JobState.choices, blank=True)
+    to_state = models.CharField(max_length=20, choices=JobState.choices)
+    at = models.DateTimeField(db_index=True)
+    reason = models.CharField(max_length=500, blank=True)
+    actor = models.CharField(max_length=100, blank=True, help_text="user name or 'scheduler' / 'cluster'")
+    # On Admitted/Running: {"gpu_model", "gpus" (shares summed over replicas), "capacity_type", "nodes"}.
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_state or '∅'} → {self.to_state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class ReplicaPlacement(models.Model):
+    """Where one replica of an admitted/running job runs. Replaced on every admission."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="placements")
+    replica = models.PositiveIntegerField()
+    node = models.CharField(max_length=253, db_index=True)
+    gpu_indices = models.JSONField(default=list, blank=True)
+    gpu_milli = models.PositiveIntegerField(default=0, help_text="Share held on each listed device.")
+    mig_profile = models.CharField(max_length=20, blank=True)
+    mig_slot = models.PositiveSmallIntegerField(null=True, blank=True)
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["job", "replica"]
+        constraints = [models.UniqueConstraint(fields=["job", "replica"], name="uniq_replica")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} replica {self.replica} on {self.node} {self.gpu_indices}"

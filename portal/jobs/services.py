@@ -1,0 +1,318 @@
+"""Writes that touch jobs and queues. Views, serializers, tasks and the admin call these; they hold the rules."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.jobs.errors import ServiceError
+from portal.jobs.models import (
+    ClusterQueue,
+    FlavorQuota,
+    GpuModel,
+    Job,
+    JobTransition,
+    LocalQueue,
+    PriorityClass,
+    QuotaChange,
+)
+from portal.jobs.states import CANCELLABLE_STATES, IllegalTransition, JobState, check_transition
+from portal.tenants.models import Team
+
+MAX_GPUS_PER_REPLICA = 64
+MAX_REPLICAS = 1024
+MAX_CPU_MILLI = 1024 * 1000
+MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
+MAX_GPU_MEMORY_GIB = 8 * 1024
+MAX_RUNTIME_S = 90 * 24 * 3600
+MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A validated-shape job request (types checked by the serializer/form, rules checked here)."""
+
+    team: Team
+    local_queue: LocalQueue
+    image: str
+    priority_class: PriorityClass
+    name: str = ""
+    kind: str = Job.Kind.TRAINING
+    command: tuple[str, ...] = ()
+    replicas: int = 1
+    min_available: int = 0
+    gpu: int = 0
+    gpu_milli: int = 0
+    mig_profile: str = ""
+    gpu_memory_gib: int = 0
+    cpu_milli: int = 1000
+    memory_mib: int = 4096
+    allowed_gpu_models: tuple[GpuModel, ...] = ()
+    runtime_s: int = 3600
+    restart_policy: str = Job.RestartPolicy.REQUEUE
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[dict, ...] = ()
+
+
+def job_spec_validate(spec: JobSpec) -> None:
+    """Business rules for a job request. Raises ServiceError naming the field at fault."""
+    if not spec.image.strip():
+        raise ServiceError("an image is required", field="image")
+    if spec.local_queue.team_id != spec.team.pk:
+        raise ServiceError(
+            f"queue {spec.local_queue.name!r} belongs to team {spec.local_queue.team.slug!r}, "
+            f"not {spec.team.slug!r}",
+            field="queue",
+        )
+    if not 1 <= spec.replicas <= MAX_REPLICAS:
+        raise ServiceError(f"must be between 1 and {MAX_REPLICAS}", field="replicas")
+    if spec.min_available > spec.replicas:
+        raise ServiceError(f"{spec.min_available} exceeds replicas ({spec.replicas})", field="min_available")
+    if spec.min_available < 0:
+        raise ServiceError("must not be negative", field="min_available")
+    gpu_kinds = [
+        name
+        for name, value in (
+            ("gpu", spec.gpu),
+            ("gpu_milli", spec.gpu_milli),
+            ("mig_profile", spec.mig_profile),
+            ("gpu_memory_gib", spec.gpu_memory_gib),
+        )
+        if value
+    ]
+    if len(gpu_kinds) > 1:
+        raise ServiceError(
+            f"set only one of whole GPUs, a GPU fraction, a MIG profile or GPU memory (got {', '.join(gpu_kinds)})",
+            field=gpu_kinds[1],
+        )
+    if spec.gpu < 0 or spec.gpu > MAX_GPUS_PER_REPLICA:
+        raise ServiceError(f"must be between 0 and {MAX_GPUS_PER_REPLICA} whole GPUs per replica", field="gpu")
+    if spec.gpu_milli < 0 or spec.gpu_milli >= 1000:
+        raise ServiceError(
+            "a GPU fraction is 1..999 thousandths of one GPU; use gpu for whole GPUs", field="gpu_milli"
+        )
+    if spec.gpu_memory_gib < 0 or spec.gpu_memory_gib > MAX_GPU_MEMORY_GIB:
+        raise ServiceError(f"must be between 0 and {MAX_GPU_MEMORY_GIB} GiB", field="gpu_memory_gib")
+    if spec.mig_profile:
+        if not MIG_PROFILE_RE.match(spec.mig_profile):
+            raise ServiceError(f"{spec.mig_profile!r} is not a MIG profile like 1g.10gb", field="mig_profile")
+        candidates = spec.allowed_gpu_models or tuple(GpuModel.objects.all())
+        if not any(spec.mig_profile in (m.mig_profiles or []) for m in candidates):
+            raise ServiceError(
+                f"no allowed GPU model supports MIG profile {spec.mig_profile}", field="mig_profile"
+            )
+    if not 1 <= spec.cpu_milli <= MAX_CPU_MILLI:
+        raise ServiceError(f"must be between 1 and {MAX_CPU_MILLI} milli-CPU", field="cpu_milli")
+    if not 1 <= spec.memory_mib <= MAX_MEMORY_MIB:
+        raise ServiceError(f"must be between 1 and {MAX_MEMORY_MIB} MiB", field="memory_mib")
+    if not 1 <= spec.runtime_s <= MAX_RUNTIME_S:
+        raise ServiceError(f"must be between 1 s and {MAX_RUNTIME_S} s (90 days)", field="runtime_s")
+
+
+def job_submit(*, owner, spec: JobSpec, at: datetime | None = None) -> Job:
+    """Create a Pending job, enforcing the local queue's max pending jobs, and schedule a cycle.
+
+    The queue row is locked so two concurrent submissions cannot both take the last pending slot.
+    """
+    job_spec_validate(spec)
+    now = at or timezone.now()
+    with transaction.atomic():
+        queue = LocalQueue.objects.select_for_update().get(pk=spec.local_queue.pk)
+        if queue.max_pending_jobs is not None:
+            pending = Job.objects.filter(local_queue=queue, state=JobState.PENDING).count()
+            if pending >= queue.max_pending_jobs:
+                raise ServiceError(
+                    f"queue {queue.name!r} already has {pending} pending jobs (limit {queue.max_pending_jobs})",
+                    field="queue",
+                    status_code=409,
+                )
+        job = Job.objects.create(
+            name=spec.name,
+            owner=owner,
+            team=spec.team,
+            local_queue=queue,
+            kind=spec.kind,
+            image=spec.image.strip(),
+            command=list(spec.command),
+            replicas=spec.replicas,
+            min_available=spec.min_available,
+            gpu=spec.gpu,
+            gpu_milli=spec.gpu_milli,
+            mig_profile=spec.mig_profile,
+            gpu_memory_gib=spec.gpu_memory_gib,
+            cpu_milli=spec.cpu_milli,
+            memory_mib=spec.memory_mib,
+            priority_class=spec.priority_class,
+            runtime_s=spec.runtime_s,
+            restart_policy=spec.restart_policy,
+            node_selector=dict(spec.node_selector),
+            tolerations=list(spec.tolerations),
+        )
+        if at is not None:
+            Job.objects.filter(pk=job.pk).update(created_at=at)
+            job.created_at = at
+        job.allowed_gpu_models.set(spec.allowed_gpu_models)
+        JobTransition.objects.create(
+            job=job, from_state="", to_state=JobState.PENDING, at=now, reason="submitted", actor=owner.username
+        )
+        transaction.on_commit(_request_cycle)
+    return job
+
+
+def _request_cycle() -> None:
+    from scheduling.tasks import scheduling_cycle
+
+    scheduling_cycle.delay()
+
+
+def job_transition(
+    *, job: Job, to_state: str, at: datetime, reason: str = "", actor: str = "scheduler", detail: dict | None = None
+) -> Job:
+    """Move a job to ``to_state`` (legal per the state table), stamp it and record the history row.
+
+    Callers hold a row lock on the job (``select_for_update``) when racing writers are possible.
+    """
+    check_transition(job.state, to_state)
+    from_state = job.state
+    job.state = to_state
+    fields = ["state", "updated_at", "message"]
+    job.message = reason[:500]
+    if to_state == JobState.ADMITTED:
+        job.admitted_at = at
+        job.attempt += 1
+        job.pending_reason = {}
+        job.queue_position = None
+        job.estimated_start = None
+        fields += ["admitted_at", "attempt", "pending_reason", "queue_position", "estimated_start"]
+    elif to_state == JobState.RUNNING:
+        job.started_at = at
+        fields.append("started_at")
+    elif to_state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        job.finished_at = at
+        fields.append("finished_at")
+    job.save(update_fields=fields)
+    JobTransition.objects.create(
+        job=job, from_state=from_state, to_state=to_state, at=at, reason=reason[:500], actor=actor, detail=detail or {}
+    )
+    if to_state not in (JobState.ADMITTED, JobState.RUNNING):
+        job.placements.all().delete()
+    return job
+
+
+def job_cancel(*, job: Job, by, at: datetime | None = None) -> Job:
+    """Cancel a job that has not finished; its pods are deleted by the cluster backend."""
+    from scheduling.adapters.backends import cluster_backend
+
+    now = at or timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.state not in CANCELLABLE_STATES:
+            raise ServiceError(f"a {job.state} job cannot be cancelled", field="state", status_code=409)
+        held_capacity = job.holds_capacity
+        try:
+            job_transition(job=job, to_state=JobState.CANCELLED, at=now, reason="cancelled", actor=by.username)
+        except IllegalTransition as exc:  # pragma: no cover - guarded above
+            raise ServiceError(str(exc), field="state", status_code=409) from exc
+        if held_capacity:
+            transaction.on_commit(lambda: cluster_backend().stop(job_id=job.pk, grace_s=30))
+        transaction.on_commit(_request_cycle)
+    return job
+
+
+QUOTA_FIELDS = ("nominal_gpus", "borrowing_limit", "lending_limit")
+
+
+def _fmt(value) -> str:
+    return "" if value is None else str(value)
+
+
+def queue_quota_update(
+    *,
+    cluster_queue: ClusterQueue,
+    by,
+    cpu_quota_milli: int | None | object = ...,
+    memory_quota_mib: int | None | object = ...,
+    flavors: dict[str, dict[str, int | None]] | None = None,
+) -> list[QuotaChange]:
+    """Change a ClusterQueue's quotas and record each change (who, when, old → new).
+
+    ``flavors`` maps a GPU model name to the fields to set (nominal_gpus, borrowing_limit, lending_limit);
+    a model the queue has no quota for yet gets one. Only platform admins may call this.
+    """
+    if not getattr(by, "is_staff", False):
+        raise ServiceError("only platform admins edit quotas", status_code=403)
+    changes: list[QuotaChange] = []
+    with transaction.atomic():
+        cq = ClusterQueue.objects.select_for_update().get(pk=cluster_queue.pk)
+        for field_name, value in (("cpu_quota_milli", cpu_quota_milli), ("memory_quota_mib", memory_quota_mib)):
+            if value is ... or getattr(cq, field_name) == value:
+                continue
+            changes.append(
+                QuotaChange(
+                    cluster_queue=cq,
+                    field=field_name,
+                    old_value=_fmt(getattr(cq, field_name)),
+                    new_value=_fmt(value),
+                    changed_by=by,
+                )
+            )
+            setattr(cq, field_name, value)
+        cq.save()
+        for model_name, values in (flavors or {}).items():
+            try:
+                gpu_model = GpuModel.objects.get(name=model_name)
+            except GpuModel.DoesNotExist:
+                raise ServiceError(f"unknown GPU model {model_name!r}", field="flavors") from None
+            flavor, created = FlavorQuota.objects.get_or_create(cluster_queue=cq, gpu_model=gpu_model)
+            for key, value in values.items():
+                if key not in QUOTA_FIELDS:
+                    raise ServiceError(f"unknown quota field {key!r}", field="flavors")
+                old = None if created and key == "nominal_gpus" else getattr(flavor, key)
+                if old == value and not created:
+                    continue
+                changes.append(
+                    QuotaChange(
+                        cluster_queue=cq,
+                        field=f"{model_name} {key}",
+                        old_value=_fmt(old),
+                        new_value=_fmt(value),
+                        changed_by=by,
+                    )
+                )
+                setattr(flavor, key, value)
+            flavor.save()
+        QuotaChange.objects.bulk_create(changes)
+    return changes
+
+
+def quota_changes_record(*, by, before: dict[str, object], after: dict[str, object], cluster_queue: ClusterQueue):
+    """Record the difference between two quota snapshots (used by the admin's form save)."""
+    rows = [
+        QuotaChange(
+            cluster_queue=cluster_queue,
+            field=key,
+            old_value=_fmt(before.get(key)),
+            new_value=_fmt(after.get(key)),
+            changed_by=by,
+        )
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    ]
+    QuotaChange.objects.bulk_create(rows)
+    return rows
+
+
+def quota_state(cluster_queue: ClusterQueue) -> dict[str, object]:
+    """The quota-relevant fields of a ClusterQueue as a flat dict (for change recording)."""
+    state: dict[str, object] = {
+        "cpu_quota_milli": cluster_queue.cpu_quota_milli,
+        "memory_quota_mib": cluster_queue.memory_quota_mib,
+    }
+    for flavor in FlavorQuota.objects.filter(cluster_queue=cluster_queue).select_related("gpu_model"):
+        for key in QUOTA_FIELDS:
+            state[f"{flavor.gpu_model.name} {key}"] = getattr(flavor, key)
+    return state

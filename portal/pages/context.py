@@ -1,0 +1,5 @@
+from django.conf import settings
+
+
+def portal_context(request):
+    return {"cluster_backend": settings.CLUSTER_BACKEND}

@@ -1,0 +1,48 @@
+"""Tenants: a team is a Kubernetes namespace with members. Platform admins are Django staff."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+dns_label_validator = RegexValidator(
+    regex=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    message="must be a DNS label: at most 63 lowercase letters, digits or '-', "
+    "starting and ending with a letter or digit",
+)
+
+
+class Team(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=63, unique=True)
+    namespace = models.CharField(
+        max_length=63,
+        unique=True,
+        validators=[dns_label_validator],
+        help_text="Kubernetes namespace the team's pods run in.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        MEMBER = "member", "Member"
+        TEAM_ADMIN = "team-admin", "Team admin"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="uniq_membership")]
+        ordering = ["team__name", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"

@@ -1,0 +1,59 @@
+"""The cluster backend contract and the factory that picks one from settings.
+
+A backend tells the portal what the cluster has (nodes, capacity held by pods the portal did not
+create) and what happened to the portal's jobs (observations with the cluster's own timestamps), and
+carries out the plan's side effects (start an admitted job's pods, stop a job's pods). It never
+decides anything: the engine does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from django.conf import settings
+
+from scheduling.engine.model import ForeignUsage, GpuNode
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the cluster reports about one job: it reached ``state`` at the cluster's time ``at``.
+
+    ``attempt`` is the job's admission attempt the observation belongs to, so a stale report about
+    a previous run of a requeued job is ignored.
+    """
+
+    job_id: int
+    attempt: int
+    state: str  # a JobState value: Running, Succeeded, Failed, or Pending (evicted and requeued)
+    at: datetime
+    reason: str = ""
+
+
+class ClusterBackend(Protocol):
+    name: str
+
+    def nodes(self) -> list[GpuNode]: ...
+
+    def foreign_usage(self) -> list[ForeignUsage]: ...
+
+    def start(self, *, job_id: int) -> None:
+        """Create the pods of an admitted job on its placement (idempotent: retried creates succeed)."""
+
+    def stop(self, *, job_id: int, grace_s: int) -> None:
+        """Delete a job's pods (cancel, preemption). Idempotent."""
+
+    def observe(self, *, now: datetime) -> list[Observation]:
+        """Report job state changes seen in the cluster since the jobs were admitted."""
+
+
+def cluster_backend() -> ClusterBackend:
+    if settings.CLUSTER_BACKEND == "kubernetes":
+        from scheduling.adapters.kubernetes import KubernetesBackend
+
+        return KubernetesBackend.from_settings()
+    from scheduling.adapters.simulated import SimulatedCluster
+
+    return SimulatedCluster(speedup=settings.SIM_SPEEDUP)

@@ -1,0 +1,232 @@
+"""The one boundary between Django rows and engine values: load a Snapshot, apply a Plan.
+
+Engine ids: a workload id is the job's primary key as a string; a local queue is ``team/name``; a
+cluster queue is its name; a team is its slug.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+
+from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
+from portal.jobs.services import job_transition
+from portal.jobs.states import ACTIVE_STATES, JobState
+from scheduling.adapters.backends import ClusterBackend
+from scheduling.engine import model as m
+
+ENGINE_STATE = {
+    JobState.PENDING: m.WorkloadState.PENDING,
+    JobState.ADMITTED: m.WorkloadState.ADMITTED,
+    JobState.RUNNING: m.WorkloadState.RUNNING,
+}
+
+
+def local_queue_key(queue: LocalQueue) -> str:
+    return f"{queue.team.slug}/{queue.name}"
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value else None
+
+
+def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workload:
+    return m.Workload(
+        id=str(job.pk),
+        local_queue=local_queue_key(job.local_queue),
+        team=job.team.slug,
+        priority=job.priority_class.value,
+        preemptible=job.priority_class.preemptible,
+        created_at=job.created_at.timestamp(),
+        resources=m.Resources(
+            gpu=job.gpu,
+            gpu_milli=job.gpu_milli,
+            mig_profile=job.mig_profile or None,
+            gpu_memory_gib=job.gpu_memory_gib,
+            cpu_milli=job.cpu_milli,
+            memory_mib=job.memory_mib,
+        ),
+        replicas=job.replicas,
+        min_available=job.min_available,
+        allowed_gpu_models=tuple(sorted(g.name for g in job.allowed_gpu_models.all())),
+        node_selector=m.labels_of(job.node_selector),
+        tolerations=tuple(
+            m.Toleration(
+                key=t.get("key", ""),
+                operator=t.get("operator", "Equal"),
+                value=t.get("value", ""),
+                effect=t.get("effect", ""),
+            )
+            for t in job.tolerations
+        ),
+        runtime_s=float(job.runtime_s),
+        state=ENGINE_STATE[job.state],
+        gpu_model=job.gpu_model.name if job.gpu_model else None,
+        placements=tuple(
+            m.ReplicaPlacement(
+                node=p.node,
+                gpu_indices=tuple(p.gpu_indices),
+                gpu_milli=p.gpu_milli,
+                mig_profile=p.mig_profile or None,
+                mig_slot=p.mig_slot,
+                cpu_milli=p.cpu_milli,
+                memory_mib=p.memory_mib,
+            )
+            for p in placements
+        ),
+        started_at=_ts(job.started_at or job.admitted_at),
+    )
+
+
+def snapshot_load(*, backend: ClusterBackend, teams_blocked: tuple[tuple[str, str], ...] = ()) -> m.Snapshot:
+    """Read queues and live jobs from the database and nodes from the cluster backend."""
+    jobs = list(
+        Job.objects.filter(state__in=[JobState.PENDING, *ACTIVE_STATES])
+        .select_related("team", "local_queue__team", "priority_class", "gpu_model")
+        .prefetch_related("allowed_gpu_models")
+        .order_by("id")
+    )
+    placements: dict[int, list[ReplicaPlacement]] = defaultdict(list)
+    for placement in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).order_by("job_id", "replica"):
+        placements[placement.job_id].append(placement)
+    cluster_queues = tuple(
+        m.ClusterQueue(
+            name=cq.name,
+            cohort=cq.cohort,
+            flavors=tuple(
+                m.FlavorQuota(
+                    gpu_model=f.gpu_model.name,
+                    nominal_gpus=f.nominal_gpus,
+                    borrowing_limit=f.borrowing_limit,
+                    lending_limit=f.lending_limit,
+                )
+                for f in cq.flavors.all()
+            ),
+            cpu_milli=cq.cpu_quota_milli,
+            memory_mib=cq.memory_quota_mib,
+            weight=cq.weight,
+        )
+        for cq in ClusterQueue.objects.prefetch_related("flavors__gpu_model")
+    )
+    local_queues = tuple(
+        m.LocalQueue(
+            name=local_queue_key(lq),
+            team=lq.team.slug,
+            cluster_queue=lq.cluster_queue.name,
+            weight=lq.weight,
+            max_pending=lq.max_pending_jobs,
+        )
+        for lq in LocalQueue.objects.select_related("team", "cluster_queue")
+    )
+    gpu_models = list(GpuModel.objects.all())
+    return m.Snapshot(
+        nodes=tuple(backend.nodes()),
+        cluster_queues=cluster_queues,
+        local_queues=local_queues,
+        workloads=tuple(workload_from_job(job, placements.get(job.pk, [])) for job in jobs),
+        foreign=tuple(backend.foreign_usage()),
+        teams_blocked=teams_blocked,
+        mig_profiles=tuple((g.name, tuple(g.mig_profiles or ())) for g in gpu_models),
+        gpu_memory_gib=tuple((g.name, g.memory_gib) for g in gpu_models),
+    )
+
+
+def placement_gpus(placements: tuple[m.ReplicaPlacement, ...]) -> Decimal:
+    """GPUs held by a set of replica placements, as shares: whole devices, fractions, MIG slices (g/7)."""
+    total = Decimal(0)
+    for p in placements:
+        if p.mig_profile:
+            total += Decimal(int(p.mig_profile.split("g.", 1)[0])) / Decimal(7)
+        else:
+            total += Decimal(len(p.gpu_indices) * p.gpu_milli) / Decimal(1000)
+    return total.quantize(Decimal("0.000001"))
+
+
+def reason_to_json(info: m.PendingInfo) -> dict:
+    return {
+        "kind": str(info.reason.kind),
+        "message": info.reason.message,
+        "details": dict(info.reason.details),
+    }
+
+
+def plan_apply(*, plan: m.Plan, snapshot: m.Snapshot, now: datetime, backend: ClusterBackend) -> dict[str, int]:
+    """Write a plan in one transaction: evict victims, admit and place winners, store pending reasons.
+
+    Each job row is locked and its state re-checked, so a job cancelled while the engine was thinking
+    is neither admitted nor evicted. Pods are created/deleted only after the transaction commits.
+    """
+    nodes = {n.name: n for n in snapshot.nodes}
+    capacity_label = settings.CAPACITY_TYPE_LABEL
+    gpu_models = {g.name: g for g in GpuModel.objects.all()}
+    counts = {"admitted": 0, "preempted": 0, "pending": 0}
+    with transaction.atomic():
+        for preemption in plan.preemptions:
+            job = Job.objects.select_for_update().filter(pk=int(preemption.workload_id)).first()
+            if job is None or job.state not in ACTIVE_STATES:
+                continue
+            job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason)
+            if job.restart_policy == Job.RestartPolicy.REQUEUE:
+                job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption")
+            transaction.on_commit(lambda job_id=job.pk: backend.stop(job_id=job_id, grace_s=30))
+            counts["preempted"] += 1
+        for admission in plan.admissions:
+            job = Job.objects.select_for_update().filter(pk=int(admission.workload_id)).first()
+            if job is None or job.state != JobState.PENDING:
+                continue
+            first_node = nodes.get(admission.placements[0].node) if admission.placements else None
+            capacity_type = dict(first_node.labels).get(capacity_label, "on-demand") if first_node else ""
+            job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
+            job.capacity_type = capacity_type
+            job.save(update_fields=["gpu_model", "capacity_type"])
+            detail = {
+                "gpu_model": admission.gpu_model or "",
+                "gpus": str(placement_gpus(admission.placements)),
+                "replicas": len(admission.placements),
+                "capacity_type": capacity_type,
+                "nodes": sorted({p.node for p in admission.placements}),
+                "borrowed": admission.borrowed,
+            }
+            job_transition(
+                job=job,
+                to_state=JobState.ADMITTED,
+                at=now,
+                reason=f"admitted on {admission.gpu_model or 'CPU'}"
+                + (" (borrowing from the cohort)" if admission.borrowed else ""),
+                detail=detail,
+            )
+            ReplicaPlacement.objects.bulk_create(
+                ReplicaPlacement(
+                    job=job,
+                    replica=index,
+                    node=p.node,
+                    gpu_indices=list(p.gpu_indices),
+                    gpu_milli=p.gpu_milli,
+                    mig_profile=p.mig_profile or "",
+                    mig_slot=p.mig_slot,
+                    cpu_milli=p.cpu_milli,
+                    memory_mib=p.memory_mib,
+                )
+                for index, p in enumerate(admission.placements)
+            )
+            transaction.on_commit(lambda job_id=job.pk: backend.start(job_id=job_id))
+            counts["admitted"] += 1
+        pending_rows = []
+        infos = {int(info.workload_id): info for info in plan.pending}
+        for job in Job.objects.filter(pk__in=infos, state=JobState.PENDING).only("id"):
+            info = infos[job.pk]
+            job.pending_reason = reason_to_json(info)
+            job.queue_position = info.position
+            job.estimated_start = (
+                datetime.fromtimestamp(info.estimated_start, tz=UTC) if info.estimated_start is not None else None
+            )
+            pending_rows.append(job)
+        Job.objects.bulk_update(
+            pending_rows, ["pending_reason", "queue_position", "estimated_start"], batch_size=1000
+        )
+        counts["pending"] = len(pending_rows)
+    return counts

@@ -1,0 +1,73 @@
+"""The simulated cluster: the embedded default backend.
+
+Nodes are rows of ``SimNode``. An admitted job starts at once (its pods "run" from the admission
+time) and succeeds after ``runtime_s / speedup`` wall seconds. Everything is derived from the job
+rows, so any number of web and worker processes agree without shared memory.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from portal.jobs.models import Job
+from portal.jobs.states import JobState
+from scheduling.adapters.backends import Observation
+from scheduling.engine.model import ForeignUsage, GpuNode, Taint, labels_of
+from scheduling.models import SimNode
+
+
+class SimulatedCluster:
+    name = "simulated"
+
+    def __init__(self, *, speedup: float = 60.0) -> None:
+        if speedup <= 0:
+            raise ValueError("speedup must be positive")
+        self.speedup = speedup
+
+    def nodes(self) -> list[GpuNode]:
+        return [
+            GpuNode(
+                name=node.name,
+                gpu_model=node.gpu_model.name if node.gpu_model else None,
+                gpu_count=node.gpu_count,
+                cpu_milli=node.cpu_milli,
+                memory_mib=node.memory_mib,
+                gpu_memory_gib=node.gpu_model.memory_gib if node.gpu_model else 0,
+                labels=labels_of(node.labels),
+                taints=tuple(
+                    Taint(key=t["key"], value=t.get("value", ""), effect=t.get("effect", "NoSchedule"))
+                    for t in node.taints
+                ),
+                unschedulable=node.unschedulable,
+                mig_enabled=node.mig_enabled,
+            )
+            for node in SimNode.objects.select_related("gpu_model")
+        ]
+
+    def foreign_usage(self) -> list[ForeignUsage]:
+        return []
+
+    def start(self, *, job_id: int) -> None:
+        """Nothing to create: an admitted job is reported Running from its admission time."""
+
+    def stop(self, *, job_id: int, grace_s: int) -> None:
+        """Nothing to delete: a stopped job is no longer observed."""
+
+    def finish_time(self, job: Job) -> datetime:
+        return job.started_at + timedelta(seconds=job.runtime_s / self.speedup)
+
+    def observe(self, *, now: datetime) -> list[Observation]:
+        observations: list[Observation] = []
+        active = Job.objects.filter(state__in=[JobState.ADMITTED, JobState.RUNNING]).only(
+            "id", "attempt", "state", "admitted_at", "started_at", "runtime_s"
+        )
+        for job in active:
+            if job.state == JobState.ADMITTED:
+                start = job.admitted_at
+                observations.append(Observation(job.pk, job.attempt, JobState.RUNNING, start, "pods running"))
+                done = start + timedelta(seconds=job.runtime_s / self.speedup)
+            else:
+                done = self.finish_time(job)
+            if done <= now:
+                observations.append(Observation(job.pk, job.attempt, JobState.SUCCEEDED, done, "completed"))
+        return observations
