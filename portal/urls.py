@@ -1,6 +1,27 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from portal.pages import views as pages
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", pages.home, name="home"),
+    path("jobs/", pages.job_list, name="job-list"),
+    path("jobs/new/", pages.job_create, name="job-create"),
+    path("jobs/<int:pk>/", pages.job_detail, name="job-detail"),
+    path("jobs/<int:pk>/cancel/", pages.job_cancel, name="job-cancel"),
+    path("queues/", pages.queue_list, name="queue-list"),
+    path("dashboard/", pages.dashboard, name="dashboard"),
+    path("plotly.min.js", pages.plotly_js, name="plotly-js"),
+    path("healthz", pages.healthz, name="healthz"),
+    path("api/v1/", include("portal.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    path("", include("scheduling.urls")),
+    path("", include("billing.urls")),
 ]
