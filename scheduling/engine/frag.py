@@ -1,0 +1,548 @@
+"""Fragmentation-aware GPU placement (FGD) and the baselines of the FGD paper, over numpy arrays.
+
+Reference: Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
+Gradient Descent", USENIX ATC '23, and its public simulator (hkust-adsl/kubernetes-scheduler-simulator),
+whose scoring semantics this module reproduces: integer scores, first-best device, random tie-breaks.
+
+API (stable; pure: stdlib + numpy only, no clock, all randomness from a caller-seeded generator)
+------------------------------------------------------------------------------------------------
+``POLICIES``                names accepted by :class:`Placer`: ``fgd random dotprod clustering packing
+                            bestfit portal`` (``portal`` is our default, FGD refined; see below).
+``NodeArrays``              the cluster as arrays (node names, GPU model per node, capacities).
+``NodeArrays.of(rows)``     build it from ``(name, gpu_model | None, gpu_count, cpu_milli, memory_mib)``.
+``PodRequest``              one pod: ``cpu_milli, memory_mib, gpu_milli`` (per device: 1..999 = a share
+                            of one device, 1000 = whole devices), ``gpu_count`` (0 = CPU-only; > 1 needs
+                            whole devices), ``allowed_models`` (empty = any GPU model).
+``TypicalPod``              one entry of the target workload (resources + frequency) FGD plans for.
+``typical_pods(requests)``  the paper's target workload from a pod list: distinct resource shapes by
+                            popularity until 95 % of pods are covered, frequencies renormalised.
+``Placer(nodes, policy, typical=..., rng=...)``
+    ``.select(pod) -> Choice | None``  best node and devices for one pod; no state change. ``None`` when
+                                       no node fits (CPU, memory, GPU model, free devices).
+    ``.bind(pod, choice)``             take the capacity; ``.release(pod, choice)`` gives it back.
+    ``.place(pod)``                    select + bind; returns the choice or ``None``.
+    ``.cpu_free_milli / .memory_free_mib / .gpu_free_milli``  live free-capacity arrays (read only);
+                                       ``gpu_free_milli`` is ``(nodes, max_gpus)``; -1 pads absent devices.
+    ``.frag_milli()``                  cluster GPU fragmentation (milli-GPU) w.r.t. the typical pods.
+``Choice(node, gpu_indices, score)``   ``node`` indexes ``NodeArrays.names``.
+
+A Placer can be seeded with existing usage by calling ``bind`` for each running pod before scoring.
+
+Algorithm (per pod, as the paper's simulator does it)
+-----------------------------------------------------
+1. Filter: CPU and memory free, GPU model allowed, enough devices with ``gpu_milli`` free (whole pods
+   need fully free devices).
+2. Score every feasible node with the policy (integer scores 0..100 like the Kubernetes framework).
+3. Pick the highest score; ties are broken uniformly at random (kube-scheduler ``selectHost``).
+4. Devices: a sharing pod takes the device its policy prefers (FGD: the first device that minimises the
+   node's fragmentation; Random: a random fitting device; others: best fit, the fitting device with the
+   least free milli, first on ties); whole-GPU pods take the lowest-indexed fully free devices.
+
+FGD's fragmentation of a node for the typical pods ``t`` (frequency ``p_t``), in milli-GPU:
+``sum_t p_t * F(node, t)`` where ``F`` is the node's free GPU milli if ``t`` cannot run there (CPU short,
+GPU model not allowed, too few devices with enough free milli, or ``t`` is CPU-only), else the free milli
+on devices too small for ``t``. Score = ``int(100 * sigmoid((F_before - F_after) / 1000))``.
+
+``portal`` (our default) keeps FGD's objective but (a) compares the exact fragmentation delta instead
+of a truncated sigmoid, (b) weights typical pods by their GPU demand (a pod that needs more GPUs
+strands more capacity when it cannot fit), and (c) breaks near-ties by best fit (least free GPU, then
+least free CPU) before falling back to randomness. See docs/simulator.md for the measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+POLICIES: tuple[str, ...] = ("fgd", "random", "dotprod", "clustering", "packing", "bestfit", "portal")
+
+MILLI = 1000
+MAX_SPEC_CPU_MILLI = 128_000  # the reference simulator's normalisers (largest node spec)
+MAX_SPEC_GPU_MILLI = 8_000
+MAX_NODE_SCORE = 100
+DEFAULT_POPULARITY = 0.95  # the paper's typical-pod coverage threshold
+_MAX_AFFINITY = 9  # clustering tags: 0 = sharing pod, k = pod of k whole GPUs (k <= 8)
+_PORTAL_EPS_MILLI = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """Per-pod request. ``gpu_milli`` is per device; 0 with ``gpu_count == 0`` for CPU-only pods."""
+
+    cpu_milli: int
+    memory_mib: int = 0
+    gpu_milli: int = 0
+    gpu_count: int = 0
+    allowed_models: tuple[str, ...] = ()
+
+    @property
+    def is_sharing(self) -> bool:
+        return self.gpu_count == 1 and 0 < self.gpu_milli < MILLI
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.gpu_milli * self.gpu_count
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalPod:
+    cpu_milli: int
+    gpu_milli: int
+    gpu_count: int
+    allowed_models: tuple[str, ...]
+    frequency: float  # 0..1, sums to 1 over the list
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    node: int
+    gpu_indices: tuple[int, ...] = ()
+    score: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeArrays:
+    """Static description of the nodes. Arrays are never mutated (the Placer copies what it changes)."""
+
+    names: tuple[str, ...]
+    models: tuple[str, ...]  # distinct GPU models; ``model_ids`` index it, -1 = CPU-only node
+    model_ids: np.ndarray  # (N,) int
+    gpu_count: np.ndarray  # (N,) int
+    cpu_milli: np.ndarray  # (N,) int64 capacity
+    memory_mib: np.ndarray  # (N,) int64 capacity
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, str | None, int, int, int]]) -> NodeArrays:
+        """Rows are ``(name, gpu_model or None, gpu_count, cpu_milli, memory_mib)``."""
+        rows = list(rows)
+        models = tuple(sorted({m for _, m, g, _, _ in rows if m and g > 0}))
+        index = {m: i for i, m in enumerate(models)}
+        return cls(
+            names=tuple(r[0] for r in rows),
+            models=models,
+            model_ids=np.array(
+                [index.get(m, -1) if m and g > 0 else -1 for _, m, g, _, _ in rows], dtype=np.int64
+            ),
+            gpu_count=np.array([r[2] for r in rows], dtype=np.int64),
+            cpu_milli=np.array([r[3] for r in rows], dtype=np.int64),
+            memory_mib=np.array([r[4] for r in rows], dtype=np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def max_gpus(self) -> int:
+        return max(1, int(self.gpu_count.max(initial=0)))
+
+    def total_gpu_milli(self) -> int:
+        return int(self.gpu_count.sum()) * MILLI
+
+
+def typical_pods(
+    requests: Iterable[tuple[int, int, int, tuple[str, ...]]],
+    *,
+    popularity: float = DEFAULT_POPULARITY,
+    include_cpu_pods: bool = True,
+    gpu_weight: float = 0.0,
+) -> tuple[TypicalPod, ...]:
+    """The target workload FGD optimises for, built as the reference simulator does.
+
+    ``requests`` are ``(cpu_milli, gpu_milli, gpu_count, allowed_models)`` per pod. Shapes are counted
+    (a whole-GPU pod counts ``1 + gpu_count * gpu_weight``), sorted by count then shape, both descending,
+    and the most popular are kept until their cumulative count reaches ``popularity`` of the total;
+    the kept frequencies are renormalised to sum to 1.
+    """
+    counts: dict[tuple[int, int, int, tuple[str, ...]], float] = {}
+    total = 0.0
+    for cpu, milli, num, models in requests:
+        if not include_cpu_pods and num == 0:
+            continue
+        weight = 1.0 + num * gpu_weight if gpu_weight > 0 and milli == MILLI else 1.0
+        key = (int(cpu), int(milli), int(num), tuple(models))
+        counts[key] = counts.get(key, 0.0) + weight
+        total += weight
+    if not counts:
+        return ()
+    # Go: sort.Reverse on (count, then cpu, milli, num, model string) ascending.
+    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1], kv[0][2], "|".join(kv[0][3])))
+    ordered.reverse()
+    expected = popularity * total
+    kept: list[tuple[tuple[int, int, int, tuple[str, ...]], float]] = []
+    cum = 0.0
+    for key, cnt in ordered:
+        if cum >= expected:
+            break
+        kept.append((key, cnt))
+        cum += cnt
+    return tuple(TypicalPod(k[0], k[1], k[2], k[3], cnt / cum) for k, cnt in kept)
+
+
+@dataclass(slots=True)
+class _TypicalArrays:
+    cpu: np.ndarray  # (T,)
+    milli: np.ndarray  # (T,) > 0 (GPU typical pods only)
+    num: np.ndarray  # (T,)
+    freq: np.ndarray  # (T,)
+    access: np.ndarray  # (M + 1, T) bool; row M is the CPU-only node
+    cpu_only_freq: float  # total frequency of CPU-only typical pods: always count the whole free GPU
+
+    @classmethod
+    def build(
+        cls, typical: Sequence[TypicalPod], models: tuple[str, ...], demand_weighted: bool
+    ) -> _TypicalArrays:
+        gpu = [t for t in typical if t.gpu_milli > 0]
+        weights = {
+            id(t): t.frequency * (t.gpu_milli * t.gpu_count / MILLI if demand_weighted else 1.0)
+            for t in typical
+        }
+        if demand_weighted:
+            # CPU-only pods strand no GPU: weight them like a small share so they still count a little.
+            for t in typical:
+                if t.gpu_milli == 0:
+                    weights[id(t)] = t.frequency * 0.1
+            norm = sum(weights.values()) or 1.0
+            weights = {k: v / norm for k, v in weights.items()}
+        access = np.ones((len(models) + 1, len(gpu)), dtype=bool)
+        for j, t in enumerate(gpu):
+            if t.allowed_models:
+                for i, m in enumerate(models):
+                    access[i, j] = m in t.allowed_models
+                access[len(models), j] = False
+        return cls(
+            cpu=np.array([t.cpu_milli for t in gpu], dtype=np.int64),
+            milli=np.array([t.gpu_milli for t in gpu], dtype=np.int64),
+            num=np.array([t.gpu_count for t in gpu], dtype=np.int64),
+            freq=np.array([weights[id(t)] for t in gpu], dtype=np.float64),
+            access=access,
+            cpu_only_freq=float(sum(weights[id(t)] for t in typical if t.gpu_milli == 0)),
+        )
+
+
+def _frag_milli(cpu: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: _TypicalArrays) -> np.ndarray:
+    """Expected fragmented GPU milli of each candidate node state (FGD's ``FragAmountSumExceptQ3``).
+
+    ``cpu`` (C,), ``gpu`` (C, D) with -1 padding, ``model_row`` (C,) row index into ``tp.access``.
+    """
+    free = np.maximum(gpu, 0)
+    total = free.sum(axis=1).astype(np.float64)
+    out = total * tp.cpu_only_freq
+    if tp.milli.size == 0:
+        return out
+    fits = gpu[:, :, None] >= tp.milli[None, None, :]  # (C, D, T)
+    satisfied = (fits.sum(axis=1) >= tp.num[None, :]) & (cpu[:, None] >= tp.cpu[None, :])
+    satisfied &= tp.access[model_row]
+    small = np.einsum("cd,cdt->ct", free.astype(np.float64), ~fits)  # free milli on too-small devices
+    per_type = np.where(satisfied, small, total[:, None])
+    return out + per_type @ tp.freq
+
+
+def _new_cache(n: int) -> _ScoreCache:
+    return _ScoreCache(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64))
+
+
+def _sigmoid_score(delta: np.ndarray) -> np.ndarray:
+    # Go: int64(sigmoid(delta / 1000) * MaxNodeScore), truncation toward zero (values are positive).
+    return np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+
+
+@dataclass(slots=True)
+class _ScoreCache:
+    version: np.ndarray  # (N,) node version each entry was computed at (-1 = never)
+    score: np.ndarray  # (N,) float
+    device: np.ndarray  # (N,) int, sharing pods only
+
+
+@dataclass(slots=True)
+class Placer:
+    """Scores and places pods one at a time on mutable copies of the node capacities.
+
+    ``rng`` drives every random choice (ties, the Random policy); pass a seeded generator for
+    reproducible runs. ``typical`` is required for ``fgd`` and ``portal``.
+    """
+
+    nodes: NodeArrays
+    policy: str
+    typical: Sequence[TypicalPod] = ()
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    node_rank: np.ndarray | None = None  # (N,) tie-break order, lowest wins; None = uniform random
+    cpu_free_milli: np.ndarray = field(init=False)
+    memory_free_mib: np.ndarray = field(init=False)
+    gpu_free_milli: np.ndarray = field(init=False)
+    _affinity: np.ndarray = field(init=False)  # (N, 9) pod counts per clustering tag
+    _version: np.ndarray = field(init=False)
+    _model_row: np.ndarray = field(init=False)
+    _tp: _TypicalArrays | None = field(init=False)
+    _frag_cache: _ScoreCache | None = field(init=False)
+    _metric_tp: _TypicalArrays | None = field(init=False)
+    _metric_cache: _ScoreCache | None = field(init=False)
+    _score_caches: dict[tuple[int, int, int], _ScoreCache] = field(init=False)
+    _model_masks: dict[tuple[str, ...], np.ndarray] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(
+                f"unknown placement policy {self.policy!r}; expected one of {', '.join(POLICIES)}"
+            )
+        n, d = len(self.nodes), self.nodes.max_gpus
+        self.cpu_free_milli = self.nodes.cpu_milli.astype(np.int64).copy()
+        self.memory_free_mib = self.nodes.memory_mib.astype(np.int64).copy()
+        dev = np.arange(d)[None, :]
+        self.gpu_free_milli = np.where(dev < self.nodes.gpu_count[:, None], MILLI, -1).astype(np.int64)
+        self._affinity = np.zeros((n, _MAX_AFFINITY), dtype=np.int64)
+        self._version = np.zeros(n, dtype=np.int64)
+        self._model_row = np.where(self.nodes.model_ids >= 0, self.nodes.model_ids, len(self.nodes.models))
+        self._score_caches = {}
+        self._model_masks = {}
+        self._frag_cache = self._metric_cache = None
+        self._tp = self._metric_tp = None
+        if self.typical:
+            self._metric_tp = _TypicalArrays.build(self.typical, self.nodes.models, demand_weighted=False)
+            self._metric_cache = _new_cache(n)
+            if self.policy == "fgd":
+                self._tp, self._frag_cache = self._metric_tp, self._metric_cache
+            elif self.policy == "portal":
+                self._tp = _TypicalArrays.build(self.typical, self.nodes.models, demand_weighted=True)
+                self._frag_cache = _new_cache(n)
+        if self.policy in ("fgd", "portal") and not self.typical:
+            raise ValueError(f"policy {self.policy!r} needs the typical pods (see typical_pods())")
+
+    # ----------------------------------------------------------------------------------- filtering
+    def feasible(self, pod: PodRequest) -> np.ndarray:
+        """Boolean mask of nodes that can host ``pod`` now."""
+        ok = (self.cpu_free_milli >= pod.cpu_milli) & (self.memory_free_mib >= pod.memory_mib)
+        if pod.gpu_count > 0:
+            ok &= self._model_mask(pod.allowed_models)
+            ok &= (self.gpu_free_milli >= pod.gpu_milli).sum(axis=1) >= pod.gpu_count
+        return ok
+
+    def _model_mask(self, allowed: tuple[str, ...]) -> np.ndarray:
+        mask = self._model_masks.get(allowed)
+        if mask is None:
+            ids = self.nodes.model_ids
+            if allowed:
+                wanted = [i for i, m in enumerate(self.nodes.models) if m in allowed]
+                mask = np.isin(ids, wanted)
+            else:
+                mask = ids >= 0
+            self._model_masks[allowed] = mask
+        return mask
+
+    # ------------------------------------------------------------------------------------ choosing
+    def select(self, pod: PodRequest) -> Choice | None:
+        ok = self.feasible(pod)
+        idx = np.flatnonzero(ok)
+        if idx.size == 0:
+            return None
+        if self.policy == "random":
+            node = int(idx[self.rng.integers(idx.size)])
+            return Choice(node, self._devices_random(pod, node), 0.0)
+        if self.policy in ("fgd", "portal"):
+            score, device = self._frag_scores(pod, idx)
+        else:
+            score = self._baseline_scores(pod, idx)
+            device = None
+        if self.policy == "portal":
+            best = score.max()
+            near = score >= best - _PORTAL_EPS_MILLI
+            cand = idx[near]
+            if cand.size > 1:
+                # Best fit among equally good nodes: least free GPU, then least free CPU.
+                free = np.maximum(self.gpu_free_milli[cand], 0).sum(axis=1)
+                key = free * (MAX_SPEC_CPU_MILLI + 1) + self.cpu_free_milli[cand]
+                cand = cand[key == key.min()]
+            pick, node_score = self._tie_break(cand), float(best)
+        else:
+            best = score.max()
+            pick, node_score = self._tie_break(idx[score == best]), float(best)
+        if pod.is_sharing and device is not None:
+            return Choice(pick, (int(device[pick]),), node_score)
+        return Choice(pick, self._devices_default(pod, pick), node_score)
+
+    def _tie_break(self, cand: np.ndarray) -> int:
+        if cand.size == 1:
+            return int(cand[0])
+        if self.node_rank is not None:
+            return int(cand[np.argmin(self.node_rank[cand])])
+        return int(cand[self.rng.integers(cand.size)])
+
+    def place(self, pod: PodRequest) -> Choice | None:
+        choice = self.select(pod)
+        if choice is not None:
+            self.bind(pod, choice)
+        return choice
+
+    # ------------------------------------------------------------------------------ state changes
+    def bind(self, pod: PodRequest, choice: Choice) -> None:
+        self._change(pod, choice, -1)
+
+    def release(self, pod: PodRequest, choice: Choice) -> None:
+        self._change(pod, choice, +1)
+
+    def _change(self, pod: PodRequest, choice: Choice, sign: int) -> None:
+        n = choice.node
+        self.cpu_free_milli[n] += sign * pod.cpu_milli
+        self.memory_free_mib[n] += sign * pod.memory_mib
+        for d in choice.gpu_indices:
+            self.gpu_free_milli[n, d] += sign * pod.gpu_milli
+        if pod.gpu_count > 0:
+            tag = 0 if pod.is_sharing else min(pod.gpu_count, _MAX_AFFINITY - 1)
+            self._affinity[n, tag] -= sign
+        self._version[n] += 1
+
+    # ----------------------------------------------------------------------------------- devices
+    def _devices_default(self, pod: PodRequest, node: int) -> tuple[int, ...]:
+        free = self.gpu_free_milli[node]
+        if pod.gpu_count == 0:
+            return ()
+        if pod.is_sharing:  # best fit device: least free milli that fits, first on ties
+            fit = np.where(free >= pod.gpu_milli, free, MILLI + 1)
+            return (int(np.argmin(fit)),)
+        whole = np.flatnonzero(free >= MILLI)[: pod.gpu_count]
+        return tuple(int(i) for i in whole)
+
+    def _devices_random(self, pod: PodRequest, node: int) -> tuple[int, ...]:
+        if pod.is_sharing:
+            fits = np.flatnonzero(self.gpu_free_milli[node] >= pod.gpu_milli)
+            return (int(fits[self.rng.integers(fits.size)]),)
+        return self._devices_default(pod, node)
+
+    # ------------------------------------------------------------------------------ fragmentation
+    def frag_milli(self) -> float:
+        """Cluster fragmentation in milli-GPU: free GPU the typical pods cannot use, by frequency.
+
+        Always FGD's unweighted definition (0 without typical pods), whatever the policy.
+        """
+        if self._metric_tp is None or self._metric_cache is None:
+            return 0.0
+        return float(self._cached_frag(np.arange(len(self.nodes)), self._metric_tp, self._metric_cache).sum())
+
+    def _node_frag(self, idx: np.ndarray) -> np.ndarray:
+        assert self._tp is not None
+        assert self._frag_cache is not None
+        return self._cached_frag(idx, self._tp, self._frag_cache)
+
+    def _cached_frag(self, idx: np.ndarray, tp: _TypicalArrays, cache: _ScoreCache) -> np.ndarray:
+        stale = idx[cache.version[idx] != self._version[idx]]
+        if stale.size:
+            cache.score[stale] = _frag_milli(
+                self.cpu_free_milli[stale], self.gpu_free_milli[stale], self._model_row[stale], tp
+            )
+            cache.version[stale] = self._version[stale]
+        return cache.score[idx]
+
+    def _frag_scores(self, pod: PodRequest, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """FGD/portal score of each feasible node (and the device for sharing pods), cached per shape."""
+        key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        cache = self._score_caches.get(key)
+        n = len(self.nodes)
+        if cache is None:
+            cache = self._score_caches[key] = _new_cache(n)
+        stale = idx[cache.version[idx] != self._version[idx]]
+        if stale.size:
+            score, device = self._frag_delta(pod, stale)
+            cache.score[stale] = score
+            cache.device[stale] = device
+            cache.version[stale] = self._version[stale]
+        return cache.score[idx], cache.device
+
+    def _frag_delta(self, pod: PodRequest, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Node score from the fragmentation decrease (before - after); sharing pods try every device.
+
+        ``fgd`` returns the reference's integer sigmoid score, ``portal`` the raw decrease in milli.
+        """
+        fgd = self.policy == "fgd"
+        tp = self._tp
+        assert tp is not None
+        before = self._node_frag(idx)
+        cpu = self.cpu_free_milli[idx] - pod.cpu_milli
+        gpu = self.gpu_free_milli[idx]
+        rows = self._model_row[idx]
+        k, d = gpu.shape
+        if pod.is_sharing:
+            cand = np.repeat(gpu[:, None, :], d, axis=1)  # (k, d, D): candidate j takes device j
+            diag = np.arange(d)
+            cand[:, diag, diag] -= pod.gpu_milli
+            valid = gpu >= pod.gpu_milli  # (k, d)
+            after = _frag_milli(np.repeat(cpu, d), cand.reshape(k * d, d), np.repeat(rows, d), tp).reshape(
+                k, d
+            )
+            delta = before[:, None] - after
+            if fgd:
+                delta = _sigmoid_score(delta)
+            delta = np.where(valid, delta, -np.inf)
+            device = np.argmax(delta, axis=1)  # first best device
+            return delta[np.arange(k), device], device
+        if pod.gpu_count > 0:
+            whole = gpu >= MILLI
+            take = whole & (np.cumsum(whole, axis=1) <= pod.gpu_count)
+            gpu = gpu - take * pod.gpu_milli
+        delta = before - _frag_milli(cpu, gpu, rows, tp)
+        return (_sigmoid_score(delta) if fgd else delta), np.zeros(k, dtype=np.int64)
+
+    # ---------------------------------------------------------------------------------- baselines
+    def _baseline_scores(self, pod: PodRequest, idx: np.ndarray) -> np.ndarray:
+        cpu = self.cpu_free_milli[idx]
+        gpu = self.gpu_free_milli[idx]
+        free_total = np.maximum(gpu, 0).sum(axis=1)
+        req_gpu = pod.total_gpu_milli
+        if self.policy == "dotprod":
+            # Tetris, merged GPU dimension, normalised by the largest node spec.
+            dot = (cpu / MAX_SPEC_CPU_MILLI) * (pod.cpu_milli / MAX_SPEC_CPU_MILLI) + (
+                free_total / MAX_SPEC_GPU_MILLI
+            ) * (req_gpu / MAX_SPEC_GPU_MILLI)
+            return np.floor(MAX_NODE_SCORE * (1.0 - dot / 2.0))
+        if self.policy == "bestfit":
+            left = (
+                0.5 * (cpu - pod.cpu_milli) / MAX_SPEC_CPU_MILLI
+                + 0.5 * (free_total - req_gpu) / MAX_SPEC_GPU_MILLI
+            )
+            return np.floor((1.0 - left) * MAX_NODE_SCORE)
+        if self.policy == "clustering":
+            if pod.gpu_count == 0:
+                return np.zeros(idx.size)
+            tag = 0 if pod.is_sharing else min(pod.gpu_count, _MAX_AFFINITY - 1)
+            aff = self._affinity[idx]
+            kinds = (aff > 0).sum(axis=1)
+            has = aff[:, tag] > 0
+            base = (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU_MILLI - free_total) // MAX_SPEC_GPU_MILLI
+            offset = np.where(has, np.where(kinds == 1, 75, 50), np.where(kinds == 0, 25, 0))
+            return (base + offset).astype(np.float64)
+        if self.policy == "packing":
+            if pod.gpu_milli <= 0:
+                return np.zeros(idx.size)
+            return self._packing_scores(pod, idx)
+        raise AssertionError(self.policy)
+
+    def _packing_scores(self, pod: PodRequest, idx: np.ndarray) -> np.ndarray:
+        gpu = self.gpu_free_milli[idx]
+        count = self.nodes.gpu_count[idx]
+        fully_free = (gpu == MILLI).sum(axis=1)
+        # Devices the pod would use: fitting devices, least free first (stable), gpu_count of them.
+        order = np.argsort(np.where(gpu < 0, MILLI + 1, gpu), axis=1, kind="stable")
+        sorted_free = np.take_along_axis(gpu, order, axis=1)
+        fit = sorted_free >= pod.gpu_milli
+        use = fit & (np.cumsum(fit, axis=1) <= pod.gpu_count)
+        whole_used = (use & (sorted_free == MILLI)).sum(axis=1)
+        ratio = ((np.maximum(sorted_free, 0) * 100) // MILLI * use).sum(axis=1)
+        shared = np.maximum(MAX_NODE_SCORE - ratio // 10, MAX_NODE_SCORE // 2)
+        partly = np.maximum(MAX_NODE_SCORE // 2 - whole_used, MAX_NODE_SCORE // 3)
+        empty = np.maximum(MAX_NODE_SCORE // 3 - fully_free, fully_free)
+        score = np.where(fully_free == count, empty, np.where(whole_used > 0, partly, shared))
+        return score.astype(np.float64)
+
+
+def fragmentation_milli(
+    nodes: NodeArrays, gpu_free_milli: np.ndarray, cpu_free_milli: np.ndarray, typical: Sequence[TypicalPod]
+) -> float:
+    """Cluster fragmentation (milli-GPU) of a given free-capacity state, w.r.t. ``typical``."""
+    tp = _TypicalArrays.build(typical, nodes.models, demand_weighted=False)
+    rows = np.where(nodes.model_ids >= 0, nodes.model_ids, len(nodes.models))
+    return float(_frag_milli(cpu_free_milli, gpu_free_milli, rows, tp).sum())
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
