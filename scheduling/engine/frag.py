@@ -65,7 +65,6 @@ MAX_SPEC_GPU_MILLI = 8_000
 MAX_NODE_SCORE = 100
 DEFAULT_POPULARITY = 0.95  # the paper's typical-pod coverage threshold
 _MAX_AFFINITY = 9  # clustering tags: 0 = sharing pod, k = pod of k whole GPUs (k <= 8)
-_PORTAL_EPS_MILLI = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +93,16 @@ class TypicalPod:
     gpu_count: int
     allowed_models: tuple[str, ...]
     frequency: float  # 0..1, sums to 1 over the list
+
+
+@dataclass(frozen=True, slots=True)
+class PortalTuning:
+    """Knobs of the ``portal`` policy; the defaults are the measured best (docs/simulator.md)."""
+
+    demand_weighted: bool = True  # weight typical pods by GPU demand instead of by count
+    exact: bool = True  # rank nodes by the exact fragmentation decrease (False: FGD's integer sigmoid)
+    tie: str = "bestfit"  # among (near-)ties: "bestfit" (least free GPU, then CPU) or "rank" (node order)
+    near_milli: float = 1e-6  # decreases within this many milli-GPU of the best count as ties
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +278,7 @@ class Placer:
     typical: Sequence[TypicalPod] = ()
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     node_rank: np.ndarray | None = None  # (N,) tie-break order, lowest wins; None = uniform random
+    tuning: PortalTuning = field(default_factory=PortalTuning)
     cpu_free_milli: np.ndarray = field(init=False)
     memory_free_mib: np.ndarray = field(init=False)
     gpu_free_milli: np.ndarray = field(init=False)
@@ -278,7 +288,9 @@ class Placer:
     _tp: _TypicalArrays | None = field(init=False)
     _frag_cache: _ScoreCache | None = field(init=False)
     _metric_tp: _TypicalArrays | None = field(init=False)
-    _metric_cache: _ScoreCache | None = field(init=False)
+    _metric_node: np.ndarray = field(init=False)  # (N,) fragmentation per node, kept current
+    _metric_total: float = field(init=False)
+    _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
     _score_caches: dict[tuple[int, int, int], _ScoreCache] = field(init=False)
     _model_masks: dict[tuple[str, ...], np.ndarray] = field(init=False)
 
@@ -297,15 +309,24 @@ class Placer:
         self._model_row = np.where(self.nodes.model_ids >= 0, self.nodes.model_ids, len(self.nodes.models))
         self._score_caches = {}
         self._model_masks = {}
-        self._frag_cache = self._metric_cache = None
+        self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._frag_cache = None
         self._tp = self._metric_tp = None
+        self._metric_node = np.zeros(n)
+        self._metric_total = 0.0
         if self.typical:
             self._metric_tp = _TypicalArrays.build(self.typical, self.nodes.models, demand_weighted=False)
-            self._metric_cache = _new_cache(n)
+            self._metric_node = _frag_milli(
+                self.cpu_free_milli, self.gpu_free_milli, self._model_row, self._metric_tp
+            )
+            self._metric_total = float(self._metric_node.sum())
             if self.policy == "fgd":
-                self._tp, self._frag_cache = self._metric_tp, self._metric_cache
+                self._tp = self._metric_tp
             elif self.policy == "portal":
-                self._tp = _TypicalArrays.build(self.typical, self.nodes.models, demand_weighted=True)
+                self._tp = _TypicalArrays.build(
+                    self.typical, self.nodes.models, demand_weighted=self.tuning.demand_weighted
+                )
+            if self._tp is not None:
                 self._frag_cache = _new_cache(n)
         if self.policy in ("fgd", "portal") and not self.typical:
             raise ValueError(f"policy {self.policy!r} needs the typical pods (see typical_pods())")
@@ -347,11 +368,10 @@ class Placer:
             device = None
         if self.policy == "portal":
             best = score.max()
-            near = score >= best - _PORTAL_EPS_MILLI
-            cand = idx[near]
-            if cand.size > 1:
+            cand = idx[score >= best - self.tuning.near_milli]
+            if cand.size > 1 and self.tuning.tie == "bestfit":
                 # Best fit among equally good nodes: least free GPU, then least free CPU.
-                free = np.maximum(self.gpu_free_milli[cand], 0).sum(axis=1)
+                free = self._gpu_free_total[cand]
                 key = free * (MAX_SPEC_CPU_MILLI + 1) + self.cpu_free_milli[cand]
                 cand = cand[key == key.min()]
             pick, node_score = self._tie_break(cand), float(best)
@@ -388,10 +408,23 @@ class Placer:
         self.memory_free_mib[n] += sign * pod.memory_mib
         for d in choice.gpu_indices:
             self.gpu_free_milli[n, d] += sign * pod.gpu_milli
+            self._gpu_free_total[n] += sign * pod.gpu_milli
         if pod.gpu_count > 0:
             tag = 0 if pod.is_sharing else min(pod.gpu_count, _MAX_AFFINITY - 1)
             self._affinity[n, tag] -= sign
         self._version[n] += 1
+        if self._metric_tp is not None:
+            row = slice(n, n + 1)
+            value = float(
+                _frag_milli(
+                    self.cpu_free_milli[row], self.gpu_free_milli[row], self._model_row[row], self._metric_tp
+                )[0]
+            )
+            self._metric_total += value - self._metric_node[n]
+            self._metric_node[n] = value
+            if self._tp is self._metric_tp and self._frag_cache is not None:
+                self._frag_cache.score[n] = value
+                self._frag_cache.version[n] = self._version[n]
 
     # ----------------------------------------------------------------------------------- devices
     def _devices_default(self, pod: PodRequest, node: int) -> tuple[int, ...]:
@@ -416,16 +449,16 @@ class Placer:
 
         Always FGD's unweighted definition (0 without typical pods), whatever the policy.
         """
-        if self._metric_tp is None or self._metric_cache is None:
-            return 0.0
-        return float(self._cached_frag(np.arange(len(self.nodes)), self._metric_tp, self._metric_cache).sum())
+        return self._metric_total
+
+    def node_frag_milli(self) -> np.ndarray:
+        """Per-node fragmentation (milli-GPU), FGD's unweighted definition."""
+        return self._metric_node.copy()
 
     def _node_frag(self, idx: np.ndarray) -> np.ndarray:
-        assert self._tp is not None
-        assert self._frag_cache is not None
-        return self._cached_frag(idx, self._tp, self._frag_cache)
-
-    def _cached_frag(self, idx: np.ndarray, tp: _TypicalArrays, cache: _ScoreCache) -> np.ndarray:
+        tp, cache = self._tp, self._frag_cache
+        assert tp is not None
+        assert cache is not None
         stale = idx[cache.version[idx] != self._version[idx]]
         if stale.size:
             cache.score[stale] = _frag_milli(
@@ -454,7 +487,7 @@ class Placer:
 
         ``fgd`` returns the reference's integer sigmoid score, ``portal`` the raw decrease in milli.
         """
-        fgd = self.policy == "fgd"
+        fgd = self.policy == "fgd" or not self.tuning.exact
         tp = self._tp
         assert tp is not None
         before = self._node_frag(idx)
@@ -486,8 +519,7 @@ class Placer:
     # ---------------------------------------------------------------------------------- baselines
     def _baseline_scores(self, pod: PodRequest, idx: np.ndarray) -> np.ndarray:
         cpu = self.cpu_free_milli[idx]
-        gpu = self.gpu_free_milli[idx]
-        free_total = np.maximum(gpu, 0).sum(axis=1)
+        free_total = self._gpu_free_total[idx]
         req_gpu = pod.total_gpu_milli
         if self.policy == "dotprod":
             # Tetris, merged GPU dimension, normalised by the largest node spec.

@@ -34,6 +34,7 @@ class ReasonKind(StrEnum):
     BUDGET = "budget"
     ORDER = "order"  # blocked behind a higher-ranked job (strict FIFO head-of-line)
     INVALID = "invalid"
+    PREEMPTING = "preempting"  # victims chosen; starts once they are gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,10 @@ class ClusterQueue:
     cpu_milli: int | None = None  # None = unlimited
     memory_mib: int | None = None
     weight: float = 1.0  # fair-share weight within its cohort
+    cpu_borrowing_limit_milli: int | None = None  # None = may borrow any unused cohort CPU
+    cpu_lending_limit_milli: int | None = None  # None = lends all unused nominal CPU
+    memory_borrowing_limit_mib: int | None = None
+    memory_lending_limit_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +175,9 @@ class ForeignUsage:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    placement: str = "binpack"  # binpack | spread | fgd | random | dotprod | clustering | packing | bestfit | ...
+    placement: str = (
+        "binpack"  # binpack | spread | fgd | random | dotprod | clustering | packing | bestfit | ...
+    )
     pool_label: str = ""  # node label naming pools; per-pool placement overrides below
     pool_placement: tuple[tuple[str, str], ...] = ()
     rack_label: str = "topology.kubernetes.io/rack"

@@ -1,0 +1,132 @@
+"""Admission order: priority, then weighted dominant-resource fair share, then submission time.
+
+Every LocalQueue keeps its pending jobs sorted by (priority desc, created_at, id). The next job the
+cycle considers is the best *head* among all LocalQueues under the key
+
+    (-priority, share(ClusterQueue in its cohort), share(LocalQueue in its ClusterQueue), created_at, id)
+
+where ``share`` is the weighted dominant resource share (DRF): for each resource ``r`` (each GPU model
+in milli-GPU, CPU, memory) ``usage_r / pool_r``, the maximum over ``r``, divided by the weight. The
+pool of a ClusterQueue is its cohort's summed nominal quota (its own when it has no cohort); the pool of
+a LocalQueue is its ClusterQueue's nominal quota; a resource without quota uses the cluster's capacity.
+
+Shares only grow while a cycle admits, so a heap with lazily refreshed keys is exact: pop the best
+entry, recompute its key, and push it back if it went up. :meth:`AdmissionOrder.refresh` rebuilds the
+heap when usage went down (after eviction).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+from .model import ClusterQueue, LocalQueue, Workload
+
+SortKey = tuple[int, float, float, float, str]
+
+
+def lq_order_key(workload: Workload) -> tuple[int, float, str]:
+    return (-workload.priority, workload.created_at, workload.id)
+
+
+class FairShare:
+    """Usage per ClusterQueue and LocalQueue and the weighted dominant shares derived from it."""
+
+    def __init__(
+        self,
+        cluster_queues: tuple[ClusterQueue, ...],
+        local_queues: tuple[LocalQueue, ...],
+        nominal: dict[str, dict[str, int]],
+        capacity: dict[str, int],
+    ) -> None:
+        self.cq_weight = {cq.name: cq.weight or 1.0 for cq in cluster_queues}
+        self.lq_weight = {lq.name: lq.weight or 1.0 for lq in local_queues}
+        self.lq_cq = {lq.name: lq.cluster_queue for lq in local_queues}
+        cohort_of = {cq.name: cq.cohort for cq in cluster_queues}
+        cohort_pool: dict[str, dict[str, int]] = {}
+        for cq in cluster_queues:
+            if cq.cohort:
+                pool = cohort_pool.setdefault(cq.cohort, {})
+                for key, amount in nominal.get(cq.name, {}).items():
+                    pool[key] = pool.get(key, 0) + amount
+        self.capacity = capacity
+        self.cq_pool = {
+            cq.name: cohort_pool.get(cohort_of[cq.name], {})
+            if cohort_of[cq.name]
+            else nominal.get(cq.name, {})
+            for cq in cluster_queues
+        }
+        self.lq_pool = {lq.name: nominal.get(lq.cluster_queue, {}) for lq in local_queues}
+        self.cq_usage: dict[str, dict[str, int]] = {}
+        self.lq_usage: dict[str, dict[str, int]] = {}
+
+    def add(self, lq: str, cq: str, request: dict[str, int], sign: int = 1) -> None:
+        for usage in (self.cq_usage.setdefault(cq, {}), self.lq_usage.setdefault(lq, {})):
+            for key, amount in request.items():
+                usage[key] = usage.get(key, 0) + sign * amount
+
+    def _share(self, usage: dict[str, int], pool: dict[str, int], weight: float) -> float:
+        best = 0.0
+        for key, used in usage.items():
+            denominator = pool.get(key) or self.capacity.get(key) or 0
+            if denominator > 0 and used > 0:
+                best = max(best, used / denominator)
+        return best / weight
+
+    def cq_share(self, cq: str) -> float:
+        return self._share(self.cq_usage.get(cq, {}), self.cq_pool.get(cq, {}), self.cq_weight.get(cq, 1.0))
+
+    def lq_share(self, lq: str) -> float:
+        return self._share(self.lq_usage.get(lq, {}), self.lq_pool.get(lq, {}), self.lq_weight.get(lq, 1.0))
+
+
+class AdmissionOrder:
+    """Yields pending workloads in admission order, re-ranking queues as usage changes."""
+
+    def __init__(
+        self, pending: dict[str, list[Workload]], fair: FairShare, fair_sharing: bool = True
+    ) -> None:
+        self.queues = {lq: sorted(jobs, key=lq_order_key) for lq, jobs in pending.items()}
+        self.heads = dict.fromkeys(self.queues, 0)
+        self.fair = fair
+        self.fair_sharing = fair_sharing
+        self._heap: list[tuple[SortKey, str]] = []
+        self.refresh()
+
+    def _key(self, lq: str) -> SortKey:
+        job = self.queues[lq][self.heads[lq]]
+        if self.fair_sharing:
+            cq = self.fair.lq_cq.get(lq, "")
+            return (-job.priority, self.fair.cq_share(cq), self.fair.lq_share(lq), job.created_at, job.id)
+        return (-job.priority, 0.0, 0.0, job.created_at, job.id)
+
+    def refresh(self) -> None:
+        self._heap = [(self._key(lq), lq) for lq in self.queues if self.heads[lq] < len(self.queues[lq])]
+        heapq.heapify(self._heap)
+
+    def __iter__(self) -> Iterator[Workload]:
+        while self._heap:
+            key, lq = heapq.heappop(self._heap)
+            fresh = self._key(lq)
+            if fresh != key:
+                heapq.heappush(self._heap, (fresh, lq))
+                continue
+            job = self.queues[lq][self.heads[lq]]
+            self.heads[lq] += 1
+            if self.heads[lq] < len(self.queues[lq]):
+                heapq.heappush(self._heap, (self._key(lq), lq))
+            yield job
+
+
+def pending_limit_error(local_queue: LocalQueue, pending_count: int) -> str | None:
+    """The error to show when submitting one more job to a full LocalQueue, else ``None``.
+
+    ``pending_count`` is the number of jobs already pending in the queue (not counting the new one).
+    """
+    limit = local_queue.max_pending
+    if limit is None or pending_count < limit:
+        return None
+    return (
+        f"queue {local_queue.name} already has {pending_count} pending jobs, its limit is {limit}; "
+        "wait for some to start or cancel one"
+    )

@@ -1,0 +1,172 @@
+"""Free capacity of the cluster as numpy arrays, derived from placements, with staged changes.
+
+Nodes are indexed in name order (determinism). Per node: free CPU and memory. Per device
+(``nodes x max_gpus``): free milli-GPU (-1 marks a device slot the node does not have), a bitmask of
+used MIG memory slices and the count of used MIG compute slices. Two per-node summaries are kept in
+step so feasibility is one vectorised comparison per job: the number of fully free devices and the
+largest free share on any device.
+
+Changes go through :class:`Statement` (Volcano's idea): apply replica placements, then ``commit`` or
+``discard``; discarding reverts exactly what was applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from .mig import MigGeometry, default_device_memory_gib, mig_geometry
+from .model import ForeignUsage, GpuNode, ReplicaPlacement, Snapshot
+
+FULL = 1000
+
+
+class Cluster:
+    """Mutable free-capacity view of a snapshot's nodes. Built once per cycle."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        nodes = sorted(snapshot.nodes, key=lambda n: n.name)
+        self.nodes: tuple[GpuNode, ...] = tuple(nodes)
+        self.index: dict[str, int] = {n.name: i for i, n in enumerate(nodes)}
+        n = len(nodes)
+        self.n = n
+        width = max([node.gpu_count for node in nodes] + [1])
+        self.width = width
+        model_memory = dict(snapshot.gpu_memory_gib)
+        self.models: tuple[str, ...] = tuple(sorted({node.gpu_model for node in nodes if node.gpu_model}))
+        model_code = {m: i for i, m in enumerate(self.models)}
+        self.model_code = model_code
+        self.node_model = np.array(
+            [model_code[node.gpu_model] if node.gpu_model else -1 for node in nodes], dtype=np.int32
+        )
+        self.gpu_count = np.array([node.gpu_count for node in nodes], dtype=np.int32)
+        self.cpu_total = np.array([node.cpu_milli for node in nodes], dtype=np.int64)
+        self.mem_total = np.array([node.memory_mib for node in nodes], dtype=np.int64)
+        self.cordoned = np.array([node.unschedulable for node in nodes], dtype=bool)
+        self.mig_node = np.array([node.mig_enabled for node in nodes], dtype=bool)
+        self.device_memory_gib = np.array(
+            [
+                node.gpu_memory_gib
+                or model_memory.get(node.gpu_model or "", 0)
+                or default_device_memory_gib(node.gpu_model or "")
+                for node in nodes
+            ],
+            dtype=np.int64,
+        )
+        self.cpu_free = self.cpu_total.copy()
+        self.mem_free = self.mem_total.copy()
+        self.dev_free = np.full((n, width), -1, dtype=np.int32)
+        for i, node in enumerate(nodes):
+            self.dev_free[i, : node.gpu_count] = FULL
+        self.mig_mask = np.zeros((n, width), dtype=np.int32)
+        self.mig_compute = np.zeros((n, width), dtype=np.int32)
+        self.full_free = np.where(self.mig_node, 0, self.gpu_count).astype(np.int32)
+        self.max_share = np.where(self.mig_node | (self.gpu_count == 0), 0, FULL).astype(np.int32)
+        self._mig_cache: dict[tuple[str, int], MigGeometry | None] = {}
+        self.model_memory: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            if node.gpu_model and node.gpu_model not in self.model_memory:
+                self.model_memory[node.gpu_model] = int(self.device_memory_gib[i])
+        for model, gib in model_memory.items():
+            self.model_memory.setdefault(model, gib)
+
+    # -- geometry -------------------------------------------------------------------------------
+
+    def mig(self, profile: str, device_memory_gib: int) -> MigGeometry | None:
+        key = (profile, device_memory_gib)
+        if key not in self._mig_cache:
+            self._mig_cache[key] = mig_geometry(profile, device_memory_gib)
+        return self._mig_cache[key]
+
+    def memory_of(self, gpu_model: str) -> int:
+        return self.model_memory.get(gpu_model, 0) or default_device_memory_gib(gpu_model)
+
+    # -- applying placements --------------------------------------------------------------------
+
+    def apply(self, placement: ReplicaPlacement, sign: int) -> bool:
+        """Take (``sign=1``) or give back (``sign=-1``) one replica's resources. False if node unknown."""
+        i = self.index.get(placement.node)
+        if i is None:
+            return False
+        self.cpu_free[i] -= sign * placement.cpu_milli
+        self.mem_free[i] -= sign * placement.memory_mib
+        if placement.gpu_indices:
+            if placement.mig_profile is not None:
+                geometry = self.mig(placement.mig_profile, int(self.device_memory_gib[i]))
+                if geometry is not None:
+                    start = placement.mig_slot or 0
+                    for d in placement.gpu_indices:
+                        if d < self.width:
+                            if sign > 0:
+                                self.mig_mask[i, d] |= geometry.mask_at(start)
+                            else:
+                                self.mig_mask[i, d] &= ~geometry.mask_at(start)
+                            self.mig_compute[i, d] += sign * geometry.compute
+            else:
+                for d in placement.gpu_indices:
+                    if d < self.width:
+                        self.dev_free[i, d] -= sign * placement.gpu_milli
+            self._refresh(i)
+        return True
+
+    def apply_foreign(self, usage: ForeignUsage) -> None:
+        self.apply(
+            ReplicaPlacement(
+                node=usage.node,
+                gpu_indices=usage.gpu_indices,
+                gpu_milli=usage.gpu_milli,
+                cpu_milli=usage.cpu_milli,
+                memory_mib=usage.memory_mib,
+            ),
+            1,
+        )
+
+    def _refresh(self, i: int) -> None:
+        if self.mig_node[i]:
+            return
+        row = self.dev_free[i]
+        self.full_free[i] = int(np.count_nonzero((row == FULL) & (self.mig_mask[i] == 0)))
+        self.max_share[i] = max(0, int(row.max()))
+
+    # -- summaries ------------------------------------------------------------------------------
+
+    def free_gpu_milli(self, idx: np.ndarray) -> np.ndarray:
+        """Free milli-GPU per node (sum over devices) for node indices ``idx``."""
+        return np.clip(self.dev_free[idx], 0, None).sum(axis=1)
+
+    def label_codes(self, key: str) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Per-node integer code of a label's value (-1 when absent) and the value table."""
+        values = sorted({dict(node.labels).get(key, "") for node in self.nodes} - {""})
+        code = {v: j for j, v in enumerate(values)}
+        arr = np.array([code.get(dict(node.labels).get(key, ""), -1) for node in self.nodes], dtype=np.int32)
+        return arr, tuple(values)
+
+
+class Statement:
+    """Staged changes to a :class:`Cluster`; ``discard`` reverts them in reverse order."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.ops: list[tuple[ReplicaPlacement, int]] = []
+
+    def take(self, placement: ReplicaPlacement) -> None:
+        self.cluster.apply(placement, 1)
+        self.ops.append((placement, 1))
+
+    def give_back(self, placement: ReplicaPlacement) -> None:
+        self.cluster.apply(placement, -1)
+        self.ops.append((placement, -1))
+
+    def discard(self) -> None:
+        for placement, sign in reversed(self.ops):
+            self.cluster.apply(placement, -sign)
+        self.ops.clear()
+
+    def commit(self) -> None:
+        self.ops.clear()
+
+
+def take_all(cluster: Cluster, placements: Iterable[ReplicaPlacement]) -> None:
+    for placement in placements:
+        cluster.apply(placement, 1)

@@ -1,0 +1,511 @@
+"""One scheduling cycle: ``plan = run_cycle(snapshot, policy, now)``.
+
+Steps:
+
+1. Build free capacity (``capacity.Cluster``) from admitted and running workloads' placements and
+   ``snapshot.foreign``; build quota usage (``quota.QuotaBook``) and fair-share usage from the same
+   workloads.
+2. Check each pending workload for things no cycle can fix (unknown queue, impossible request):
+   reason ``invalid``.
+3. Walk pending workloads in admission order (``admission.AdmissionOrder``: priority, fair share,
+   submission time). For each:
+   a. the team may not start new jobs -> reason ``budget``;
+   b. a job of the same shape in the same ClusterQueue already failed this cycle -> same reason
+      (capacity and quota only shrink during a cycle, so it would fail again);
+   c. try each allowed GPU model in the ClusterQueue's flavor order: quota (with cohort borrowing),
+      then placement of the gang in a ``Statement``; the first model where both succeed wins;
+   d. otherwise, if the policy allows, select victims (``preemption.select_victims``) on the first
+      model where that works: reason ``preempting``, and the job starts in a later cycle;
+   e. otherwise the reason from the first model that had quota (placement or gang), else quota.
+4. Estimated start for every pending workload (``explain.StartEstimator``), position in its queue.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .admission import AdmissionOrder, FairShare, lq_order_key
+from .capacity import FULL, Cluster, Statement
+from .explain import StartEstimator, gang_reason, placement_reason, quota_reason
+from .model import (
+    Admission,
+    PendingInfo,
+    Plan,
+    Policy,
+    Preemption,
+    Reason,
+    ReasonKind,
+    ReplicaPlacement,
+    Snapshot,
+    Workload,
+    WorkloadState,
+)
+from .placement import Placer
+from .preemption import Holder, Victim, select_victims
+from .quota import CPU, MEMORY, QuotaBook, gpu_key
+from .scorers import Shape
+
+
+def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
+    """Decide which pending workloads start, where, what to preempt, and why the others wait.
+
+    Pure and deterministic: the same snapshot, policy (including its seed) and ``now`` give the same
+    plan. Admitted and running workloads are never moved; they only leave as preemption victims.
+    """
+    return _Cycle(snapshot, policy, now).run()
+
+
+@dataclass(slots=True)
+class _Attempt:
+    admission: Admission | None = None
+    request: dict[str, int] | None = None
+    reason: Reason | None = None
+    victims: list[Victim] | None = None
+    cacheable: bool = True
+
+
+def request_of(shape: Shape, count: int) -> dict[str, int]:
+    request: dict[str, int] = {}
+    if shape.gpu_model is not None and shape.quota_milli:
+        request[gpu_key(shape.gpu_model)] = shape.quota_milli * count
+    if shape.cpu_milli:
+        request[CPU] = shape.cpu_milli * count
+    if shape.memory_mib:
+        request[MEMORY] = shape.memory_mib * count
+    return request
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
+        self.snapshot = snapshot
+        self.policy = policy
+        self.now = now
+        self.cluster = Cluster(snapshot)
+        self.quota = QuotaBook(snapshot.cluster_queues)
+        self.cq_by_name = {cq.name: cq for cq in snapshot.cluster_queues}
+        self.lq_by_name = {lq.name: lq for lq in snapshot.local_queues}
+        self.cohort_of = {cq.name: cq.cohort for cq in snapshot.cluster_queues}
+        self.blocked = dict(snapshot.teams_blocked)
+        self.mix = _workload_mix(snapshot)
+        self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), self.mix)
+        for usage in snapshot.foreign:
+            self.cluster.apply_foreign(usage)
+        nominal = {
+            cq: {key: limit.nominal for key, limit in limits.items()}
+            for cq, limits in self.quota.limits.items()
+        }
+        self.fair = FairShare(snapshot.cluster_queues, snapshot.local_queues, nominal, self._capacity())
+        self.holders: list[Holder] = []
+        for w in snapshot.workloads:
+            if w.state == WorkloadState.PENDING:
+                continue
+            for p in w.placements:
+                self.cluster.apply(p, 1)
+            lq = self.lq_by_name.get(w.local_queue)
+            cq = lq.cluster_queue if lq is not None else ""
+            request = self._held(w)
+            self.quota.add(cq, request)
+            self.fair.add(w.local_queue, cq, request)
+            self.holders.append(Holder(w, w.local_queue, cq, request, w.placements))
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.pending: dict[str, tuple[Reason, float | None]] = {}
+        self.considered: list[Workload] = []
+        self.taken: set[str] = set()
+        self.failed: dict[tuple[object, ...], Reason] = {}
+        self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
+
+    # -- setup helpers ----------------------------------------------------------------------------
+
+    def _capacity(self) -> dict[str, int]:
+        c = self.cluster
+        capacity = {CPU: int(c.cpu_total.sum()), MEMORY: int(c.mem_total.sum())}
+        for model, code in c.model_code.items():
+            capacity[gpu_key(model)] = int(c.gpu_count[c.node_model == code].sum()) * FULL
+        return capacity
+
+    def _held(self, w: Workload) -> dict[str, int]:
+        """Quota a running workload holds, from its placements (or its request if it has none)."""
+        request: dict[str, int] = {}
+        if w.placements:
+            for p in w.placements:
+                model = w.gpu_model or self._model_of(p.node)
+                if p.gpu_indices and model:
+                    if p.mig_profile:
+                        geometry = self.cluster.mig(p.mig_profile, self.cluster.memory_of(model))
+                        milli = geometry.gpu_milli if geometry else 0
+                    else:
+                        milli = p.gpu_milli
+                    key = gpu_key(model)
+                    request[key] = request.get(key, 0) + milli * len(p.gpu_indices)
+                request[CPU] = request.get(CPU, 0) + p.cpu_milli
+                request[MEMORY] = request.get(MEMORY, 0) + p.memory_mib
+            return {k: v for k, v in request.items() if v}
+        shape = self.placer.shape_for(w, w.gpu_model)
+        if isinstance(shape, str):
+            return {}
+        return request_of(shape, w.replicas)
+
+    def _model_of(self, node: str) -> str | None:
+        i = self.cluster.index.get(node)
+        return None if i is None else self.cluster.nodes[i].gpu_model
+
+    # -- the cycle --------------------------------------------------------------------------------
+
+    def run(self) -> Plan:
+        by_lq: dict[str, list[Workload]] = {}
+        for w in self.snapshot.workloads:
+            if w.state != WorkloadState.PENDING:
+                continue
+            invalid = self._invalid(w)
+            if invalid is not None:
+                self.pending[w.id] = (Reason(ReasonKind.INVALID, invalid), None)
+                continue
+            by_lq.setdefault(w.local_queue, []).append(w)
+        order = AdmissionOrder(by_lq, self.fair, fair_sharing=True)
+        for job in order:
+            self.considered.append(job)
+            self._consider(job)
+        return self._plan()
+
+    def _invalid(self, w: Workload) -> str | None:
+        lq = self.lq_by_name.get(w.local_queue)
+        if lq is None:
+            return f"invalid: local queue {w.local_queue} does not exist"
+        if lq.cluster_queue not in self.cq_by_name:
+            return f"invalid: cluster queue {lq.cluster_queue} of {lq.name} does not exist"
+        res = w.resources
+        kinds = sum(bool(x) for x in (res.gpu, res.gpu_milli, res.mig_profile, res.gpu_memory_gib))
+        if kinds > 1:
+            return "invalid: ask for whole GPUs, a GPU fraction, a MIG profile or GPU memory, not several"
+        if res.gpu_milli and not 0 < res.gpu_milli < FULL:
+            return f"invalid: gpu_milli must be between 1 and 999, got {res.gpu_milli}"
+        if min(res.gpu, res.gpu_milli, res.gpu_memory_gib, res.cpu_milli, res.memory_mib) < 0:
+            return "invalid: negative resource request"
+        if w.replicas < 1 or not 0 <= w.min_available <= w.replicas:
+            return f"invalid: replicas={w.replicas}, min_available={w.min_available}"
+        return None
+
+    def _consider(self, job: Workload) -> None:
+        lq = self.lq_by_name[job.local_queue]
+        why = self.blocked.get(job.team)
+        if why is not None:
+            message = f"budget: team {job.team} may not start new jobs" + (f": {why}" if why else "")
+            self.pending[job.id] = (Reason(ReasonKind.BUDGET, message, (("team", job.team),)), None)
+            return
+        cq = lq.cluster_queue
+        key = (
+            cq,
+            job.resources,
+            job.replicas,
+            job.gang_size,
+            job.allowed_gpu_models,
+            job.node_selector,
+            job.tolerations,
+            job.priority if self.policy.preemption else 0,
+        )
+        cached = self.failed.get(key)
+        if cached is not None:
+            self.stats["cache_hits"] += 1
+            self.pending[job.id] = (cached, None)
+            return
+        attempt = self._attempt(job, cq)
+        if attempt.admission is not None and attempt.request is not None:
+            self.admissions.append(attempt.admission)
+            self.quota.add(cq, attempt.request)
+            self.fair.add(job.local_queue, cq, attempt.request)
+            self.holders.append(
+                Holder(job, job.local_queue, cq, attempt.request, attempt.admission.placements)
+            )
+            return
+        if attempt.victims:
+            self._preempt(job, attempt)
+            return
+        assert attempt.reason is not None
+        self.pending[job.id] = (attempt.reason, None)
+        if attempt.cacheable:
+            self.failed[key] = attempt.reason
+
+    def _models(self, job: Workload, cq: str) -> list[str | None]:
+        if not job.resources.wants_gpu:
+            return [None]
+        flavors = [f.gpu_model for f in self.cq_by_name[cq].flavors]
+        if job.allowed_gpu_models:
+            allowed = set(job.allowed_gpu_models)
+            return [m for m in flavors if m in allowed]
+        return list(flavors)
+
+    def _attempt(self, job: Workload, cq: str) -> _Attempt:
+        models = self._models(job, cq)
+        if not models:
+            wanted = ", ".join(job.allowed_gpu_models) or "any GPU"
+            return _Attempt(
+                reason=Reason(
+                    ReasonKind.QUOTA,
+                    f"quota: queue {cq} has no quota for {wanted}",
+                    (("cluster_queue", cq),),
+                )
+            )
+        quota_reasons: list[Reason] = []
+        placement_failure: Reason | None = None
+        invalid: list[str] = []
+        fitting_shapes: list[Shape] = []
+        tried: list[tuple[Shape, dict[str, int]]] = []
+        for model in models:
+            shape = self.placer.shape_for(job, model)
+            if isinstance(shape, str):
+                invalid.append(shape)
+                continue
+            needed = self._quota_count(cq, shape, job.gang_size, job.replicas)
+            minimum = request_of(shape, job.gang_size)
+            tried.append((shape, minimum))
+            if needed < job.gang_size:
+                quota_reasons.append(self._quota_reason(cq, minimum))
+                continue
+            fitting_shapes.append(shape)
+            stmt = Statement(self.cluster)
+            self.stats["placement_attempts"] += 1
+            result = self.placer.place_gang(job, shape, stmt, needed, job.gang_size)
+            if result.explanation is None:
+                stmt.commit()
+                request = request_of(shape, len(result.placements))
+                borrowed = self.quota.would_borrow(cq, request)
+                return _Attempt(
+                    admission=Admission(job.id, model, result.placements, borrowed), request=request
+                )
+            if placement_failure is None:
+                fitting, counts = result.explanation
+                if job.gang_size > 1 and result.placements:
+                    placement_failure = gang_reason(
+                        len(result.placements), job.gang_size, self.cluster.n, counts
+                    )
+        if self.policy.preemption:
+            for shape, minimum in tried:
+                victims = self._victims(job, cq, shape, minimum)
+                if victims:
+                    return _Attempt(victims=victims, request=minimum, cacheable=False)
+        if fitting_shapes and placement_failure is None:
+            fitting, counts = self.placer.explain(job, fitting_shapes)
+            placement_failure = placement_reason(self.cluster.n, fitting, counts)
+        if placement_failure is not None:
+            return _Attempt(reason=placement_failure)
+        if quota_reasons:
+            if len(quota_reasons) == 1:
+                return _Attempt(reason=quota_reasons[0])
+            message = "; ".join(r.message.removeprefix("quota: ") for r in quota_reasons)
+            return _Attempt(reason=Reason(ReasonKind.QUOTA, "quota: " + message, quota_reasons[0].details))
+        return _Attempt(reason=Reason(ReasonKind.INVALID, "invalid: " + "; ".join(invalid)))
+
+    def _quota_count(self, cq: str, shape: Shape, gang: int, replicas: int) -> int:
+        """How many replicas (up to ``replicas``) the queue's quota allows now."""
+        count = replicas
+        for key, amount in request_of(shape, 1).items():
+            if key.startswith("gpu/") and not self.quota.allows(cq, key):
+                return 0
+            available = self.quota.available(cq, key)
+            if available is not None:
+                count = min(count, available // amount)
+        return count
+
+    def _quota_reason(self, cq: str, request: dict[str, int]) -> Reason:
+        for key, amount in request.items():
+            available = self.quota.available(cq, key)
+            if available is not None and amount > available:
+                return quota_reason(
+                    cq,
+                    self.cohort_of.get(cq, ""),
+                    key,
+                    self.quota.used(cq, key),
+                    self.quota.nominal(cq, key) or 0,
+                    amount,
+                    self.quota.borrowable(cq, key),
+                )
+        return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))
+
+    def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
+        def fits() -> bool:
+            stmt = Statement(self.cluster)
+            result = self.placer.place_gang(job, shape, stmt, job.gang_size, job.gang_size)
+            stmt.discard()
+            return result.explanation is None
+
+        return select_victims(
+            job=job,
+            cq=cq,
+            cohort=self.cohort_of.get(cq, ""),
+            request=request,
+            gpu_key=gpu_key(shape.gpu_model) if shape.gpu_model else None,
+            holders=self.holders,
+            cohort_of=self.cohort_of,
+            taken=self.taken,
+            quota=self.quota,
+            cluster=self.cluster,
+            fits=fits,
+        )
+
+    def _preempt(self, job: Workload, attempt: _Attempt) -> None:
+        victims = attempt.victims or []
+        names = []
+        for victim in victims:
+            w = victim.holder.workload
+            self.taken.add(w.id)
+            names.append(w.id)
+            if victim.kind == "priority":
+                why = f"priority: {job.id} (priority {job.priority}) outranks it (priority {w.priority})"
+            else:
+                why = (
+                    f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "
+                    f"that queue {victim.holder.cq} borrowed"
+                )
+            self.preemptions.append(Preemption(w.id, job.id, why))
+        message = f"preempting: waiting for {len(victims)} job(s) to stop: {', '.join(names)}"
+        self.pending[job.id] = (
+            Reason(ReasonKind.PREEMPTING, message, (("victims", len(victims)),)),
+            self.now,
+        )
+
+    # -- the plan ---------------------------------------------------------------------------------
+
+    def _plan(self) -> Plan:
+        estimates = self._estimates()
+        positions = self._positions()
+        pending = []
+        for w in self.snapshot.workloads:
+            if w.state != WorkloadState.PENDING or w.id not in self.pending:
+                continue
+            reason, fixed = self.pending[w.id]
+            estimate = fixed if fixed is not None else estimates.get(w.id)
+            pending.append(PendingInfo(w.id, reason, positions.get(w.id, 0), estimate))
+        pending.sort(key=lambda p: p.workload_id)
+        admissions = sorted(self.admissions, key=lambda a: a.workload_id)
+        stats = dict(self.stats)
+        stats.update(
+            {
+                "nodes": self.cluster.n,
+                "pending_considered": len(self.considered),
+                "admitted": len(admissions),
+                "preempted": len(self.preemptions),
+                "still_pending": len(pending),
+            }
+        )
+        return Plan(tuple(admissions), tuple(self.preemptions), tuple(pending), tuple(sorted(stats.items())))
+
+    def _positions(self) -> dict[str, int]:
+        by_lq: dict[str, list[Workload]] = {}
+        for w in self.snapshot.workloads:
+            if w.state == WorkloadState.PENDING and w.id in self.pending:
+                by_lq.setdefault(w.local_queue, []).append(w)
+        positions: dict[str, int] = {}
+        for jobs in by_lq.values():
+            for k, w in enumerate(sorted(jobs, key=lq_order_key), start=1):
+                positions[w.id] = k
+        return positions
+
+    def _estimates(self) -> dict[str, float | None]:
+        cluster = self.cluster
+        schedulable = ~cluster.cordoned
+        free: dict[str, int] = {
+            CPU: int(cluster.cpu_free[schedulable].sum()),
+            MEMORY: int(cluster.mem_free[schedulable].sum()),
+        }
+        ceiling: dict[str, int] = {
+            CPU: int(cluster.cpu_total[schedulable].sum()),
+            MEMORY: int(cluster.mem_total[schedulable].sum()),
+        }
+        for model, code in cluster.model_code.items():
+            rows = schedulable & (cluster.node_model == code)
+            key = gpu_key(model)
+            if cluster.mig_node[rows].all() and rows.any():
+                ceiling[key] = int(cluster.gpu_count[rows].sum()) * FULL
+                free[key] = ceiling[key] - int(
+                    sum(int(m).bit_count() for m in cluster.mig_mask[rows].ravel()) * FULL // 8
+                )
+            else:
+                free[key] = int(np.clip(cluster.dev_free[rows], 0, None).sum())
+                ceiling[key] = int(cluster.gpu_count[rows].sum()) * FULL
+        for cq, limits in self.quota.limits.items():
+            for key, limit in limits.items():
+                qkey = f"{cq}|{key}"
+                available = self.quota.available(cq, key)
+                free[qkey] = available if available is not None else 0
+                cohort = self.cohort_of.get(cq, "")
+                ceiling_q = limit.nominal
+                if cohort:
+                    pool = self.quota._pool_cap.get((cohort, key), 0)
+                    others = pool - limit.lendable
+                    extra = others if limit.borrowing_limit is None else min(others, limit.borrowing_limit)
+                    ceiling_q = limit.nominal + max(0, extra)
+                ceiling[qkey] = ceiling_q
+        estimator = StartEstimator(self.now, free, ceiling)
+        victims = self.taken
+        for holder in self.holders:
+            w = holder.workload
+            started = w.started_at if w.started_at is not None else self.now
+            end = self.now if w.id in victims else max(self.now, started + w.runtime_s)
+            for key, amount in self._estimate_request(holder.cq, holder.request).items():
+                estimator.release(key, end, amount)
+        out: dict[str, float | None] = {}
+        for job in self.considered:
+            if job.id not in self.pending or self.pending[job.id][1] is not None:
+                continue
+            if self.pending[job.id][0].kind in (ReasonKind.BUDGET, ReasonKind.INVALID):
+                out[job.id] = None
+                continue
+            lq = self.lq_by_name[job.local_queue]
+            best: tuple[float, dict[str, int]] | None = None
+            for model in self._models(job, lq.cluster_queue):
+                shape = self.placer.shape_for(job, model)
+                if isinstance(shape, str):
+                    continue
+                request = self._estimate_request(lq.cluster_queue, request_of(shape, job.gang_size))
+                start = _peek(estimator, request)
+                if start is not None and (best is None or start < best[0]):
+                    best = (start, request)
+            if best is None:
+                out[job.id] = None
+                continue
+            out[job.id] = estimator.start(best[1], job.runtime_s)
+        return out
+
+    def _estimate_request(self, cq: str, request: dict[str, int]) -> dict[str, int]:
+        out = dict(request)
+        for key, amount in request.items():
+            if key in self.quota.limits.get(cq, {}):
+                out[f"{cq}|{key}"] = amount
+        return out
+
+
+def _peek(estimator: StartEstimator, request: dict[str, int]) -> float | None:
+    start = estimator.now
+    for resource, need in request.items():
+        if need <= 0:
+            continue
+        ready = estimator._ready_at(resource, need)
+        if ready is None:
+            return None
+        start = max(start, ready)
+    return start
+
+
+def _workload_mix(snapshot: Snapshot) -> dict[tuple[int, int], float]:
+    """Observed job shapes (whole GPUs, milli) weighted by count: the mix FGD measures against."""
+    counts: dict[tuple[int, int], float] = {}
+    for w in snapshot.workloads:
+        res = w.resources
+        if res.gpu:
+            shape = (res.gpu, 0)
+        elif res.gpu_milli:
+            shape = (0, res.gpu_milli)
+        elif res.gpu_memory_gib:
+            shape = (max(1, math.ceil(res.gpu_memory_gib / 80)), 0)
+        else:
+            continue
+        counts[shape] = counts.get(shape, 0.0) + w.replicas
+    total = sum(counts.values()) or 1.0
+    return {k: v / total for k, v in sorted(counts.items())}
+
+
+__all__ = ["ReplicaPlacement", "request_of", "run_cycle"]

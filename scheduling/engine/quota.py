@@ -1,0 +1,161 @@
+"""Quota accounting per ClusterQueue and resource, with cohort borrowing and lending (Kueue's model).
+
+Resources are keyed ``gpu/<model>`` (milli-GPU), ``cpu`` (milli-cores) and ``memory`` (MiB). For a
+ClusterQueue ``q`` and resource ``r`` with nominal ``n``, usage ``u``, borrowing limit ``b`` and lending
+limit ``l`` (``None`` = unlimited):
+
+1. ``guaranteed = n - min(n, l)`` is never lent; ``lendable = min(n, l)`` goes into the cohort pool.
+2. The pool holds ``sum(lendable)`` over the cohort; it is used by ``sum(max(0, u - guaranteed))``.
+3. ``q`` may add ``x`` when ``max(0, u + x - guaranteed) - max(0, u - guaranteed)`` fits in the pool's
+   free part and ``u + x <= n + b``.
+4. A queue without a cohort may use exactly its nominal quota.
+
+A ClusterQueue may only use GPU models it lists as flavors. CPU or memory without a quota is unlimited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import ClusterQueue
+
+CPU = "cpu"
+MEMORY = "memory"
+
+
+def gpu_key(model: str) -> str:
+    return f"gpu/{model}"
+
+
+@dataclass(slots=True)
+class _Limit:
+    nominal: int
+    borrowing_limit: int | None
+    lending_limit: int | None
+
+    @property
+    def lendable(self) -> int:
+        return self.nominal if self.lending_limit is None else min(self.nominal, self.lending_limit)
+
+    @property
+    def guaranteed(self) -> int:
+        return self.nominal - self.lendable
+
+
+class QuotaBook:
+    """Usage and limits of every ClusterQueue; cheap incremental updates during a cycle."""
+
+    def __init__(self, cluster_queues: tuple[ClusterQueue, ...]) -> None:
+        self.queues: dict[str, ClusterQueue] = {cq.name: cq for cq in cluster_queues}
+        self.limits: dict[str, dict[str, _Limit]] = {}
+        self.usage: dict[str, dict[str, int]] = {}
+        self.cohort_members: dict[str, list[str]] = {}
+        for cq in cluster_queues:
+            limits: dict[str, _Limit] = {}
+            for flavor in cq.flavors:
+                limits[gpu_key(flavor.gpu_model)] = _Limit(
+                    flavor.nominal_gpus * 1000,
+                    None if flavor.borrowing_limit is None else flavor.borrowing_limit * 1000,
+                    None if flavor.lending_limit is None else flavor.lending_limit * 1000,
+                )
+            if cq.cpu_milli is not None:
+                limits[CPU] = _Limit(cq.cpu_milli, cq.cpu_borrowing_limit_milli, cq.cpu_lending_limit_milli)
+            if cq.memory_mib is not None:
+                limits[MEMORY] = _Limit(
+                    cq.memory_mib, cq.memory_borrowing_limit_mib, cq.memory_lending_limit_mib
+                )
+            self.limits[cq.name] = limits
+            self.usage[cq.name] = {}
+            if cq.cohort:
+                self.cohort_members.setdefault(cq.cohort, []).append(cq.name)
+        # (cohort, key) -> pool capacity, pool use
+        self._pool_cap: dict[tuple[str, str], int] = {}
+        self._pool_used: dict[tuple[str, str], int] = {}
+        for cohort, members in self.cohort_members.items():
+            for member in members:
+                for key, limit in self.limits[member].items():
+                    self._pool_cap[(cohort, key)] = self._pool_cap.get((cohort, key), 0) + limit.lendable
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def allows(self, cq: str, key: str) -> bool:
+        """Whether the queue may use this resource at all (GPU models must be listed flavors)."""
+        return key in self.limits.get(cq, {}) or key in (CPU, MEMORY)
+
+    def used(self, cq: str, key: str) -> int:
+        return self.usage.get(cq, {}).get(key, 0)
+
+    def nominal(self, cq: str, key: str) -> int | None:
+        limit = self.limits.get(cq, {}).get(key)
+        return None if limit is None else limit.nominal
+
+    def _in_cohort(self, cq: str) -> str:
+        queue = self.queues.get(cq)
+        return queue.cohort if queue is not None and queue.cohort else ""
+
+    def pool_free(self, cq: str, key: str) -> int:
+        cohort = self._in_cohort(cq)
+        if not cohort:
+            return 0
+        return self._pool_cap.get((cohort, key), 0) - self._pool_used.get((cohort, key), 0)
+
+    def available(self, cq: str, key: str) -> int | None:
+        """How much more of ``key`` the queue may take now; ``None`` = unlimited."""
+        limits = self.limits.get(cq, {})
+        limit = limits.get(key)
+        if limit is None:
+            return None if key in (CPU, MEMORY) else 0
+        used = self.used(cq, key)
+        cohort = self._in_cohort(cq)
+        if not cohort:
+            return max(0, limit.nominal - used)
+        own = max(0, limit.guaranteed - used)
+        room = own + max(0, self.pool_free(cq, key))
+        if limit.borrowing_limit is not None:
+            room = min(room, limit.nominal + limit.borrowing_limit - used)
+        return max(0, room)
+
+    def borrowable(self, cq: str, key: str) -> int:
+        """The part of :meth:`available` beyond the queue's own unused nominal quota."""
+        available = self.available(cq, key)
+        nominal = self.nominal(cq, key) or 0
+        if available is None:
+            return 0
+        return max(0, available - max(0, nominal - self.used(cq, key)))
+
+    def fits(self, cq: str, request: dict[str, int]) -> bool:
+        for key, amount in request.items():
+            if amount <= 0:
+                continue
+            available = self.available(cq, key)
+            if available is not None and amount > available:
+                return False
+        return True
+
+    def borrowing(self, cq: str, key: str) -> bool:
+        nominal = self.nominal(cq, key)
+        return nominal is not None and self.used(cq, key) > nominal
+
+    def would_borrow(self, cq: str, request: dict[str, int]) -> bool:
+        for key, amount in request.items():
+            nominal = self.nominal(cq, key)
+            if nominal is not None and amount > 0 and self.used(cq, key) + amount > nominal:
+                return True
+        return False
+
+    # -- updates ----------------------------------------------------------------------------------
+
+    def add(self, cq: str, request: dict[str, int], sign: int = 1) -> None:
+        usage = self.usage.setdefault(cq, {})
+        cohort = self._in_cohort(cq)
+        limits = self.limits.get(cq, {})
+        for key, amount in request.items():
+            if not amount:
+                continue
+            before = usage.get(key, 0)
+            after = before + sign * amount
+            usage[key] = after
+            limit = limits.get(key)
+            if cohort and limit is not None:
+                delta = max(0, after - limit.guaranteed) - max(0, before - limit.guaranteed)
+                self._pool_used[(cohort, key)] = self._pool_used.get((cohort, key), 0) + delta

@@ -1,0 +1,167 @@
+"""Node scorers as plugins (Volcano-style named callbacks).
+
+A scorer takes a :class:`ScoreContext` (the cluster, the replica shape, the candidate node indices)
+and returns one float per candidate, higher is better. :func:`register_scorer` adds one under a name
+that ``Policy.placement`` (or a per-pool override) selects. How the votes of the placement scorer, the
+preferred-affinity scorer and the topology scorer combine is written once, in
+``placement.Placer._score``: each is scaled to [0, 1] over the candidates, then summed with weights.
+
+A scorer may also choose the devices inside the chosen node (``DevicePicker``); otherwise the default
+picker packs fractions and MIG slices onto the busiest device that fits.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .capacity import FULL, Cluster
+from .mig import MigGeometry
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One replica's request on one GPU model (``gpu_model`` None for CPU-only work)."""
+
+    gpu_model: str | None
+    gpus: int = 0  # whole devices
+    milli: int = 0  # share of one device, 1..999
+    mig: MigGeometry | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def quota_milli(self) -> int:
+        if self.mig is not None:
+            return self.mig.gpu_milli
+        return self.gpus * FULL + self.milli
+
+    @property
+    def kind(self) -> str:
+        if self.mig is not None:
+            return "mig"
+        if self.gpus:
+            return "whole"
+        if self.milli:
+            return "fraction"
+        return "cpu"
+
+
+@dataclass(slots=True)
+class ScoreContext:
+    cluster: Cluster
+    shape: Shape
+    idx: np.ndarray  # candidate node indices (all feasible)
+    workload_id: str
+    seed: int
+    mix: object | None = None  # observed workload mix, for fragmentation-aware scorers
+
+
+Scorer = Callable[[ScoreContext], np.ndarray]
+DevicePicker = Callable[[Cluster, int, Shape], tuple[tuple[int, ...], int | None]]
+
+SCORERS: dict[str, Scorer] = {}
+DEVICE_PICKERS: dict[str, DevicePicker] = {}
+
+
+def register_scorer(name: str, picker: DevicePicker | None = None) -> Callable[[Scorer], Scorer]:
+    def decorate(scorer: Scorer) -> Scorer:
+        SCORERS[name] = scorer
+        if picker is not None:
+            DEVICE_PICKERS[name] = picker
+        return scorer
+
+    return decorate
+
+
+def _utilisation_after(ctx: ScoreContext) -> np.ndarray:
+    """Fraction of the node in use once the replica is placed (GPU if it wants one, else CPU)."""
+    cluster, shape, idx = ctx.cluster, ctx.shape, ctx.idx
+    if shape.kind == "cpu":
+        total = np.maximum(cluster.cpu_total[idx], 1)
+        return 1.0 - (cluster.cpu_free[idx] - shape.cpu_milli) / total
+    if shape.kind == "mig":
+        used = np.array(
+            [sum(int(m).bit_count() for m in cluster.mig_mask[i, : cluster.gpu_count[i]]) for i in idx],
+            dtype=np.float64,
+        )
+        total = np.maximum(cluster.gpu_count[idx] * 8, 1)
+        return (used + shape.mig.memory_slices) / total  # type: ignore[union-attr]
+    total = np.maximum(cluster.gpu_count[idx] * FULL, 1)
+    free_after = cluster.free_gpu_milli(idx) - shape.quota_milli
+    return 1.0 - free_after / total
+
+
+@register_scorer("binpack")
+def score_binpack(ctx: ScoreContext) -> np.ndarray:
+    """Fill the fullest node first; CPU and memory break ties among equally busy GPU nodes."""
+    cluster, idx = ctx.cluster, ctx.idx
+    cpu_used = 1.0 - cluster.cpu_free[idx] / np.maximum(cluster.cpu_total[idx], 1)
+    return _utilisation_after(ctx) + 0.01 * cpu_used
+
+
+@register_scorer("spread")
+def score_spread(ctx: ScoreContext) -> np.ndarray:
+    """Emptiest node first."""
+    return -score_binpack(ctx)
+
+
+def stable_random(workload_id: str, seed: int, size: int) -> np.ndarray:
+    """Seeded per-job random numbers: the same snapshot and seed always give the same draw."""
+    rng = np.random.default_rng([seed, zlib.crc32(workload_id.encode())])
+    return rng.random(size)
+
+
+def pick_devices(
+    cluster: Cluster, i: int, shape: Shape, spread: bool = False
+) -> tuple[tuple[int, ...], int | None]:
+    """Devices (and MIG start slice) for one replica on node ``i``; ``((), None)`` if none fit.
+
+    Whole GPUs: the lowest contiguous block of fully free devices if there is one (NVLink
+    neighbours), else the lowest free ones. Fractions: best fit (least free share that fits), or worst
+    fit when ``spread``. MIG: the busiest device with room, at its lowest valid start.
+    """
+    count = int(cluster.gpu_count[i])
+    if shape.kind == "cpu":
+        return (), None
+    if shape.mig is not None:
+        geometry = shape.mig
+        best: tuple[int, int, int] | None = None
+        for d in range(count):
+            mask = int(cluster.mig_mask[i, d])
+            if int(cluster.mig_compute[i, d]) + geometry.compute > 7:
+                continue
+            for start in geometry.starts:
+                if mask & geometry.mask_at(start) == 0:
+                    key = (-mask.bit_count(), d, start)
+                    if best is None or key < best:
+                        best = key
+                    break
+        if best is None:
+            return (), None
+        return (best[1],), best[2]
+    row = cluster.dev_free[i, :count]
+    if shape.gpus:
+        free = [d for d in range(count) if row[d] == FULL and cluster.mig_mask[i, d] == 0]
+        if len(free) < shape.gpus:
+            return (), None
+        for start in range(len(free) - shape.gpus + 1):
+            block = free[start : start + shape.gpus]
+            if block[-1] - block[0] == shape.gpus - 1:
+                return tuple(block), None
+        return tuple(free[: shape.gpus]), None
+    fits = [d for d in range(count) if row[d] >= shape.milli]
+    if not fits:
+        return (), None
+    chosen = max(fits, key=lambda d: (row[d], -d)) if spread else min(fits, key=lambda d: (row[d], d))
+    return (chosen,), None
+
+
+def _spread_picker(cluster: Cluster, i: int, shape: Shape) -> tuple[tuple[int, ...], int | None]:
+    return pick_devices(cluster, i, shape, spread=True)
+
+
+DEVICE_PICKERS["spread"] = _spread_picker

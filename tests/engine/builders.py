@@ -1,0 +1,152 @@
+"""Small builders so scenario tables read like the cluster they describe."""
+
+from __future__ import annotations
+
+from scheduling.engine.model import (
+    ClusterQueue,
+    FlavorQuota,
+    GpuNode,
+    LocalQueue,
+    Plan,
+    ReplicaPlacement,
+    Resources,
+    Snapshot,
+    Taint,
+    Workload,
+    WorkloadState,
+    labels_of,
+)
+
+RACK = "topology.kubernetes.io/rack"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def node(
+    name: str,
+    model: str | None = "A100-80GB",
+    gpus: int = 8,
+    *,
+    cpu: int = 64_000,
+    mem: int = 512_000,
+    labels: dict[str, str] | None = None,
+    taints: tuple[Taint, ...] = (),
+    cordoned: bool = False,
+    mig: bool = False,
+    gpu_memory_gib: int = 0,
+) -> GpuNode:
+    return GpuNode(
+        name=name,
+        gpu_model=model,
+        gpu_count=gpus if model else 0,
+        cpu_milli=cpu,
+        memory_mib=mem,
+        gpu_memory_gib=gpu_memory_gib,
+        labels=labels_of(labels),
+        taints=taints,
+        unschedulable=cordoned,
+        mig_enabled=mig,
+    )
+
+
+def cq(name: str, quota: dict[str, int] | None = None, *, cohort: str = "", **kwargs: object) -> ClusterQueue:
+    flavors = tuple(
+        FlavorQuota(model, n) if isinstance(n, int) else FlavorQuota(model, *n)
+        for model, n in (quota or {}).items()
+    )
+    return ClusterQueue(name=name, cohort=cohort, flavors=flavors, **kwargs)  # type: ignore[arg-type]
+
+
+def lq(name: str, cluster_queue: str, *, team: str | None = None, **kwargs: object) -> LocalQueue:
+    return LocalQueue(name=name, team=team or name, cluster_queue=cluster_queue, **kwargs)  # type: ignore[arg-type]
+
+
+def job(
+    id: str,
+    queue: str,
+    *,
+    gpu: int = 0,
+    milli: int = 0,
+    mig: str | None = None,
+    gpu_mem: int = 0,
+    cpu: int = 1000,
+    mem: int = 1024,
+    priority: int = 0,
+    created: float = 0.0,
+    replicas: int = 1,
+    team: str | None = None,
+    **kwargs: object,
+) -> Workload:
+    return Workload(
+        id=id,
+        local_queue=queue,
+        team=team or queue,
+        priority=priority,
+        created_at=created,
+        resources=Resources(
+            gpu=gpu, gpu_milli=milli, mig_profile=mig, gpu_memory_gib=gpu_mem, cpu_milli=cpu, memory_mib=mem
+        ),
+        replicas=replicas,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def running(
+    id: str,
+    queue: str,
+    placements: list[tuple[str, tuple[int, ...]]],
+    *,
+    gpu_milli: int = 1000,
+    model: str = "A100-80GB",
+    priority: int = 0,
+    started: float = 0.0,
+    runtime: float = 3600.0,
+    cpu: int = 1000,
+    mem: int = 1024,
+    **kwargs: object,
+) -> Workload:
+    per_replica = len(placements[0][1]) if placements else 0
+    resources = (
+        Resources(gpu=per_replica, cpu_milli=cpu, memory_mib=mem)
+        if gpu_milli == 1000
+        else Resources(gpu_milli=gpu_milli, cpu_milli=cpu, memory_mib=mem)
+    )
+    return Workload(
+        id=id,
+        local_queue=queue,
+        team=kwargs.pop("team", queue),  # type: ignore[arg-type]
+        priority=priority,
+        created_at=started,
+        resources=resources,
+        replicas=len(placements),
+        state=WorkloadState.RUNNING,
+        gpu_model=model,
+        placements=tuple(
+            ReplicaPlacement(node=n, gpu_indices=d, gpu_milli=gpu_milli, cpu_milli=cpu, memory_mib=mem)
+            for n, d in placements
+        ),
+        started_at=started,
+        runtime_s=runtime,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def snapshot(nodes, cluster_queues, local_queues, workloads, **kwargs) -> Snapshot:  # type: ignore[no-untyped-def]
+    return Snapshot(tuple(nodes), tuple(cluster_queues), tuple(local_queues), tuple(workloads), **kwargs)
+
+
+def admitted_ids(plan: Plan) -> list[str]:
+    return sorted(a.workload_id for a in plan.admissions)
+
+
+def reason_of(plan: Plan, workload_id: str) -> str:
+    for p in plan.pending:
+        if p.workload_id == workload_id:
+            return p.reason.message
+    raise AssertionError(f"{workload_id} is not pending in the plan")
+
+
+def pending_info(plan: Plan, workload_id: str):  # type: ignore[no-untyped-def]
+    for p in plan.pending:
+        if p.workload_id == workload_id:
+            return p
+    raise AssertionError(f"{workload_id} is not pending in the plan")

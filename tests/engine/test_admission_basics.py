@@ -1,0 +1,137 @@
+"""Scenario tables for the basic admission rules: order, quota, gangs, fractions, fit, reasons."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.engine.cycle import run_cycle
+from scheduling.engine.model import Policy, ReasonKind
+
+from .builders import admitted_ids, cq, job, lq, node, pending_info, reason_of, running, snapshot
+
+NOW = 1000.0
+
+
+def test_it_admits_by_priority_then_fifo_then_id():
+    snap = snapshot(
+        [node("n1", gpus=2)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [
+            job("late-high", "a", gpu=1, priority=10, created=5),
+            job("early-low", "a", gpu=1, priority=0, created=1),
+            job("b-same", "a", gpu=1, priority=10, created=5),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert admitted_ids(plan) == ["b-same", "late-high"]
+    assert pending_info(plan, "early-low").reason.kind == ReasonKind.PLACEMENT
+
+
+@pytest.mark.parametrize(
+    ("nominal", "requests", "admitted"),
+    [
+        (4, [4], ["j0"]),
+        (4, [3, 2], ["j0"]),
+        (4, [2, 2, 1], ["j0", "j1"]),
+        (0, [1], []),
+    ],
+)
+def test_it_enforces_nominal_quota_without_a_cohort(nominal, requests, admitted):
+    snap = snapshot(
+        [node("n1"), node("n2")],
+        [cq("q", {"A100-80GB": nominal})],
+        [lq("a", "q")],
+        [job(f"j{i}", "a", gpu=g, created=i) for i, g in enumerate(requests)],
+    )
+    assert admitted_ids(run_cycle(snap, Policy(), NOW)) == admitted
+
+
+def test_quota_reason_has_the_numbers():
+    snap = snapshot(
+        [node("n1")],
+        [
+            cq("vision-q", {"A100-80GB": 8}, cohort="research"),
+            cq("other", {"A100-80GB": 0}, cohort="research"),
+        ],
+        [lq("vision", "vision-q")],
+        [running("r", "vision", [("n1", tuple(range(8)))]), job("j", "vision", gpu=1)],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    info = pending_info(plan, "j")
+    assert info.reason.kind == ReasonKind.QUOTA
+    assert info.reason.message == (
+        "quota: queue vision-q uses 8 of 8 A100-80GB GPUs and needs 1 more; cohort research has 0 borrowable"
+    )
+    assert info.position == 1
+
+
+def test_it_places_a_gang_all_or_nothing():
+    snap = snapshot(
+        [node("n1", gpus=4), node("n2", gpus=4)],
+        [cq("q", {"A100-80GB": 100})],
+        [lq("a", "q")],
+        [job("gang", "a", gpu=3, replicas=3), job("small", "a", gpu=1, created=1)],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert admitted_ids(plan) == ["small"]
+    reason = pending_info(plan, "gang").reason
+    assert reason.kind == ReasonKind.GANG
+    assert reason.message.startswith("gang: only 2 of 3 replicas fit")
+
+
+def test_fractions_share_a_device_and_whole_gpus_need_free_devices():
+    snap = snapshot(
+        [node("n1", gpus=1)],
+        [cq("q", {"A100-80GB": 10})],
+        [lq("a", "q")],
+        [
+            job("half1", "a", milli=500),
+            job("half2", "a", milli=500, created=1),
+            job("whole", "a", gpu=1, created=2),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert admitted_ids(plan) == ["half1", "half2"]
+    assert {a.placements[0].gpu_indices for a in plan.admissions} == {(0,)}
+    assert reason_of(plan, "whole") == "placement: 0 of 1 nodes fit: 1 too few free GPUs"
+
+
+def test_capacity_comes_from_running_placements_and_foreign_pods():
+    from scheduling.engine.model import ForeignUsage
+
+    snap = snapshot(
+        [node("n1", gpus=2)],
+        [cq("q", {"A100-80GB": 10})],
+        [lq("a", "q")],
+        [running("r", "a", [("n1", (0,))]), job("j", "a", gpu=1)],
+        foreign=(ForeignUsage("n1", (1,), 1000),),
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert admitted_ids(plan) == []
+    assert pending_info(plan, "j").reason.kind == ReasonKind.PLACEMENT
+
+
+def test_cpu_and_memory_must_fit():
+    snap = snapshot(
+        [node("n1", cpu=4000, mem=8192)],
+        [cq("q", {"A100-80GB": 10})],
+        [lq("a", "q")],
+        [job("cpu-hog", "a", gpu=1, cpu=8000), job("mem-hog", "a", gpu=1, mem=10_000, created=1)],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert reason_of(plan, "cpu-hog") == "placement: 0 of 1 nodes fit: 1 not enough CPU"
+    assert reason_of(plan, "mem-hog") == "placement: 0 of 1 nodes fit: 1 not enough memory"
+
+
+def test_every_pending_job_gets_a_reason_and_position():
+    snap = snapshot(
+        [node("n1", gpus=1)],
+        [cq("q", {"A100-80GB": 10})],
+        [lq("a", "q")],
+        [job(f"j{i}", "a", gpu=1, created=i) for i in range(4)],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert admitted_ids(plan) == ["j0"]
+    assert [(p.workload_id, p.position) for p in plan.pending] == [("j1", 1), ("j2", 2), ("j3", 3)]
+    assert all(p.reason.message for p in plan.pending)
