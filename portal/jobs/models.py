@@ -163,9 +163,7 @@ class Job(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["team", "state"]), models.Index(fields=["local_queue", "state"])]
         constraints = [
-            models.CheckConstraint(
-                condition=models.Q(gpu_milli__lt=1000), name="job_gpu_milli_is_a_fraction"
-            ),
+            models.CheckConstraint(condition=models.Q(gpu_milli__lt=1000), name="job_gpu_milli_is_a_fraction"),
         ]
 
     def __str__(self) -> str:

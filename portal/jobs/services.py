@@ -64,8 +64,7 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError("an image is required", field="image")
     if spec.local_queue.team_id != spec.team.pk:
         raise ServiceError(
-            f"queue {spec.local_queue.name!r} belongs to team {spec.local_queue.team.slug!r}, "
-            f"not {spec.team.slug!r}",
+            f"queue {spec.local_queue.name!r} belongs to team {spec.local_queue.team.slug!r}, not {spec.team.slug!r}",
             field="queue",
         )
     if not 1 <= spec.replicas <= MAX_REPLICAS:
@@ -92,9 +91,7 @@ def job_spec_validate(spec: JobSpec) -> None:
     if spec.gpu < 0 or spec.gpu > MAX_GPUS_PER_REPLICA:
         raise ServiceError(f"must be between 0 and {MAX_GPUS_PER_REPLICA} whole GPUs per replica", field="gpu")
     if spec.gpu_milli < 0 or spec.gpu_milli >= 1000:
-        raise ServiceError(
-            "a GPU fraction is 1..999 thousandths of one GPU; use gpu for whole GPUs", field="gpu_milli"
-        )
+        raise ServiceError("a GPU fraction is 1..999 thousandths of one GPU; use gpu for whole GPUs", field="gpu_milli")
     if spec.gpu_memory_gib < 0 or spec.gpu_memory_gib > MAX_GPU_MEMORY_GIB:
         raise ServiceError(f"must be between 0 and {MAX_GPU_MEMORY_GIB} GiB", field="gpu_memory_gib")
     if spec.mig_profile:
@@ -102,9 +99,7 @@ def job_spec_validate(spec: JobSpec) -> None:
             raise ServiceError(f"{spec.mig_profile!r} is not a MIG profile like 1g.10gb", field="mig_profile")
         candidates = spec.allowed_gpu_models or tuple(GpuModel.objects.all())
         if not any(spec.mig_profile in (m.mig_profiles or []) for m in candidates):
-            raise ServiceError(
-                f"no allowed GPU model supports MIG profile {spec.mig_profile}", field="mig_profile"
-            )
+            raise ServiceError(f"no allowed GPU model supports MIG profile {spec.mig_profile}", field="mig_profile")
     if not 1 <= spec.cpu_milli <= MAX_CPU_MILLI:
         raise ServiceError(f"must be between 1 and {MAX_CPU_MILLI} milli-CPU", field="cpu_milli")
     if not 1 <= spec.memory_mib <= MAX_MEMORY_MIB:
@@ -113,7 +108,7 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError(f"must be between 1 s and {MAX_RUNTIME_S} s (90 days)", field="runtime_s")
 
 
-def job_submit(*, owner, spec: JobSpec, at: datetime | None = None) -> Job:
+def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycle: bool = True) -> Job:
     """Create a Pending job, enforcing the local queue's max pending jobs, and schedule a cycle.
 
     The queue row is locked so two concurrent submissions cannot both take the last pending slot.
@@ -157,9 +152,15 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None) -> Job:
             job.created_at = at
         job.allowed_gpu_models.set(spec.allowed_gpu_models)
         JobTransition.objects.create(
-            job=job, from_state="", to_state=JobState.PENDING, at=now, reason="submitted", actor=owner.username
+            job=job,
+            from_state="",
+            to_state=JobState.PENDING,
+            at=now,
+            reason="submitted",
+            actor=owner.username,
         )
-        transaction.on_commit(_request_cycle)
+        if request_cycle:
+            transaction.on_commit(_request_cycle)
     return job
 
 
@@ -170,7 +171,13 @@ def _request_cycle() -> None:
 
 
 def job_transition(
-    *, job: Job, to_state: str, at: datetime, reason: str = "", actor: str = "scheduler", detail: dict | None = None
+    *,
+    job: Job,
+    to_state: str,
+    at: datetime,
+    reason: str = "",
+    actor: str = "scheduler",
+    detail: dict | None = None,
 ) -> Job:
     """Move a job to ``to_state`` (legal per the state table), stamp it and record the history row.
 
@@ -196,7 +203,13 @@ def job_transition(
         fields.append("finished_at")
     job.save(update_fields=fields)
     JobTransition.objects.create(
-        job=job, from_state=from_state, to_state=to_state, at=at, reason=reason[:500], actor=actor, detail=detail or {}
+        job=job,
+        from_state=from_state,
+        to_state=to_state,
+        at=at,
+        reason=reason[:500],
+        actor=actor,
+        detail=detail or {},
     )
     if to_state not in (JobState.ADMITTED, JobState.RUNNING):
         job.placements.all().delete()
@@ -234,8 +247,8 @@ def queue_quota_update(
     *,
     cluster_queue: ClusterQueue,
     by,
-    cpu_quota_milli: int | None | object = ...,
-    memory_quota_mib: int | None | object = ...,
+    cpu_quota_milli: int | object | None = ...,
+    memory_quota_mib: int | object | None = ...,
     flavors: dict[str, dict[str, int | None]] | None = None,
 ) -> list[QuotaChange]:
     """Change a ClusterQueue's quotas and record each change (who, when, old → new).
@@ -248,7 +261,10 @@ def queue_quota_update(
     changes: list[QuotaChange] = []
     with transaction.atomic():
         cq = ClusterQueue.objects.select_for_update().get(pk=cluster_queue.pk)
-        for field_name, value in (("cpu_quota_milli", cpu_quota_milli), ("memory_quota_mib", memory_quota_mib)):
+        for field_name, value in (
+            ("cpu_quota_milli", cpu_quota_milli),
+            ("memory_quota_mib", memory_quota_mib),
+        ):
             if value is ... or getattr(cq, field_name) == value:
                 continue
             changes.append(

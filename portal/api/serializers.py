@@ -1,0 +1,286 @@
+"""API shapes. Serializers check types and ranges; the business rules live in ``portal.jobs.services``."""
+
+from __future__ import annotations
+
+import shlex
+
+from rest_framework import serializers
+
+from portal.jobs.models import GpuModel, Job, JobTransition, LocalQueue, PriorityClass, ReplicaPlacement
+from portal.jobs.services import (
+    MAX_CPU_MILLI,
+    MAX_GPU_MEMORY_GIB,
+    MAX_GPUS_PER_REPLICA,
+    MAX_MEMORY_MIB,
+    MAX_REPLICAS,
+    MAX_RUNTIME_S,
+    JobSpec,
+)
+from portal.tenants.models import Team
+from portal.tenants.selectors import team_list_for_user
+
+# Pod-spec fields a user might try to smuggle in. Pods the portal creates follow the "restricted" Pod
+# Security Standard, so none of these can be set; naming them gives a clear 400 instead of silence.
+FORBIDDEN_POD_FIELDS = {
+    "privileged": "privileged containers are not allowed (restricted Pod Security Standard)",
+    "host_path": "hostPath volumes are not allowed (restricted Pod Security Standard)",
+    "hostPath": "hostPath volumes are not allowed (restricted Pod Security Standard)",
+    "host_network": "hostNetwork is not allowed (restricted Pod Security Standard)",
+    "hostNetwork": "hostNetwork is not allowed (restricted Pod Security Standard)",
+    "host_pid": "hostPID is not allowed (restricted Pod Security Standard)",
+    "hostPID": "hostPID is not allowed (restricted Pod Security Standard)",
+    "host_ipc": "hostIPC is not allowed (restricted Pod Security Standard)",
+    "hostIPC": "hostIPC is not allowed (restricted Pod Security Standard)",
+    "capabilities": "adding capabilities is not allowed (restricted Pod Security Standard)",
+    "security_context": "the security context is fixed by the portal (restricted Pod Security Standard)",
+    "securityContext": "the security context is fixed by the portal (restricted Pod Security Standard)",
+    "volumes": "volumes cannot be set through the job API",
+    "run_as_user": "pods run as a non-root user chosen by the portal",
+    "runAsUser": "pods run as a non-root user chosen by the portal",
+}
+
+
+class PlacementSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ReplicaPlacement
+        fields = [
+            "replica",
+            "node",
+            "gpu_indices",
+            "gpu_milli",
+            "mig_profile",
+            "mig_slot",
+            "cpu_milli",
+            "memory_mib",
+        ]
+
+
+class TransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobTransition
+        fields = ["from_state", "to_state", "at", "reason", "actor"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.slug")
+    namespace = serializers.CharField(source="team.namespace")
+    queue = serializers.CharField(source="local_queue.name")
+    owner = serializers.CharField(source="owner.username")
+    priority_class = serializers.CharField(source="priority_class.name")
+    priority = serializers.IntegerField(source="priority_class.value")
+    allowed_gpu_models = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    gpu_model = serializers.CharField(source="gpu_model.name", default=None)
+    placements = PlacementSerializer(many=True, read_only=True)
+    transitions = TransitionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "team", "namespace", "queue", "owner", "kind", "image", "command",
+            "replicas", "min_available", "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib",
+            "cpu_milli", "memory_mib", "allowed_gpu_models", "priority_class", "priority", "runtime_s",
+            "restart_policy", "node_selector", "tolerations", "state", "message", "created_at",
+            "admitted_at", "started_at", "finished_at", "attempt", "gpu_model", "capacity_type",
+            "pending_reason", "queue_position", "estimated_start", "placements", "transitions",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class TolerationSerializer(serializers.Serializer):
+    key = serializers.CharField(max_length=253, allow_blank=True, default="")
+    operator = serializers.ChoiceField(choices=["Equal", "Exists"], default="Equal")
+    value = serializers.CharField(max_length=63, allow_blank=True, default="")
+    effect = serializers.ChoiceField(
+        choices=["", "NoSchedule", "PreferNoSchedule", "NoExecute"], allow_blank=True, default=""
+    )
+
+
+class CommandField(serializers.Field):
+    """An argv list, or a shell-like string split with shlex."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            try:
+                return shlex.split(data)
+            except ValueError as exc:
+                raise serializers.ValidationError(f"cannot split command: {exc}") from None
+        if isinstance(data, list) and all(isinstance(x, str) for x in data):
+            return data
+        raise serializers.ValidationError("must be a list of strings or a string")
+
+    def to_representation(self, value):
+        return value
+
+
+class JobCreateSerializer(serializers.Serializer):
+    """A job submission. Unknown fields are refused (400 naming them), never silently dropped."""
+
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    team = serializers.SlugField(required=False, help_text="Team slug; optional if you belong to one team.")
+    namespace = serializers.CharField(required=False, help_text="Must be the team's namespace if given.")
+    queue = serializers.CharField(max_length=130, help_text="Local queue name in the team (or team/queue).")
+    kind = serializers.ChoiceField(choices=Job.Kind.choices, default=Job.Kind.TRAINING)
+    image = serializers.CharField(max_length=500)
+    command = CommandField(required=False, default=list)
+    replicas = serializers.IntegerField(min_value=1, max_value=MAX_REPLICAS, default=1)
+    min_available = serializers.IntegerField(min_value=0, max_value=MAX_REPLICAS, default=0)
+    gpu = serializers.IntegerField(min_value=0, max_value=MAX_GPUS_PER_REPLICA, default=0)
+    gpu_milli = serializers.IntegerField(min_value=0, max_value=999, default=0)
+    mig_profile = serializers.CharField(max_length=20, required=False, allow_blank=True, default="")
+    gpu_memory_gib = serializers.IntegerField(min_value=0, max_value=MAX_GPU_MEMORY_GIB, default=0)
+    cpu_milli = serializers.IntegerField(min_value=1, max_value=MAX_CPU_MILLI, default=1000)
+    memory_mib = serializers.IntegerField(min_value=1, max_value=MAX_MEMORY_MIB, default=4096)
+    allowed_gpu_models = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list)
+    priority_class = serializers.CharField(max_length=64, required=False)
+    runtime_s = serializers.IntegerField(min_value=1, max_value=MAX_RUNTIME_S, default=3600)
+    restart_policy = serializers.ChoiceField(choices=Job.RestartPolicy.choices, default=Job.RestartPolicy.REQUEUE)
+    node_selector = serializers.DictField(child=serializers.CharField(max_length=253), required=False, default=dict)
+    tolerations = TolerationSerializer(many=True, required=False, default=list)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
+        errors = {}
+        for key in data:
+            if key in FORBIDDEN_POD_FIELDS:
+                errors[key] = [FORBIDDEN_POD_FIELDS[key]]
+            elif key not in self.fields:
+                errors[key] = ["unknown field"]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return super().to_internal_value(data)
+
+    def validate(self, attrs):
+        user = self.context["request"].user
+        teams = team_list_for_user(user=user)
+        team_slug = attrs.get("team")
+        queue_name = attrs["queue"]
+        if "/" in queue_name:
+            prefix, queue_name = queue_name.split("/", 1)
+            team_slug = team_slug or prefix
+        if team_slug:
+            team = teams.filter(slug=team_slug).first()
+            if team is None:
+                raise serializers.ValidationError({"team": [f"you are not a member of a team {team_slug!r}"]})
+        else:
+            own = list(teams[:2])
+            if len(own) != 1:
+                raise serializers.ValidationError({"team": ["required: you belong to several teams (or none)"]})
+            team = own[0]
+        if attrs.get("namespace") and attrs["namespace"] != team.namespace:
+            raise serializers.ValidationError(
+                {"namespace": [f"jobs of team {team.slug!r} run in namespace {team.namespace!r} only"]}
+            )
+        queue = LocalQueue.objects.filter(team=team, name=queue_name).select_related("team").first()
+        if queue is None:
+            other = LocalQueue.objects.filter(name=queue_name).exclude(team=team).exists()
+            why = "is a queue of another team" if other else "does not exist"
+            raise serializers.ValidationError(
+                {"queue": [f"{queue_name!r} {why}; team {team.slug!r} has no such queue"]}
+            )
+        names = attrs.get("allowed_gpu_models") or []
+        models = list(GpuModel.objects.filter(name__in=names))
+        unknown = sorted(set(names) - {m.name for m in models})
+        if unknown:
+            known = ", ".join(GpuModel.objects.values_list("name", flat=True))
+            raise serializers.ValidationError(
+                {"allowed_gpu_models": [f"unknown GPU model(s) {unknown}; known: {known}"]}
+            )
+        if "priority_class" in attrs:
+            priority = PriorityClass.objects.filter(name=attrs["priority_class"]).first()
+            if priority is None:
+                raise serializers.ValidationError(
+                    {"priority_class": [f"unknown priority class {attrs['priority_class']!r}"]}
+                )
+        else:
+            priority = default_priority_class()
+            if priority is None:
+                raise serializers.ValidationError({"priority_class": ["no priority classes are configured"]})
+        attrs.update(team_obj=team, queue_obj=queue, gpu_models=tuple(models), priority_obj=priority)
+        return attrs
+
+    def to_spec(self) -> JobSpec:
+        v = self.validated_data
+        return JobSpec(
+            team=v["team_obj"],
+            local_queue=v["queue_obj"],
+            image=v["image"],
+            priority_class=v["priority_obj"],
+            name=v.get("name", ""),
+            kind=v["kind"],
+            command=tuple(v.get("command") or ()),
+            replicas=v["replicas"],
+            min_available=v["min_available"],
+            gpu=v["gpu"],
+            gpu_milli=v["gpu_milli"],
+            mig_profile=v.get("mig_profile", ""),
+            gpu_memory_gib=v["gpu_memory_gib"],
+            cpu_milli=v["cpu_milli"],
+            memory_mib=v["memory_mib"],
+            allowed_gpu_models=v["gpu_models"],
+            runtime_s=v["runtime_s"],
+            restart_policy=v["restart_policy"],
+            node_selector=tuple(sorted(v.get("node_selector", {}).items())),
+            tolerations=tuple(dict(t) for t in v.get("tolerations", [])),
+        )
+
+
+def default_priority_class() -> PriorityClass | None:
+    """The class named 'default' if there is one, else the lowest-valued class."""
+    return PriorityClass.objects.filter(name="default").first() or PriorityClass.objects.order_by("value").first()
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Team
+        fields = ["name", "slug", "namespace"]
+
+
+class LocalQueueSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.slug")
+    cluster_queue = serializers.CharField(source="cluster_queue.name")
+    pending_jobs = serializers.IntegerField(read_only=True)
+    active_jobs = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = LocalQueue
+        fields = [
+            "name",
+            "team",
+            "cluster_queue",
+            "weight",
+            "max_pending_jobs",
+            "pending_jobs",
+            "active_jobs",
+        ]
+
+
+class GpuModelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuModel
+        fields = ["name", "memory_gib", "mig_profiles"]
+
+
+class PriorityClassSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PriorityClass
+        fields = ["name", "value", "preemptible", "description"]
+
+
+class FlavorQuotaUpdateSerializer(serializers.Serializer):
+    nominal_gpus = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False)
+    borrowing_limit = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, allow_null=True)
+    lending_limit = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, allow_null=True)
+
+
+class QuotaUpdateSerializer(serializers.Serializer):
+    cpu_quota_milli = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    memory_quota_mib = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    flavors = serializers.DictField(child=FlavorQuotaUpdateSerializer(), required=False)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = {k: ["unknown field"] for k in data if k not in self.fields}
+            if unknown:
+                raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)

@@ -1,0 +1,17 @@
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from portal.api import views
+
+router = DefaultRouter()
+router.register("jobs", views.JobViewSet, basename="job")
+router.register("teams", views.TeamViewSet, basename="team")
+router.register("queues", views.LocalQueueViewSet, basename="queue")
+router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
+router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
+
+urlpatterns = [
+    path("cluster-queues/", views.ClusterQueueView.as_view(), name="cluster-queue-list"),
+    path("cluster-queues/<str:name>/", views.ClusterQueueView.as_view(), name="cluster-queue-detail"),
+    *router.urls,
+]

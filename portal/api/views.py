@@ -1,0 +1,130 @@
+"""REST API views: authenticate, scope to the user's teams, call a service or selector, serialize."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db import transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api.serializers import (
+    GpuModelSerializer,
+    JobCreateSerializer,
+    JobSerializer,
+    LocalQueueSerializer,
+    PriorityClassSerializer,
+    QuotaUpdateSerializer,
+    TeamSerializer,
+)
+from portal.jobs.models import ClusterQueue, GpuModel, Job, PriorityClass
+from portal.jobs.selectors import cluster_queue_list, job_list, local_queue_list
+from portal.jobs.services import job_cancel, job_submit, queue_quota_update
+from portal.jobs.states import JobState
+from portal.tenants.selectors import team_list_for_user
+
+
+class JobFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
+    team = django_filters.CharFilter(field_name="team__slug")
+    queue = django_filters.CharFilter(field_name="local_queue__name")
+    kind = django_filters.ChoiceFilter(choices=Job.Kind.choices)
+
+    class Meta:
+        model = Job
+        fields = ["state", "team", "queue", "kind"]
+
+
+class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Jobs of your teams. Another team's job answers 404."""
+
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+
+    def get_queryset(self):
+        jobs = job_list(user=self.request.user)
+        if self.action == "list":
+            return jobs.prefetch_related("allowed_gpu_models", "placements")
+        return jobs.prefetch_related("allowed_gpu_models", "placements", "transitions")
+
+    @extend_schema(request=JobCreateSerializer, responses={201: JobSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = JobCreateSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        job = job_submit(owner=request.user, spec=serializer.to_spec())
+        job = self.get_queryset().get(pk=job.pk)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = self.get_object()
+        job_cancel(job=job, by=request.user)
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+
+class TeamViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = TeamSerializer
+    lookup_field = "slug"
+
+    def get_queryset(self):
+        return team_list_for_user(user=self.request.user)
+
+
+class LocalQueueViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = LocalQueueSerializer
+
+    def get_queryset(self):
+        return local_queue_list(user=self.request.user)
+
+
+class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = GpuModelSerializer
+    queryset = GpuModel.objects.all()
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+
+
+class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = PriorityClassSerializer
+    queryset = PriorityClass.objects.all()
+    lookup_field = "name"
+
+
+class ClusterQueueView(APIView):
+    """Cluster queues with quotas and current usage. PATCH (platform admins only) edits quotas."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request, name=None):
+        rows = cluster_queue_list()
+        if name is None:
+            return Response({"results": rows})
+        for row in rows:
+            if row["name"] == name:
+                return Response(row)
+        return Response({"detail": f"no cluster queue {name!r}"}, status=status.HTTP_404_NOT_FOUND)
+
+    @extend_schema(request=QuotaUpdateSerializer, responses={200: dict})
+    def patch(self, request, name=None):
+        if not request.user.is_staff:
+            raise PermissionDenied("only platform admins edit quotas")
+        cq = ClusterQueue.objects.filter(name=name).first()
+        if cq is None:
+            return Response({"detail": f"no cluster queue {name!r}"}, status=status.HTTP_404_NOT_FOUND)
+        serializer = QuotaUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        with transaction.atomic():
+            changes = queue_quota_update(
+                cluster_queue=cq,
+                by=request.user,
+                cpu_quota_milli=data.get("cpu_quota_milli", ...),
+                memory_quota_mib=data.get("memory_quota_mib", ...),
+                flavors={k: dict(v) for k, v in data.get("flavors", {}).items()},
+            )
+        row = next(r for r in cluster_queue_list() if r["name"] == name)
+        row["changes"] = [str(c) for c in changes]
+        return Response(row)

@@ -1,0 +1,285 @@
+"""``python manage.py seed_demo``: a small simulated cluster, two teams, users, queues and sample jobs.
+
+Idempotent: configuration rows are created or updated in place; sample jobs are only created when the
+database has no jobs yet, so running it twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, LocalQueue, PriorityClass
+from portal.jobs.services import JobSpec, job_submit, job_transition
+from portal.jobs.states import JobState
+from portal.tenants.models import Membership, Team
+from scheduling.models import SimNode
+
+MIG_PROFILES_80GB = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+GPU_MODELS = [
+    ("H100-80GB", 80, MIG_PROFILES_80GB),
+    ("A100-80GB", 80, MIG_PROFILES_80GB),
+    ("A10", 24, []),
+    ("T4", 16, []),
+]
+# (name prefix, model, count of nodes, GPUs per node, CPU cores, memory GiB, pool, capacity type, extra)
+NODE_GROUPS = [
+    ("h100", "H100-80GB", 2, 8, 192, 2048, "training", "on-demand", {}),
+    ("a100", "A100-80GB", 3, 8, 128, 1024, "training", "on-demand", {}),
+    ("a100-spot", "A100-80GB", 1, 8, 128, 1024, "training", "spot", {"taint": "spot"}),
+    ("a100-mig", "A100-80GB", 1, 4, 64, 512, "inference", "reserved", {"mig": True}),
+    ("a10", "A10", 3, 4, 48, 192, "inference", "on-demand", {}),
+    ("t4", "T4", 3, 4, 32, 128, "inference", "spot", {}),
+]
+PRIORITIES = [
+    ("low", 100, True, "Best effort; first to be preempted"),
+    ("default", 500, True, "Default for submitted jobs"),
+    ("high", 1000, True, "Deadlines"),
+    ("critical", 10000, False, "Production inference; never preempted"),
+]
+QUOTAS = {
+    "cq-vision": {
+        "H100-80GB": (8, 8, None),
+        "A100-80GB": (16, 8, 8),
+        "A10": (4, 4, None),
+        "T4": (6, 6, None),
+    },
+    "cq-nlp": {"H100-80GB": (8, 8, None), "A100-80GB": (16, 8, 8), "A10": (8, 4, None), "T4": (6, 6, None)},
+}
+
+
+class Command(BaseCommand):
+    help = "Load demo data: simulated cluster, teams vision and nlp, users alice/bob/admin (password demo)."
+
+    def handle(self, *args, **options):
+        with transaction.atomic():
+            models = self.seed_catalogue()
+            self.seed_nodes(models)
+            teams, users = self.seed_tenants()
+            queues = self.seed_queues(models, teams)
+            created = self.seed_jobs(teams, users, queues, models) if not Job.objects.exists() else 0
+        self.seed_prices()
+        from billing.services import metering_run
+        from scheduling.services import cycle_run
+
+        cycle_run()
+
+        metered = metering_run()
+        self.stdout.write(
+            f"demo data ready: {SimNode.objects.count()} nodes, {Team.objects.count()} teams, "
+            f"{created} sample jobs created, {metered} usage records metered"
+        )
+
+    def seed_catalogue(self) -> dict[str, GpuModel]:
+        models = {}
+        for name, memory, mig in GPU_MODELS:
+            models[name], _ = GpuModel.objects.update_or_create(
+                name=name, defaults={"memory_gib": memory, "mig_profiles": mig}
+            )
+        for name, value, preemptible, description in PRIORITIES:
+            PriorityClass.objects.update_or_create(
+                name=name, defaults={"value": value, "preemptible": preemptible, "description": description}
+            )
+        return models
+
+    def seed_nodes(self, models: dict[str, GpuModel]) -> None:
+        for prefix, model, count, gpus, cores, memory_gib, pool, capacity, extra in NODE_GROUPS:
+            for i in range(count):
+                SimNode.objects.update_or_create(
+                    name=f"{prefix}-{i}",
+                    defaults={
+                        "gpu_model": models[model],
+                        "gpu_count": gpus,
+                        "cpu_milli": cores * 1000,
+                        "memory_mib": memory_gib * 1024,
+                        "labels": {
+                            "portal.io/pool": pool,
+                            "karpenter.sh/capacity-type": capacity,
+                            "topology.kubernetes.io/zone": f"zone-{'ab'[i % 2]}",
+                            "topology.kubernetes.io/rack": f"rack-{prefix}-{i // 2}",
+                            "nvidia.com/gpu.product": model,
+                        },
+                        "taints": [{"key": "spot", "value": "true", "effect": "NoSchedule"}]
+                        if extra.get("taint")
+                        else [],
+                        "mig_enabled": bool(extra.get("mig")),
+                    },
+                )
+        SimNode.objects.update_or_create(
+            name="cpu-0",
+            defaults={"gpu_model": None, "gpu_count": 0, "cpu_milli": 64000, "memory_mib": 256 * 1024,
+                      "labels": {"portal.io/pool": "cpu"}},
+        )  # fmt: skip
+
+    def seed_tenants(self):
+        User = get_user_model()
+        users = {}
+        for username, staff in (("alice", False), ("bob", False), ("admin", True)):
+            user, created = User.objects.get_or_create(
+                username=username,
+                defaults={"is_staff": staff, "is_superuser": staff, "email": f"{username}@example.com"},
+            )
+            if created:
+                user.set_password("demo")
+                user.save()
+            users[username] = user
+        teams = {}
+        for slug, name in (("vision", "Vision"), ("nlp", "NLP")):
+            teams[slug], _ = Team.objects.update_or_create(
+                slug=slug, defaults={"name": name, "namespace": f"team-{slug}"}
+            )
+        Membership.objects.update_or_create(
+            user=users["alice"], team=teams["vision"], defaults={"role": Membership.Role.TEAM_ADMIN}
+        )
+        Membership.objects.update_or_create(
+            user=users["bob"], team=teams["nlp"], defaults={"role": Membership.Role.TEAM_ADMIN}
+        )
+        return teams, users
+
+    def seed_queues(self, models, teams):
+        queues = {}
+        for cq_name, flavors in QUOTAS.items():
+            cq, _ = ClusterQueue.objects.update_or_create(
+                name=cq_name,
+                defaults={"cohort": "research", "cpu_quota_milli": 400_000, "memory_quota_mib": 4 * 1024**2},
+            )
+            for order, (model, (nominal, borrow, lend)) in enumerate(flavors.items()):
+                FlavorQuota.objects.update_or_create(
+                    cluster_queue=cq,
+                    gpu_model=models[model],
+                    defaults={
+                        "nominal_gpus": nominal,
+                        "borrowing_limit": borrow,
+                        "lending_limit": lend,
+                        "order": order,
+                    },
+                )
+            team = teams[cq_name.removeprefix("cq-")]
+            queues[team.slug], _ = LocalQueue.objects.update_or_create(
+                team=team, name="default", defaults={"cluster_queue": cq, "max_pending_jobs": 200}
+            )
+        return queues
+
+    def seed_jobs(self, teams, users, queues, models) -> int:
+        """A week of finished history (for charts and bills), then live jobs the scheduler will place."""
+        rng = random.Random(7)
+        now = timezone.now()
+        priorities = {p.name: p for p in PriorityClass.objects.all()}
+        owners = {"vision": users["alice"], "nlp": users["bob"]}
+        count = 0
+        shapes = [
+            {"gpu": 1}, {"gpu": 2}, {"gpu": 4}, {"gpu_milli": 500}, {"gpu_milli": 250}, {"mig_profile": "3g.40gb"},
+        ]  # fmt: skip
+        # Finished history: transitions stamped in the past, GPU model and share recorded at admission.
+        for day in range(7, 0, -1):
+            for slug in ("vision", "nlp"):
+                for _ in range(rng.randint(3, 6)):
+                    shape = rng.choice(shapes)
+                    model = (
+                        "A100-80GB" if "mig_profile" in shape else rng.choice(["H100-80GB", "A100-80GB", "A10", "T4"])
+                    )
+                    submitted = now - timedelta(days=day, hours=rng.uniform(0, 20))
+                    runtime = rng.randint(1, 6) * 1800
+                    job = job_submit(
+                        owner=owners[slug],
+                        spec=JobSpec(
+                            team=teams[slug],
+                            local_queue=queues[slug],
+                            image="nvcr.io/nvidia/pytorch:24.08-py3",
+                            priority_class=priorities["default"],
+                            name=f"{slug}-history-{count}",
+                            command=("python", "train.py"),
+                            runtime_s=runtime,
+                            cpu_milli=4000,
+                            memory_mib=16384,
+                            **shape,
+                        ),
+                        at=submitted,
+                        request_cycle=False,
+                    )
+                    count += 1
+                    self.replay_history(job, models[model], submitted, runtime, rng)
+        # Live jobs: the scheduler admits what fits; the rest waits with a reason and an estimated start.
+        live = [
+            ("vision", "resnet-sweep", {"gpu": 1, "replicas": 4}, "default", 4 * 3600, []),
+            ("vision", "detector-finetune", {"gpu": 8}, "high", 8 * 3600, ["H100-80GB"]),
+            ("vision", "notebook-share", {"gpu_milli": 250}, "low", 2 * 3600, ["T4"]),
+            ("vision", "big-gang", {"gpu": 8, "replicas": 4}, "default", 12 * 3600, ["H100-80GB"]),
+            (
+                "nlp",
+                "llama-70b-serve",
+                {"gpu_memory_gib": 140},
+                "critical",
+                24 * 3600,
+                ["A100-80GB", "H100-80GB"],
+            ),
+            ("nlp", "bert-eval", {"mig_profile": "1g.10gb"}, "default", 3600, ["A100-80GB"]),
+            ("nlp", "pretrain", {"gpu": 8, "replicas": 2}, "default", 24 * 3600, ["A100-80GB"]),
+            ("nlp", "tokenize", {"gpu": 0}, "low", 1800, []),
+        ]
+        for slug, name, shape, priority, runtime, allowed in live:
+            job_submit(
+                owner=owners[slug],
+                spec=JobSpec(
+                    team=teams[slug],
+                    local_queue=queues[slug],
+                    image="nvcr.io/nvidia/pytorch:24.08-py3",
+                    priority_class=priorities[priority],
+                    name=name,
+                    command=("python", f"{name}.py"),
+                    runtime_s=runtime,
+                    cpu_milli=8000,
+                    memory_mib=65536,
+                    allowed_gpu_models=tuple(models[m] for m in allowed),
+                    **shape,
+                ),
+            )
+            count += 1
+        return count
+
+    def replay_history(self, job: Job, model: GpuModel, submitted, runtime: int, rng: random.Random) -> None:
+        admitted = submitted + timedelta(minutes=rng.uniform(0.5, 30))
+        gpus = job.gpu_share_per_replica * job.replicas
+        detail = {"gpu_model": model.name, "gpus": f"{gpus:.6f}", "replicas": job.replicas,
+                  "capacity_type": "on-demand", "nodes": [f"{model.name.split('-')[0].lower()}-0"]}  # fmt: skip
+        job.gpu_model = model
+        job.capacity_type = "on-demand"
+        job.save(update_fields=["gpu_model", "capacity_type"])
+        job_transition(
+            job=job,
+            to_state=JobState.ADMITTED,
+            at=admitted,
+            reason=f"admitted on {model.name}",
+            detail=detail,
+        )
+        started = admitted + timedelta(seconds=rng.uniform(5, 60))
+        job_transition(
+            job=job,
+            to_state=JobState.RUNNING,
+            at=started,
+            reason="pods running",
+            actor="cluster",
+            detail=detail,
+        )
+        outcome = rng.random()
+        if outcome < 0.08:
+            job_transition(job=job, to_state=JobState.FAILED, at=started + timedelta(seconds=runtime / 3),
+                           reason="container exited with code 1", actor="cluster")  # fmt: skip
+        elif outcome < 0.14:
+            job_transition(job=job, to_state=JobState.CANCELLED, at=started + timedelta(seconds=runtime / 2),
+                           reason="cancelled", actor=job.owner.username)  # fmt: skip
+        else:
+            job_transition(job=job, to_state=JobState.SUCCEEDED, at=started + timedelta(seconds=runtime),
+                           reason="completed", actor="cluster")  # fmt: skip
+
+    def seed_prices(self) -> None:
+        from billing import services as billing_services
+
+        seed = getattr(billing_services, "price_book_seed_defaults", None)
+        if seed is not None:
+            seed()
