@@ -1,14 +1,34 @@
-"""Metered usage. One row per job Running interval, keyed so metering is idempotent."""
+"""Metered usage, its hourly rollup, the price book, recorded capacity and team budgets.
+
+Units. GPU shares are counted exactly as integers in 1/7000 of a GPU (``GPU_SHARE_DENOMINATOR``):
+whole GPUs (7000), thousandths of a GPU (7 each) and MIG slices (a ``3g`` slice of a 7-slice GPU is
+3000) are all whole numbers of it. Durations are whole microseconds (PostgreSQL's resolution), so
+GPU usage ``gpu_share_7000ths × duration_us`` is an exact integer and sums of it never round.
+"""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
+
+GPU_SHARE_DENOMINATOR = 7000  # lcm of 1000 (milli-GPU) and 7 (MIG slices of A100/H100)
+US_PER_HOUR = 3_600_000_000
+
+
+class CapacityType(models.TextChoices):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    RESERVED = "reserved"
 
 
 class UsageRecord(models.Model):
     """GPU, CPU and memory consumed by one job over one closed Running interval.
 
     ``gpu_seconds`` counts shares: 0.25 GPU for an hour is 900 GPU-seconds; a 3g MIG slice is 3/7 GPU.
+    It is rounded to the microsecond for display; ``gpu_usage`` is the exact figure sums are made of.
     The unique (job, start) key makes re-metering a no-op.
     """
 
@@ -25,11 +45,158 @@ class UsageRecord(models.Model):
     gpu_seconds = models.DecimalField(max_digits=24, decimal_places=6)
     cpu_core_seconds = models.DecimalField(max_digits=24, decimal_places=6)
     memory_gib_seconds = models.DecimalField(max_digits=24, decimal_places=6)
+    # Exact integer figures (see the module docstring); rollups and the allocation API sum these.
+    gpu_share_7000ths = models.PositiveBigIntegerField(default=0, help_text="GPU share held, 1/7000 GPU.")
+    duration_us = models.PositiveBigIntegerField(default=0)
+    gpu_usage = models.DecimalField(
+        max_digits=32, decimal_places=0, default=0, help_text="gpu_share_7000ths × duration_us."
+    )
+    cpu_milli_us = models.DecimalField(max_digits=32, decimal_places=0, default=0)
+    memory_mib_us = models.DecimalField(max_digits=32, decimal_places=0, default=0)
+    # Average GPU utilization (0-100 %) and framebuffer use over the interval, when measured.
+    gpu_util_pct = models.FloatField(null=True, blank=True)
+    gpu_fb_used_mib = models.FloatField(null=True, blank=True)
+    labels = models.JSONField(default=dict, blank=True, help_text="Labels to aggregate by (label:<key>).")
 
     class Meta:
         ordering = ["start", "id"]
         constraints = [models.UniqueConstraint(fields=["job", "start"], name="uniq_usage_interval")]
-        indexes = [models.Index(fields=["team", "start"])]
+        indexes = [models.Index(fields=["team", "start"]), models.Index(fields=["end"])]
 
     def __str__(self) -> str:
         return f"job {self.job_id} {self.start:%Y-%m-%d %H:%M}: {self.gpu_seconds} GPU-s"
+
+
+class UsageHourly(models.Model):
+    """Usage records cut at hour boundaries and summed per hour and key: what the allocation API reads.
+
+    Written in the same transaction as the records it sums (``billing.services.metering_run``), so it is
+    always exactly the records' sum; ``manage.py billing_rollup_rebuild`` recomputes it from them.
+    """
+
+    # Hours since 1970-01-01 00:00 UTC: integer arithmetic buckets it into steps on any database.
+    epoch_hour = models.PositiveIntegerField()
+    team = models.ForeignKey("tenants.Team", on_delete=models.CASCADE, related_name="+")
+    local_queue = models.CharField(max_length=63)
+    cluster_queue = models.CharField(max_length=63)
+    gpu_model = models.CharField(max_length=64, blank=True)
+    capacity_type = models.CharField(max_length=20)
+    gpu_usage = models.DecimalField(max_digits=32, decimal_places=0, default=0)
+    cpu_milli_us = models.DecimalField(max_digits=32, decimal_places=0, default=0)
+    memory_mib_us = models.DecimalField(max_digits=32, decimal_places=0, default=0)
+    # Σ utilization % × gpu_usage over the measured part, and that part's gpu_usage.
+    gpu_util_usage = models.DecimalField(max_digits=40, decimal_places=0, default=0)
+    gpu_util_measured_usage = models.DecimalField(max_digits=32, decimal_places=0, default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["epoch_hour", "team", "local_queue", "cluster_queue", "gpu_model", "capacity_type"],
+                name="uniq_usage_hourly",
+            )
+        ]
+        indexes = [models.Index(fields=["epoch_hour", "team"])]
+        verbose_name_plural = "usage hourly rollups"
+
+    def __str__(self) -> str:
+        return f"hour {self.epoch_hour} team {self.team_id} {self.gpu_model or 'CPU'} {self.capacity_type}"
+
+
+class PriceBookEntry(models.Model):
+    """A list price from ``effective_from`` on, until the next entry for the same item.
+
+    Prices are never edited in place to change the past: a new price is a new entry with a later
+    ``effective_from``; usage is always costed at the entry in force at the hour it was used.
+    An empty ``gpu_model`` on a GPU entry is the fallback for models without an entry of their own.
+    """
+
+    class Resource(models.TextChoices):
+        GPU = "gpu", "GPU-hour"
+        CPU = "cpu", "CPU core-hour"
+        MEMORY = "memory", "Memory GiB-hour"
+
+    resource = models.CharField(max_length=10, choices=Resource.choices)
+    gpu_model = models.CharField(max_length=64, blank=True, help_text="GPU entries only.")
+    capacity_type = models.CharField(max_length=20, choices=CapacityType.choices, default=CapacityType.ON_DEMAND)
+    effective_from = models.DateTimeField()
+    usd_per_hour = models.DecimalField(max_digits=12, decimal_places=6, validators=[MinValueValidator(Decimal(0))])
+    note = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["resource", "gpu_model", "capacity_type", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resource", "gpu_model", "capacity_type", "effective_from"], name="uniq_price"
+            )
+        ]
+        verbose_name_plural = "price book entries"
+
+    def __str__(self) -> str:
+        item = f"{self.gpu_model or 'any'} GPU" if self.resource == self.Resource.GPU else self.resource
+        return f"{item} {self.capacity_type} ${self.usd_per_hour}/h from {self.effective_from:%Y-%m-%d}"
+
+
+class CapacitySnapshot(models.Model):
+    """GPUs in the cluster per model and capacity type, from ``at`` until the next snapshot.
+
+    Recorded periodically (``billing.tasks.capacity_record``) but stored only when the figures change,
+    so the table is a step function: a model absent from the newest set has no GPUs from then on.
+    """
+
+    at = models.DateTimeField(db_index=True)
+    gpu_model = models.CharField(max_length=64)
+    capacity_type = models.CharField(max_length=20)
+    gpu_count = models.PositiveIntegerField()
+    node_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at", "gpu_model", "capacity_type"]
+        constraints = [
+            models.UniqueConstraint(fields=["at", "gpu_model", "capacity_type"], name="uniq_capacity_snapshot")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.gpu_model} {self.capacity_type}: {self.gpu_count} GPUs"
+
+
+class Budget(models.Model):
+    """A team's monthly GPU spend limit (calendar month, UTC)."""
+
+    team = models.OneToOneField("tenants.Team", on_delete=models.CASCADE, related_name="budget")
+    monthly_gpu_usd = models.DecimalField(max_digits=14, decimal_places=2, validators=[MinValueValidator(Decimal(0))])
+    hard_stop = models.BooleanField(
+        default=False, help_text="At 100 % the scheduler starts no new job of the team until the month ends."
+    )
+    alert_emails = models.CharField(
+        max_length=500, blank=True, help_text="Comma-separated; team admins are always notified."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team__name"]
+
+    def __str__(self) -> str:
+        return f"{self.team}: ${self.monthly_gpu_usd}/month" + (" (hard stop)" if self.hard_stop else "")
+
+
+class BudgetAlert(models.Model):
+    """One threshold crossed by one team in one month; the unique key makes alerting idempotent."""
+
+    team = models.ForeignKey("tenants.Team", on_delete=models.CASCADE, related_name="budget_alerts")
+    month = models.DateField(help_text="First day of the month.")
+    threshold_pct = models.PositiveSmallIntegerField()
+    spend_usd = models.DecimalField(max_digits=14, decimal_places=2)
+    budget_usd = models.DecimalField(max_digits=14, decimal_places=2)
+    created_at = models.DateTimeField()
+    emailed_to = models.CharField(max_length=1000, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["team", "month", "threshold_pct"], name="uniq_budget_alert")]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.month:%Y-%m}: {self.threshold_pct} % (${self.spend_usd} of ${self.budget_usd})"

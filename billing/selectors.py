@@ -1,19 +1,523 @@
-"""Read-side billing queries."""
+"""Read-side billing queries: cost allocation, idle capacity, budgets, efficiency, invoices.
+
+``cost_allocation`` steps:
+1. Prices: the price book's entries become piecewise-constant segments per (GPU model, capacity type)
+   over the window (``billing.pricing.price_segments``).
+2. Usage: aggregates the hourly rollup can answer (namespace, team, queue, cluster_queue, gpu_model,
+   capacity_type) are summed in SQL, joined with the price segments hour by hour, so cost is exact
+   and a price change applies from its hour on only. Job and label aggregates read the usage records
+   and cut them at hour boundaries in Python. Running jobs' open intervals are added up to ``now``.
+3. Idle: recorded capacity per model and hour minus all tenants' allocation, clamped at zero.
+4. ``billing.pricing.allocation_assemble`` builds steps and exact totals.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.db import connection
 from django.db.models import Sum
+from django.utils import timezone
 
-from billing.models import UsageRecord
+from billing import pricing
+from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry, UsageHourly, UsageRecord
+from portal.jobs.models import GpuModel, Job, JobTransition
+from portal.jobs.states import JobState
+from portal.tenants.models import Team
+
+ROLLUP_AGGREGATES = {
+    "namespace": ("r.team_id",),
+    "team": ("r.team_id",),
+    "queue": ("r.team_id", "r.local_queue"),
+    "cluster_queue": ("r.cluster_queue",),
+    "gpu_model": ("r.gpu_model",),
+    "capacity_type": ("r.capacity_type",),
+}
 
 
-def teams_over_budget() -> tuple[tuple[str, str], ...]:
-    """(team slug, why) for teams whose budget hard stop forbids new jobs. Budgets arrive with issue 6."""
-    return ()
+def price_list() -> list[pricing.Price]:
+    return [
+        pricing.Price(e.resource, e.gpu_model, e.capacity_type, e.effective_from, e.usd_per_hour)
+        for e in PriceBookEntry.objects.all()
+    ]
+
+
+def _known_gpu_models() -> set[str]:
+    models = set(GpuModel.objects.values_list("name", flat=True))
+    models |= set(PriceBookEntry.objects.exclude(gpu_model="").values_list("gpu_model", flat=True))
+    return models
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationQuery:
+    start: datetime
+    end: datetime
+    step_hours: int
+    aggregate: str = "namespace"
+    show_idle: bool = True
+    share_idle: bool = False
+    team_ids: frozenset[int] | None = None  # None: every team (platform admins)
+    include_running: bool = True
+
+
+def _segments_cte(segments: list[pricing.PriceSegment]) -> tuple[str, list]:
+    rows, params = [], []
+    for index, s in enumerate(segments):
+        if index == 0:
+            rows.append(
+                "(CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS INTEGER), CAST(%s AS INTEGER), "
+                "CAST(%s AS NUMERIC), CAST(%s AS NUMERIC), CAST(%s AS NUMERIC))"
+            )
+        else:
+            rows.append("(%s, %s, %s, %s, %s, %s, %s)")
+        params += [s.gpu_model, s.capacity_type, s.hour_from, s.hour_to, s.gpu_usd, s.cpu_usd, s.memory_usd]
+    sql = "p (gpu_model, capacity_type, h0, h1, gpu_usd, cpu_usd, memory_usd) AS (VALUES " + ", ".join(rows) + ")"
+    return sql, params
+
+
+def _rollup_rows(
+    query: AllocationQuery, segments: list[pricing.PriceSegment], *, by_model: bool
+) -> list[tuple[tuple, int, str, str, pricing.UsageSums]]:
+    """Rollup sums per (group key, bucket[, model, capacity type]) with exact cost numerators."""
+    hour_from, hour_to = pricing.epoch_hour(query.start), pricing.epoch_hour(query.end)
+    group_cols = list(ROLLUP_AGGREGATES.get(query.aggregate, ()))
+    extra = ["r.gpu_model", "r.capacity_type"] if by_model else []
+    cols = group_cols + [c for c in extra if c not in group_cols]
+    cte, params = _segments_cte(segments)
+    where = "r.epoch_hour >= %s AND r.epoch_hour < %s"
+    where_params: list = [hour_from, hour_to]
+    if query.team_ids is not None:
+        if not query.team_ids:
+            return []
+        where += " AND r.team_id IN (" + ", ".join(["%s"] * len(query.team_ids)) + ")"
+        where_params += sorted(query.team_ids)
+    select_cols = ", ".join(cols)
+    sql = f"""
+        WITH {cte}
+        SELECT {select_cols}, (r.epoch_hour - %s) / %s AS bucket,
+            SUM(r.gpu_usage), SUM(r.gpu_usage * COALESCE(p.gpu_usd, 0)),
+            SUM(r.cpu_milli_us), SUM(r.cpu_milli_us * COALESCE(p.cpu_usd, 0)),
+            SUM(r.memory_mib_us), SUM(r.memory_mib_us * COALESCE(p.memory_usd, 0)),
+            SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
+        FROM billing_usagehourly r
+        LEFT JOIN p ON p.gpu_model = r.gpu_model AND p.capacity_type = r.capacity_type
+            AND r.epoch_hour >= p.h0 AND r.epoch_hour < p.h1
+        WHERE {where}
+        GROUP BY {select_cols}, bucket
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, hour_from, query.step_hours, *where_params])
+        fetched = cursor.fetchall()
+    n = len(cols)
+    model_at = cols.index("r.gpu_model") if by_model else None
+    type_at = cols.index("r.capacity_type") if by_model else None
+    out = []
+    units = pricing.decimal_units
+    for row in fetched:
+        sums = pricing.UsageSums(
+            gpu_usage=int(row[n + 1]),
+            gpu_cost_units=units(row[n + 2]),
+            cpu_milli_us=int(row[n + 3]),
+            cpu_cost_units=units(row[n + 4]),
+            memory_mib_us=int(row[n + 5]),
+            memory_cost_units=units(row[n + 6]),
+            util_usage=int(row[n + 7] or 0),
+            util_measured_usage=int(row[n + 8] or 0),
+        )
+        key = tuple(row[: len(group_cols)])
+        model = row[model_at] if model_at is not None else ""
+        ctype = row[type_at] if type_at is not None else ""
+        out.append((key, int(row[n]), model, ctype, sums))
+    return out
+
+
+def _record_group(record: UsageRecord, aggregate: str, teams: dict[int, Team]) -> str:
+    if aggregate == "job":
+        return str(record.job_id)
+    if aggregate.startswith("label:"):
+        return str((record.labels or {}).get(aggregate.removeprefix("label:"), pricing.UNALLOCATED))
+    team = teams.get(record.team_id)
+    if aggregate == "namespace":
+        return team.namespace if team else record.namespace
+    if aggregate == "team":
+        return team.slug if team else str(record.team_id)
+    if aggregate == "queue":
+        return f"{record.namespace}/{record.local_queue}"
+    if aggregate == "cluster_queue":
+        return record.cluster_queue
+    if aggregate == "gpu_model":
+        return record.gpu_model or "cpu-only"
+    return record.capacity_type
+
+
+def _record_rows(
+    records: Iterable[UsageRecord], query: AllocationQuery, prices: pricing.PriceLookup, teams: dict[int, Team]
+) -> list[pricing.UsageRow]:
+    """Records cut at hour boundaries inside the window, priced per hour, summed per (group, bucket, model)."""
+    hour_from = pricing.epoch_hour(query.start)
+    sums: dict[tuple[str, int, str, str], pricing.UsageSums] = {}
+    for record in records:
+        start, end = max(record.start, query.start), min(record.end, query.end)
+        if start >= end:
+            continue
+        group = _record_group(record, query.aggregate, teams)
+        replicas_cpu = int(record.cpu_milli_us) // max(1, record.duration_us)
+        replicas_memory = int(record.memory_mib_us) // max(1, record.duration_us)
+        for hour, micros in pricing.hour_pieces(start, end):
+            bucket = (hour - hour_from) // query.step_hours
+            key = (group, bucket, record.gpu_model, record.capacity_type)
+            row = sums.get(key)
+            if row is None:
+                row = sums[key] = pricing.UsageSums()
+            gpu_usd, cpu_usd, memory_usd = prices.at(record.gpu_model, record.capacity_type, hour)
+            gpu_usage = record.gpu_share_7000ths * micros
+            cpu = replicas_cpu * micros
+            memory = replicas_memory * micros
+            row.gpu_usage += gpu_usage
+            row.gpu_cost_units += gpu_usage * pricing.decimal_units(gpu_usd)
+            row.cpu_milli_us += cpu
+            row.cpu_cost_units += cpu * pricing.decimal_units(cpu_usd)
+            row.memory_mib_us += memory
+            row.memory_cost_units += memory * pricing.decimal_units(memory_usd)
+            if record.gpu_util_pct is not None and gpu_usage:
+                row.util_usage += round(record.gpu_util_pct * gpu_usage)
+                row.util_measured_usage += gpu_usage
+    return [pricing.UsageRow(g, b, m, c, s) for (g, b, m, c), s in sums.items()]
+
+
+def running_usage(*, now: datetime, team_ids: Iterable[int] | None = None) -> list[UsageRecord]:
+    """Unsaved usage records for the open Running intervals of running jobs, up to ``now``."""
+    from billing.services import RunInterval, usage_for_interval
+
+    jobs = Job.objects.filter(state=JobState.RUNNING).select_related(
+        "team", "local_queue__cluster_queue", "priority_class", "owner"
+    )
+    if team_ids is not None:
+        jobs = jobs.filter(team_id__in=list(team_ids))
+    jobs = {job.pk: job for job in jobs}
+    opened: dict[int, JobTransition] = {}
+    for transition in JobTransition.objects.filter(job_id__in=jobs.keys(), to_state=JobState.RUNNING).order_by(
+        "job_id", "at", "id"
+    ):
+        opened[transition.job_id] = transition
+    records = []
+    for job_id, transition in opened.items():
+        if transition.at < now:
+            interval = RunInterval(job_id, transition.at, now, transition.detail or {})
+            records.append(usage_for_interval(jobs[job_id], interval))
+    return records
+
+
+def _idle_rows(
+    query: AllocationQuery, prices: pricing.PriceLookup, running: list[UsageRecord]
+) -> list[pricing.IdleRow]:
+    """Capacity minus every tenant's allocation, per bucket, model and capacity type; clamped hourly."""
+    hour_from, hour_to = pricing.epoch_hour(query.start), pricing.epoch_hour(query.end)
+    changes: dict[tuple[str, str], list[tuple[datetime, int]]] = defaultdict(list)
+    before = CapacitySnapshot.objects.filter(at__lt=query.start).order_by("-at").values_list("at", flat=True).first()
+    snapshots = CapacitySnapshot.objects.filter(at__lt=query.end)
+    if before is not None:
+        snapshots = snapshots.filter(at__gte=before)
+    for at, model, ctype, gpus in snapshots.values_list("at", "gpu_model", "capacity_type", "gpu_count"):
+        changes[(model, ctype)].append((at, gpus))
+    if not changes:
+        return []
+    allocated: dict[tuple[int, str, str], int] = defaultdict(int)
+    for hour, model, ctype, usage in (
+        UsageHourly.objects.filter(epoch_hour__gte=hour_from, epoch_hour__lt=hour_to)
+        .values_list("epoch_hour", "gpu_model", "capacity_type")
+        .annotate(usage=Sum("gpu_usage"))
+        .values_list("epoch_hour", "gpu_model", "capacity_type", "usage")
+    ):
+        allocated[(hour, model, ctype)] += int(usage)
+    for record in running:
+        for hour, micros in pricing.hour_pieces(max(record.start, query.start), min(record.end, query.end)):
+            allocated[(hour, record.gpu_model, record.capacity_type)] += record.gpu_share_7000ths * micros
+    idle: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for (model, ctype), points in changes.items():
+        for hour, capacity in pricing.capacity_usage(points, hour_from, hour_to).items():
+            used = allocated.get((hour, model, ctype), 0)
+            free = max(0, capacity - used)
+            bucket = (hour - hour_from) // query.step_hours
+            row = idle[(bucket, model, ctype)]
+            row[0] += free
+            row[1] += free * pricing.decimal_units(prices.at(model, ctype, hour)[0])
+            row[2] += used
+    return [pricing.IdleRow(b, m, c, v[0], v[1], v[2]) for (b, m, c), v in idle.items()]
+
+
+def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> pricing.Allocation:
+    """Cost per group and step over a window (see the module docstring)."""
+    now = now or timezone.now()
+    hour_from, hour_to = pricing.epoch_hour(query.start), pricing.epoch_hour(query.end)
+    segments = pricing.price_segments(price_list(), _known_gpu_models(), hour_from, hour_to)
+    prices = pricing.PriceLookup(segments)
+    teams = {t.pk: t for t in Team.objects.all()}
+    share_idle = query.share_idle
+    rows: list[pricing.UsageRow] = []
+    if query.aggregate in ROLLUP_AGGREGATES:
+        for key, bucket, model, ctype, sums in _rollup_rows(query, segments, by_model=share_idle):
+            rows.append(pricing.UsageRow(_rollup_group(key, query.aggregate, teams), bucket, model, ctype, sums))
+    else:
+        records = UsageRecord.objects.filter(start__lt=query.end, end__gt=query.start).only(
+            "job_id", "team_id", "namespace", "local_queue", "cluster_queue", "gpu_model", "capacity_type",
+            "start", "end", "gpu_share_7000ths", "duration_us", "cpu_milli_us", "memory_mib_us", "gpu_util_pct",
+            "labels",
+        )  # fmt: skip
+        if query.team_ids is not None:
+            records = records.filter(team_id__in=query.team_ids)
+        rows = _record_rows(records.iterator(chunk_size=5000), query, prices, teams)
+    running: list[UsageRecord] = []
+    if query.include_running and query.start < now:
+        running_all = running_usage(now=min(now, query.end))
+        running = [r for r in running_all if query.team_ids is None or r.team_id in query.team_ids]
+        rows += _record_rows(running, query, prices, teams)
+    else:
+        running_all = []
+    idle_rows: list[pricing.IdleRow] = []
+    if query.show_idle or share_idle:
+        idle_rows = _idle_rows(query, prices, running_all)
+    windows = pricing.step_windows(query.start, query.end, query.step_hours)
+    return pricing.allocation_assemble(
+        rows=rows,
+        idle_rows=idle_rows,
+        windows=windows,
+        aggregate=query.aggregate,
+        step_hours=query.step_hours,
+        show_idle=query.show_idle and query.team_ids is None,
+        share_idle=share_idle,
+    )
+
+
+def _rollup_group(key: tuple, aggregate: str, teams: dict[int, Team]) -> str:
+    if aggregate in ("namespace", "team", "queue"):
+        team = teams.get(key[0])
+        name = (team.namespace if aggregate != "team" else team.slug) if team else str(key[0])
+        return f"{name}/{key[1]}" if aggregate == "queue" else name
+    if aggregate == "gpu_model":
+        return key[0] or "cpu-only"
+    return key[0]
+
+
+# --- budgets ---------------------------------------------------------------------------------------------
+
+
+def month_gpu_spend(*, team_ids: Iterable[int] | None = None, now: datetime) -> dict[int, Decimal]:
+    """GPU cost per team id this calendar month (UTC), including running jobs up to ``now``."""
+    start = pricing.month_start(now)
+    end = start + timedelta(hours=max(1, -(-int((now - start).total_seconds()) // 3600)))
+    ids = None if team_ids is None else frozenset(team_ids)
+    query = AllocationQuery(
+        start=start,
+        end=end,
+        step_hours=int((end - start).total_seconds()) // 3600,
+        aggregate="team",
+        show_idle=False,
+        team_ids=ids,
+    )
+    allocation = cost_allocation(query, now=now)
+    slugs = dict(Team.objects.values_list("slug", "pk"))
+    return {slugs[slug]: figures.gpu_cost for slug, figures in allocation.totals.items() if slug in slugs}
+
+
+def teams_over_budget(*, now: datetime | None = None) -> tuple[tuple[str, str], ...]:
+    """(team slug, why) for teams whose budget hard stop forbids new jobs: this month's GPU spend has
+    reached the monthly budget. Called by every scheduling cycle, so it reads only hard-stop teams.
+    """
+    now = now or timezone.now()
+    budgets = list(Budget.objects.filter(hard_stop=True).select_related("team"))
+    if not budgets:
+        return ()
+    spend = month_gpu_spend(team_ids=[b.team_id for b in budgets], now=now)
+    blocked = []
+    for budget in budgets:
+        spent = spend.get(budget.team_id, Decimal(0))
+        if spent >= budget.monthly_gpu_usd:
+            blocked.append(
+                (
+                    budget.team.slug,
+                    (
+                        f"monthly GPU budget reached: ${spent.quantize(Decimal('0.01'))} of "
+                        f"${budget.monthly_gpu_usd} spent in {now:%B %Y}"
+                    ),
+                )
+            )
+    return tuple(sorted(blocked))
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    team: Team
+    budget_usd: Decimal
+    spend_usd: Decimal
+    hard_stop: bool
+
+    @property
+    def used_pct(self) -> float:
+        return float(self.spend_usd / self.budget_usd * 100) if self.budget_usd else 0.0
+
+    @property
+    def blocked(self) -> bool:
+        return self.hard_stop and self.spend_usd >= self.budget_usd
+
+
+def budget_status_list(*, teams, now: datetime) -> list[BudgetStatus]:
+    budgets = list(Budget.objects.filter(team__in=teams).select_related("team"))
+    spend = month_gpu_spend(team_ids=[b.team_id for b in budgets], now=now) if budgets else {}
+    return [
+        BudgetStatus(b.team, b.monthly_gpu_usd, spend.get(b.team_id, Decimal(0)).quantize(Decimal("0.01")), b.hard_stop)
+        for b in budgets
+    ]
+
+
+def budget_alert_list(*, teams, now: datetime):
+    """This month's budget alerts of the given teams (for the portal's banner and the cost page)."""
+    return BudgetAlert.objects.filter(team__in=teams, month=pricing.month_start(now).date()).select_related("team")
+
+
+# --- efficiency --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobEfficiency:
+    job_id: int
+    job_name: str
+    team: str
+    gpu_model: str
+    gpu_hours: Decimal
+    gpu_util_pct: float | None
+    fb_used_mib: float | None
+    recommendation: str
+
+
+def job_efficiency_list(*, teams, since: datetime, limit: int = 200) -> list[JobEfficiency]:
+    """GPU-hour-weighted utilization per job over usage since ``since``, worst first."""
+    per_job: dict[int, list] = {}
+    records = (
+        UsageRecord.objects.filter(team__in=teams, end__gt=since, gpu_share_7000ths__gt=0)
+        .select_related("job", "team")
+        .only(
+            "job__id", "job__name", "job__gpu", "job__gpu_milli", "job__mig_profile", "team__slug", "gpu_model",
+            "gpu_usage", "gpu_util_pct", "gpu_fb_used_mib", "gpu_seconds",
+        )
+    )  # fmt: skip
+    for r in records:
+        entry = per_job.setdefault(r.job_id, [r.job, r.team.slug, r.gpu_model, 0, 0.0, 0, 0.0, 0])
+        usage = int(r.gpu_usage)
+        entry[3] += usage
+        if r.gpu_util_pct is not None:
+            entry[4] += r.gpu_util_pct * usage
+            entry[5] += usage
+        if r.gpu_fb_used_mib is not None:
+            entry[6] += r.gpu_fb_used_mib * usage
+            entry[7] += usage
+    out = []
+    for job_id, (job, team, model, usage, util_sum, util_usage, fb_sum, fb_usage) in per_job.items():
+        util = util_sum / util_usage if util_usage else None
+        out.append(
+            JobEfficiency(
+                job_id=job_id,
+                job_name=job.name,
+                team=team,
+                gpu_model=model,
+                gpu_hours=pricing.ratio_to_decimal(usage, pricing.GPU_HOUR, 3),
+                gpu_util_pct=round(util, 1) if util is not None else None,
+                fb_used_mib=round(fb_sum / fb_usage, 1) if fb_usage else None,
+                recommendation=pricing.recommendation(
+                    util_pct=util, gpus_per_replica=job.gpu_share_per_replica, mig_profile=job.mig_profile
+                ),
+            )
+        )
+    out.sort(key=lambda e: (e.gpu_util_pct if e.gpu_util_pct is not None else 101, -e.gpu_hours, e.job_id))
+    return out[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class TeamEfficiency:
+    team: str
+    gpu_hours: Decimal
+    gpu_util_pct: float | None
+    recommendation: str
+
+
+def team_efficiency_list(*, jobs: list[JobEfficiency]) -> list[TeamEfficiency]:
+    by_team: dict[str, list[JobEfficiency]] = defaultdict(list)
+    for job in jobs:
+        by_team[job.team].append(job)
+    out = []
+    for team, team_jobs in sorted(by_team.items()):
+        measured = [j for j in team_jobs if j.gpu_util_pct is not None]
+        weight = sum(float(j.gpu_hours) for j in measured)
+        util = sum(j.gpu_util_pct * float(j.gpu_hours) for j in measured) / weight if weight else None
+        low = sum(1 for j in measured if j.gpu_util_pct < pricing.LOW_UTILIZATION_PCT)
+        high = sum(1 for j in measured if j.gpu_util_pct > pricing.HIGH_UTILIZATION_PCT)
+        out.append(
+            TeamEfficiency(
+                team=team,
+                gpu_hours=sum((j.gpu_hours for j in team_jobs), Decimal(0)),
+                gpu_util_pct=round(util, 1) if util is not None else None,
+                recommendation=pricing.team_recommendation(util_pct=util, low_jobs=low, high_jobs=high),
+            )
+        )
+    return out
+
+
+# --- invoices -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InvoiceLine:
+    gpu_model: str
+    capacity_type: str
+    gpu_hours: Decimal
+    gpu_cost: Decimal
+    cpu_core_hours: Decimal
+    cpu_cost: Decimal
+    ram_gib_hours: Decimal
+    ram_cost: Decimal
+    total_cost: Decimal
+
+
+def invoice_lines(*, team: Team, month: datetime, now: datetime) -> list[InvoiceLine]:
+    """A team's month, one line per GPU model and capacity type (closed and running usage)."""
+    start = pricing.month_start(month)
+    end = min(pricing.next_month(start), start + timedelta(days=31))
+    query = AllocationQuery(
+        start=start,
+        end=end,
+        step_hours=int((end - start).total_seconds()) // 3600,
+        aggregate="namespace",
+        show_idle=False,
+        team_ids=frozenset({team.pk}),
+        include_running=start <= now < end,
+    )
+    hour_from, hour_to = pricing.epoch_hour(start), pricing.epoch_hour(end)
+    segments = pricing.price_segments(price_list(), _known_gpu_models(), hour_from, hour_to)
+    per_line: dict[tuple[str, str], pricing.UsageSums] = defaultdict(pricing.UsageSums)
+    for _key, _bucket, model, ctype, sums in _rollup_rows(query, segments, by_model=True):
+        per_line[(model, ctype)].add(sums)
+    if query.include_running:
+        teams = {team.pk: team}
+        prices = pricing.PriceLookup(segments)
+        for row in _record_rows(running_usage(now=now, team_ids=[team.pk]), query, prices, teams):
+            per_line[(row.gpu_model, row.capacity_type)].add(row.sums)
+    lines = []
+    for (model, ctype), sums in sorted(per_line.items()):
+        f = pricing.figures_exact(sums)
+        lines.append(
+            InvoiceLine(
+                model or "CPU only", ctype, f.gpu_hours, f.gpu_cost, f.cpu_core_hours, f.cpu_cost,
+                f.ram_gib_hours, f.ram_cost, f.total_cost,
+            )
+        )  # fmt: skip
+    return lines
+
+
+# --- summaries kept for the lead's dashboard ----------------------------------------------------------
 
 
 def gpu_hours_by_team(*, teams=None, since: datetime | None = None) -> dict[str, Decimal]:

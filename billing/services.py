@@ -1,27 +1,53 @@
-"""Metering: turn each job's closed Running intervals into usage records.
+"""Billing writes: metering (with its sweeper and hourly rollup), the price book seed, capacity snapshots,
+budget alerts.
 
-Steps:
-1. Read the state history of jobs that ran: a Running interval opens at a transition to Running and
-   closes at the next transition out of it.
-2. For each closed interval, the GPU model, share and capacity type come from the transition that
-   opened it (recorded at admission), so a later requeue on another model cannot rewrite the past.
-3. Insert one UsageRecord per (job, interval start), ignoring conflicts: re-running the metering,
-   or running it concurrently in two workers, inserts nothing twice and changes nothing.
+``metering_run`` steps:
+1. Find jobs with Running intervals not yet metered: closed ones, and open ones the sweeper closes
+   because the job is no longer Running (its closing transition went missing, e.g. a worker died).
+2. Cut each job's history into Running intervals. An interval opens at a transition to Running and
+   closes at the next transition, whatever its kind: all of them carry the cluster's timestamps, so
+   a job that ran while the workers were down is billed for exactly the time its pods ran.
+3. The GPU model, share and capacity type come from the transition that opened the interval
+   (recorded at admission), so a later requeue on another model cannot rewrite the past.
+4. Ask the utilization source for each new interval (outside any lock: it may be a network call).
+5. Under a lock, insert the records not yet present and add them, cut at hour boundaries, to the
+   hourly rollup, in one transaction: the rollup is always exactly the sum of the records.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.db import transaction
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, F, Q
+from django.utils import timezone
 
-from billing.models import UsageRecord
+from billing import pricing
+from billing.models import (
+    Budget,
+    BudgetAlert,
+    CapacitySnapshot,
+    PriceBookEntry,
+    UsageHourly,
+    UsageRecord,
+)
+from billing.utilization import UNKNOWN, Utilization, UtilizationSource, utilization_source
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import JobState
+from portal.tenants.models import Membership
+
+logger = logging.getLogger(__name__)
 
 MICRO = Decimal("0.000001")
+METERING_LOCK_KEY = 0x6770755F6D6574  # "gpu_met": one advisory-lock id for metering
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,56 +58,356 @@ class RunInterval:
     detail: dict
 
 
-def run_intervals(transitions: list[JobTransition]) -> list[RunInterval]:
-    """Closed Running intervals from one job's transitions (ordered by time)."""
+def run_intervals(
+    transitions: list[JobTransition], *, job_state: str | None = None, closed_at: datetime | None = None
+) -> list[RunInterval]:
+    """Running intervals from one job's transitions (ordered by time).
+
+    Any transition after a Running one closes it. An interval still open at the end of the history is
+    returned only when the job is no longer Running (``job_state``): the sweeper closes it at
+    ``closed_at`` (the job's last recorded cluster time), or drops it if that is unknown.
+    """
     intervals: list[RunInterval] = []
     opened: JobTransition | None = None
     for transition in transitions:
+        if opened is not None:
+            if transition.at > opened.at:
+                intervals.append(RunInterval(transition.job_id, opened.at, transition.at, opened.detail or {}))
+            opened = None
         if transition.to_state == JobState.RUNNING:
             opened = transition
-        elif opened is not None and transition.from_state == JobState.RUNNING:
-            intervals.append(RunInterval(transition.job_id, opened.at, transition.at, opened.detail or {}))
-            opened = None
+    sweep = opened is not None and job_state not in (None, JobState.RUNNING)
+    if sweep and closed_at is not None and closed_at > opened.at:
+        intervals.append(RunInterval(opened.job_id, opened.at, closed_at, opened.detail or {}))
     return intervals
 
 
-def usage_for_interval(job: Job, interval: RunInterval) -> UsageRecord:
-    duration = Decimal(str((interval.end - interval.start).total_seconds())).quantize(MICRO)
-    gpus = Decimal(interval.detail.get("gpus") or "0").quantize(MICRO)
-    replicas = Decimal(int(interval.detail.get("replicas") or job.replicas))
+def job_labels(job: Job) -> dict[str, str]:
+    """Labels a usage record can be aggregated by (``label:<key>``)."""
+    labels = {
+        "kind": job.kind,
+        "priority-class": job.priority_class.name,
+        "owner": job.owner.get_username(),
+        "capacity-type": job.capacity_type or "on-demand",
+    }
+    labels.update({str(k): str(v) for k, v in (getattr(job, "labels", None) or {}).items()})
+    return labels
+
+
+def usage_for_interval(job: Job, interval: RunInterval, utilization: Utilization = UNKNOWN) -> UsageRecord:
+    """The usage record of one interval. Exact integer figures first; rounded convenience ones from them."""
+    micros = pricing.duration_us(interval.start, interval.end)
+    detail = interval.detail
+    if detail.get("gpus") not in (None, ""):
+        share = pricing.gpu_share_7000ths(detail["gpus"])
+    else:  # history recorded before admission details existed: the job's own request
+        share = pricing.gpu_share_7000ths(Decimal(str(job.gpu_share_per_replica)) * job.replicas)
+    replicas = int(detail.get("replicas") or job.replicas)
+    gpu_usage = share * micros
+    cpu_milli_us = job.cpu_milli * replicas * micros
+    memory_mib_us = job.memory_mib * replicas * micros
     return UsageRecord(
         job=job,
         team_id=job.team_id,
         namespace=job.team.namespace,
         local_queue=job.local_queue.name,
         cluster_queue=job.local_queue.cluster_queue.name,
-        gpu_model=interval.detail.get("gpu_model", ""),
-        capacity_type=interval.detail.get("capacity_type") or "on-demand",
+        gpu_model=detail.get("gpu_model") or "",
+        capacity_type=detail.get("capacity_type") or "on-demand",
         start=interval.start,
         end=interval.end,
-        gpus=gpus,
-        gpu_seconds=(gpus * duration).quantize(MICRO),
-        cpu_core_seconds=(Decimal(job.cpu_milli) / 1000 * replicas * duration).quantize(MICRO),
-        memory_gib_seconds=(Decimal(job.memory_mib) / 1024 * replicas * duration).quantize(MICRO),
+        gpus=(Decimal(share) / pricing.GPU_SHARE_DENOMINATOR).quantize(MICRO),
+        gpu_seconds=pricing.ratio_to_decimal(gpu_usage, pricing.GPU_SHARE_DENOMINATOR * 1_000_000),
+        cpu_core_seconds=pricing.ratio_to_decimal(cpu_milli_us, 1000 * 1_000_000),
+        memory_gib_seconds=pricing.ratio_to_decimal(memory_mib_us, 1024 * 1_000_000),
+        gpu_share_7000ths=share,
+        duration_us=micros,
+        gpu_usage=gpu_usage,
+        cpu_milli_us=cpu_milli_us,
+        memory_mib_us=memory_mib_us,
+        gpu_util_pct=utilization.gpu_util_pct if share else None,
+        gpu_fb_used_mib=utilization.fb_used_mib if share else None,
+        labels=job_labels(job),
     )
 
 
-def metering_run(*, job_ids: list[int] | None = None) -> int:
-    """Meter every closed Running interval not yet metered. Returns the number of new records."""
-    jobs = Job.objects.filter(transitions__to_state=JobState.RUNNING).distinct()
+@contextlib.contextmanager
+def metering_lock() -> Iterator[None]:
+    """Serialize metering runs for the current transaction.
+
+    Two workers metering at once would both see the same interval as new; the unique (job, start) key
+    would keep the records single, but both would add the interval to the hourly rollup. A
+    transaction-scoped advisory lock makes the second wait, then see the first one's records.
+    SQLite (the single-process demo) serializes writers by itself.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [METERING_LOCK_KEY])
+    yield
+
+
+def _jobs_to_meter(job_ids: list[int] | None):
+    """Jobs with more Running intervals than usage records (an open interval of a Running job aside)."""
+    jobs = Job.objects.annotate(
+        runs=Count("transitions", filter=Q(transitions__to_state=JobState.RUNNING), distinct=True),
+        metered=Count("usage_records", distinct=True),
+    ).filter(Q(runs__gt=F("metered") + 1) | (Q(runs__gt=F("metered")) & ~Q(state=JobState.RUNNING)))
     if job_ids is not None:
         jobs = jobs.filter(pk__in=job_ids)
-    jobs = jobs.select_related("team", "local_queue__cluster_queue")
-    metered = set(UsageRecord.objects.filter(job__in=jobs).values_list("job_id", "start"))
-    records: list[UsageRecord] = []
-    for job in jobs.prefetch_related("transitions"):
-        transitions = sorted(job.transitions.all(), key=lambda t: (t.at, t.id))
-        for interval in run_intervals(transitions):
-            if (job.pk, interval.start) not in metered:
-                records.append(usage_for_interval(job, interval))
-    if not records:
+    return jobs.select_related("team", "local_queue__cluster_queue", "priority_class", "owner")
+
+
+def metering_run(*, job_ids: list[int] | None = None, source: UtilizationSource | None = None) -> int:
+    """Meter every Running interval not yet metered. Returns the number of records inserted.
+
+    Idempotent and safe to run concurrently: a second run (or a concurrent one) inserts nothing.
+    """
+    source = source or utilization_source()
+    candidates: list[tuple[Job, RunInterval]] = []
+    jobs = list(_jobs_to_meter(job_ids))
+    transitions: dict[int, list[JobTransition]] = defaultdict(list)
+    for transition in JobTransition.objects.filter(job__in=[j.pk for j in jobs]).order_by("job_id", "at", "id"):
+        transitions[transition.job_id].append(transition)
+    metered = set(UsageRecord.objects.filter(job__in=[j.pk for j in jobs]).values_list("job_id", "start"))
+    for job in jobs:
+        history = transitions[job.pk]
+        closed_at = history[-1].at if history else None
+        if job.finished_at and (closed_at is None or job.finished_at > closed_at):
+            closed_at = job.finished_at
+        candidates.extend(
+            (job, interval)
+            for interval in run_intervals(history, job_state=job.state, closed_at=closed_at)
+            if (job.pk, interval.start) not in metered
+        )
+    if not candidates:
         return 0
+    records = []
+    for job, interval in candidates:
+        utilization = UNKNOWN
+        if Decimal(str(interval.detail.get("gpus") or job.gpu_share_per_replica or 0)) > 0:
+            utilization = source.job_utilization(
+                job_id=job.pk, namespace=job.team.namespace, start=interval.start, end=interval.end
+            )
+        records.append(usage_for_interval(job, interval, utilization))
+    with transaction.atomic(), metering_lock():
+        # Re-read under the lock: a concurrent run may have metered some of these meanwhile.
+        present = set(UsageRecord.objects.filter(job__in={r.job_id for r in records}).values_list("job_id", "start"))
+        new = [r for r in records if (r.job_id, r.start) not in present]
+        UsageRecord.objects.bulk_create(new, batch_size=1000)
+        rollup_add(new)
+    if new:
+        logger.info("metering: %d new usage records", len(new))
+    return len(new)
+
+
+RollupKey = tuple[int, int, str, str, str, str]
+
+
+def rollup_increments(records: list[UsageRecord]) -> dict[RollupKey, list[int]]:
+    """Records cut at hour boundaries and summed per rollup key (exact: pieces sum to the record)."""
+    sums: dict[RollupKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    for record in records:
+        pieces = pricing.hour_pieces(record.start, record.end)
+        cpu_rate = int(record.cpu_milli_us) // max(1, record.duration_us)
+        memory_rate = int(record.memory_mib_us) // max(1, record.duration_us)
+        for hour, micros in pieces:
+            key = (
+                hour,
+                record.team_id,
+                record.local_queue,
+                record.cluster_queue,
+                record.gpu_model,
+                record.capacity_type,
+            )
+            row = sums[key]
+            gpu_usage = record.gpu_share_7000ths * micros
+            row[0] += gpu_usage
+            row[1] += cpu_rate * micros
+            row[2] += memory_rate * micros
+            if record.gpu_util_pct is not None:
+                row[3] += round(record.gpu_util_pct * gpu_usage)
+                row[4] += gpu_usage
+    return sums
+
+
+ROLLUP_UPSERT = """
+INSERT INTO billing_usagehourly
+    (epoch_hour, team_id, local_queue, cluster_queue, gpu_model, capacity_type,
+     gpu_usage, cpu_milli_us, memory_mib_us, gpu_util_usage, gpu_util_measured_usage)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (epoch_hour, team_id, local_queue, cluster_queue, gpu_model, capacity_type) DO UPDATE SET
+    gpu_usage = billing_usagehourly.gpu_usage + EXCLUDED.gpu_usage,
+    cpu_milli_us = billing_usagehourly.cpu_milli_us + EXCLUDED.cpu_milli_us,
+    memory_mib_us = billing_usagehourly.memory_mib_us + EXCLUDED.memory_mib_us,
+    gpu_util_usage = billing_usagehourly.gpu_util_usage + EXCLUDED.gpu_util_usage,
+    gpu_util_measured_usage = billing_usagehourly.gpu_util_measured_usage + EXCLUDED.gpu_util_measured_usage
+"""
+
+
+def rollup_add(records: list[UsageRecord]) -> int:
+    """Add new records to the hourly rollup (the caller holds the metering lock and a transaction)."""
+    increments = rollup_increments(records)
+    params = [(*key, *(Decimal(v) for v in values)) for key, values in increments.items()]
+    with connection.cursor() as cursor:
+        for start in range(0, len(params), 1000):
+            cursor.executemany(ROLLUP_UPSERT, params[start : start + 1000])
+    return len(params)
+
+
+def rollup_rebuild() -> int:
+    """Recompute the whole hourly rollup from the usage records (repair; also used by the benchmark)."""
+    with transaction.atomic(), metering_lock():
+        UsageHourly.objects.all().delete()
+        written = 0
+        batch: list[UsageRecord] = []
+        for record in UsageRecord.objects.order_by("id").iterator(chunk_size=5000):
+            batch.append(record)
+            if len(batch) == 20000:
+                written += rollup_add(batch)
+                batch = []
+        written += rollup_add(batch)
+    return written
+
+
+# --- price book -----------------------------------------------------------------------------------------
+
+PRICE_SEED_FROM = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def price_book_seed_defaults(*, effective_from: datetime = PRICE_SEED_FROM) -> int:
+    """Insert the default public list prices (``billing.pricing.default_prices``) where missing.
+
+    Idempotent: an entry for the same item and date is left as it is (an admin may have edited it).
+    Returns the number of entries created.
+    """
+    created = 0
+    for price in pricing.default_prices(effective_from):
+        _, was_created = PriceBookEntry.objects.get_or_create(
+            resource=price.resource,
+            gpu_model=price.gpu_model,
+            capacity_type=price.capacity_type,
+            effective_from=price.effective_from,
+            defaults={"usd_per_hour": price.usd_per_hour, "note": "public list price (seed)"},
+        )
+        created += was_created
+    return created
+
+
+# --- capacity ----------------------------------------------------------------------------------------------
+
+
+def capacity_record(*, now: datetime | None = None, backend=None) -> int:
+    """Record the cluster's GPUs per model and capacity type if they changed. Returns rows written.
+
+    Capacity type comes from the node label ``settings.CAPACITY_TYPE_LABEL`` (on-demand when absent).
+    Cordoned nodes still count: they are paid for, so their GPUs are idle capacity.
+    """
+    if backend is None:
+        from scheduling.adapters.backends import cluster_backend
+
+        backend = cluster_backend()
+    now = now or timezone.now()
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for node in backend.nodes():
+        if not node.gpu_model or node.gpu_count <= 0:
+            continue
+        capacity_type = dict(node.labels).get(settings.CAPACITY_TYPE_LABEL) or "on-demand"
+        counts[(node.gpu_model, capacity_type)][0] += node.gpu_count
+        counts[(node.gpu_model, capacity_type)][1] += 1
     with transaction.atomic():
-        # ignore_conflicts relies on the unique (job, start) key: a concurrent run inserts nothing twice.
-        created = UsageRecord.objects.bulk_create(records, ignore_conflicts=True, batch_size=1000)
-    return len(created)
+        latest = capacity_latest()
+        current = {key: value[0] for key, value in counts.items()}
+        if {k: v for k, v in latest.items() if v} == current:
+            return 0
+        rows = [
+            CapacitySnapshot(at=now, gpu_model=model, capacity_type=ctype, gpu_count=gpus, node_count=nodes)
+            for (model, ctype), (gpus, nodes) in sorted(counts.items())
+        ]
+        rows += [
+            CapacitySnapshot(at=now, gpu_model=model, capacity_type=ctype, gpu_count=0)
+            for (model, ctype), gpus in sorted(latest.items())
+            if gpus and (model, ctype) not in counts
+        ]
+        # Two workers recording the same change at the same instant write the same figures: skip.
+        CapacitySnapshot.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def capacity_latest() -> dict[tuple[str, str], int]:
+    latest: dict[tuple[str, str], int] = {}
+    for model, ctype, gpus in CapacitySnapshot.objects.order_by("at", "id").values_list(
+        "gpu_model", "capacity_type", "gpu_count"
+    ):
+        latest[(model, ctype)] = gpus
+    return latest
+
+
+# --- budgets -------------------------------------------------------------------------------------------------
+
+
+def budget_alert_recipients(budget: Budget) -> list[str]:
+    admins = Membership.objects.filter(team=budget.team, role=Membership.Role.TEAM_ADMIN).select_related("user")
+    emails = {m.user.email for m in admins if m.user.email}
+    emails |= {e.strip() for e in budget.alert_emails.split(",") if e.strip()}
+    return sorted(emails)
+
+
+def budget_check(*, now: datetime | None = None) -> list[BudgetAlert]:
+    """Raise the 80 % and 100 % alerts of the current month for teams that reached them, once each.
+
+    Each alert is created once per (team, month, threshold) — the unique key settles races between
+    workers — and mailed to the team admins and the budget's extra addresses.
+    """
+    from billing.selectors import month_gpu_spend
+
+    now = now or timezone.now()
+    month = pricing.month_start(now)
+    budgets = list(Budget.objects.select_related("team"))
+    if not budgets:
+        return []
+    spend = month_gpu_spend(team_ids=[b.team_id for b in budgets], now=now)
+    raised = []
+    for budget in budgets:
+        spent = spend.get(budget.team_id, Decimal(0))
+        for threshold in pricing.thresholds_crossed(spend_usd=spent, budget_usd=budget.monthly_gpu_usd):
+            try:
+                with transaction.atomic():
+                    alert, created = BudgetAlert.objects.get_or_create(
+                        team=budget.team,
+                        month=month.date(),
+                        threshold_pct=threshold,
+                        defaults={
+                            "spend_usd": spent.quantize(Decimal("0.01")),
+                            "budget_usd": budget.monthly_gpu_usd,
+                            "created_at": now,
+                        },
+                    )
+            except IntegrityError:  # a concurrent check created it first
+                continue
+            if created:
+                budget_alert_send(alert=alert, budget=budget)
+                raised.append(alert)
+    return raised
+
+
+def budget_alert_send(*, alert: BudgetAlert, budget: Budget) -> None:
+    recipients = budget_alert_recipients(budget)
+    if not recipients:
+        return
+    stop = (
+        " New jobs of the team will not start until the month ends or the budget is raised."
+        if budget.hard_stop and alert.threshold_pct >= 100
+        else ""
+    )
+    send_mail(
+        subject=f"[GPU portal] {alert.team.name}: {alert.threshold_pct} % of the monthly GPU budget used",
+        message=(
+            f"Team {alert.team.name} (namespace {alert.team.namespace}) has spent ${alert.spend_usd} on GPUs "
+            f"in {alert.month:%B %Y}, {alert.threshold_pct} % or more of its ${alert.budget_usd} budget.{stop}"
+        ),
+        from_email=None,
+        recipient_list=recipients,
+        fail_silently=False,
+    )
+    alert.emailed_to = ", ".join(recipients)[:1000]
+    alert.save(update_fields=["emailed_to"])

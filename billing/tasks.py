@@ -1,10 +1,35 @@
+"""Celery tasks: thin wrappers that call one billing service each (scheduled by Celery beat)."""
+
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import OperationalError
 
-from billing.services import metering_run as metering_run_service
+from billing import services
 
 
-@shared_task(name="billing.tasks.metering_run", ignore_result=True)
+@shared_task(
+    name="billing.tasks.metering_run",
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
+)
 def metering_run() -> None:
-    metering_run_service()
+    services.metering_run()
+
+
+@shared_task(name="billing.tasks.capacity_record", ignore_result=True)
+def capacity_record() -> None:
+    services.capacity_record()
+
+
+@shared_task(
+    name="billing.tasks.budget_check",
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
+)
+def budget_check() -> None:
+    services.budget_check()

@@ -1,0 +1,49 @@
+from django.contrib import admin
+
+from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry, UsageRecord
+
+
+@admin.register(PriceBookEntry)
+class PriceBookEntryAdmin(admin.ModelAdmin):
+    """Prices are effective-dated: to change a price, add an entry with a later ``effective_from``.
+
+    Existing entries are read-only once saved, so editing can never rewrite costs already reported.
+    """
+
+    list_display = ("resource", "gpu_model", "capacity_type", "usd_per_hour", "effective_from", "note")
+    list_filter = ("resource", "capacity_type", "gpu_model")
+    ordering = ("resource", "gpu_model", "capacity_type", "-effective_from")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None:
+            return ("resource", "gpu_model", "capacity_type", "effective_from", "usd_per_hour", "created_at")
+        return ("created_at",)
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    list_display = ("team", "monthly_gpu_usd", "hard_stop", "alert_emails", "updated_at")
+    list_filter = ("hard_stop",)
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(admin.ModelAdmin):
+    list_display = ("team", "month", "threshold_pct", "spend_usd", "budget_usd", "created_at", "emailed_to")
+    list_filter = ("threshold_pct", "month")
+    readonly_fields = ("team", "month", "threshold_pct", "spend_usd", "budget_usd", "created_at", "emailed_to")
+
+
+@admin.register(CapacitySnapshot)
+class CapacitySnapshotAdmin(admin.ModelAdmin):
+    list_display = ("at", "gpu_model", "capacity_type", "gpu_count", "node_count")
+    list_filter = ("gpu_model", "capacity_type")
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(admin.ModelAdmin):
+    list_display = ("job", "namespace", "gpu_model", "capacity_type", "start", "end", "gpus", "gpu_seconds")
+    list_filter = ("gpu_model", "capacity_type", "namespace")
+    raw_id_fields = ("job", "team")
+
+    def has_change_permission(self, request, obj=None):
+        return False  # usage is metered, never edited
