@@ -105,7 +105,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "PAGE_SIZE": env_int("API_PAGE_SIZE", 50),
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -156,3 +156,48 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.server": {"level": "WARNING"}, "celery.app.trace": {"level": "WARNING"}},
 }
+
+# --- Kubernetes backend and control loop (scheduling/adapters/kubernetes.py, docs/kubernetes.md) ---
+# CLUSTER_BACKEND=kubernetes reads KUBECONFIG (first file of the list), else the in-cluster config.
+KUBECONFIG = env_str("KUBECONFIG", "")
+K8S_CONTEXT = env_str("K8S_CONTEXT", "")  # kubeconfig context; empty = the current one
+K8S_SCHEDULER_NAME = env_str("K8S_SCHEDULER_NAME", "gpu-portal")  # schedulerName of the portal's pods
+K8S_RACK_LABEL = env_str("K8S_RACK_LABEL", "topology.kubernetes.io/rack")
+K8S_TIMEOUT_S = env_float("K8S_TIMEOUT_S", 10.0)  # connect and read timeout of every API call
+K8S_WATCH_TIMEOUT_S = env_int("K8S_WATCH_TIMEOUT_S", 60)  # one watch's length before it resumes
+K8S_SYNC_TIMEOUT_S = env_float("K8S_SYNC_TIMEOUT_S", 10.0)  # wait for the caches before a cycle
+K8S_API_RETRIES = env_int("K8S_API_RETRIES", 3)  # attempts per call on 5xx/429/timeouts
+K8S_API_BACKOFF_S = env_float("K8S_API_BACKOFF_S", 0.2)  # first retry delay, doubling
+K8S_POD_GRACE_S = env_int("K8S_POD_GRACE_S", 30)  # grace period when preempting or cancelling
+K8S_RUN_AS_USER = env_int("K8S_RUN_AS_USER", 1000)  # uid/gid of every pod (restricted PSS: non-root)
+# An admitted job whose pods are not running after this long is requeued by the sweeper.
+ADMITTED_TIMEOUT_S = env_float("ADMITTED_TIMEOUT_S", 600.0)
+CLUSTER_SYNC_INTERVAL_S = env_float("CLUSTER_SYNC_INTERVAL_S", 15.0)
+SWEEP_INTERVAL_S = env_float("SWEEP_INTERVAL_S", 60.0)
+# A task whose worker died unacknowledged is redelivered after this long (Redis visibility timeout).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 300)}
+CELERY_BEAT_SCHEDULE["cluster-sync"] = {"task": "scheduling.tasks.cluster_sync", "schedule": CLUSTER_SYNC_INTERVAL_S}
+CELERY_BEAT_SCHEDULE["sweeper"] = {"task": "scheduling.tasks.sweep", "schedule": SWEEP_INTERVAL_S}
+
+# --- Billing (issue 6: cost allocation, efficiency, budgets) -------------------------------------
+# Prometheus with the DCGM exporter's series; empty = utilization from the simulated cluster.
+PROMETHEUS_URL = env_str("PROMETHEUS_URL", "")
+PROMETHEUS_TIMEOUT_S = env_float("PROMETHEUS_TIMEOUT_S", 5.0)
+# Which DCGM `pod` label values belong to a job ({job_id} is replaced by the job's id).
+BILLING_POD_REGEX = env_str("BILLING_POD_REGEX", "job-{job_id}-.*")
+CAPACITY_SNAPSHOT_INTERVAL_S = env_float("CAPACITY_SNAPSHOT_INTERVAL_S", 300.0)
+BUDGET_CHECK_INTERVAL_S = env_float("BUDGET_CHECK_INTERVAL_S", 300.0)
+# Budget alert mail goes through Django's mail; the console backend prints it.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "capacity-snapshot": {"task": "billing.tasks.capacity_record", "schedule": CAPACITY_SNAPSHOT_INTERVAL_S},
+        "budget-check": {"task": "billing.tasks.budget_check", "schedule": BUDGET_CHECK_INTERVAL_S},
+    }
+)

@@ -30,7 +30,7 @@ def local_queue_list(*, user) -> QuerySet[LocalQueue]:
     return queues.annotate(
         pending_jobs=Count("jobs", filter=Q(jobs__state=JobState.PENDING)),
         active_jobs=Count("jobs", filter=Q(jobs__state__in=ACTIVE_STATES)),
-    )
+    ).order_by("team__name", "name")  # GROUP BY queries drop Meta.ordering
 
 
 def cluster_queue_usage() -> dict[str, dict[str, float]]:

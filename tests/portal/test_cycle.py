@@ -1,0 +1,101 @@
+"""The whole path in-process: submit → cycle (engine) → simulated cluster runs → metered."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.models import UsageRecord
+from billing.services import metering_run
+from portal.jobs.services import job_cancel
+from portal.jobs.states import JobState
+from scheduling.adapters.simulated import SimulatedCluster
+from scheduling.models import CycleRun
+from scheduling.services import cycle_run
+
+pytestmark = pytest.mark.django_db
+
+
+def states(*jobs):
+    for job in jobs:
+        job.refresh_from_db()
+    return [job.state for job in jobs]
+
+
+def test_a_job_goes_pending_admitted_running_succeeded_and_is_metered(world):
+    backend = SimulatedCluster(speedup=60)
+    job = world.submit(gpu=2, runtime_s=3600)
+    t0 = timezone.now()
+    cycle_run(now=t0, backend=backend)
+    assert states(job) == [JobState.ADMITTED]
+    placement = list(job.placements.values_list("node", "gpu_indices"))
+    assert len(placement) == 1
+    assert len(placement[0][1]) == 2
+
+    cycle_run(now=t0 + timedelta(seconds=1), backend=backend)
+    assert states(job) == [JobState.RUNNING]
+    assert job.started_at == t0  # the simulated cluster starts pods at admission time
+
+    cycle_run(now=t0 + timedelta(seconds=61), backend=backend)  # 3600 s at 60x = 60 s
+    assert states(job) == [JobState.SUCCEEDED]
+    assert job.finished_at == t0 + timedelta(seconds=60)
+    assert not job.placements.exists()
+
+    assert metering_run() == 1
+    record = UsageRecord.objects.get(job=job)
+    assert record.gpu_model == "A100-80GB"
+    assert record.gpu_seconds == Decimal("120.000000")  # 2 GPUs for 60 s
+    assert record.capacity_type == "on-demand"
+    assert metering_run() == 0  # idempotent
+    assert UsageRecord.objects.count() == 1
+
+
+def test_quota_holds_back_jobs_beyond_the_nominal_and_borrowable_gpus(world):
+    # Each cluster queue has 8 A100s nominal in a cohort of two; a100 nodes: 2 x 8 GPUs.
+    jobs = [world.submit(gpu=8, allowed_gpu_models=(world.models["A100-80GB"],)) for _ in range(3)]
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    assert states(*jobs) == [JobState.ADMITTED, JobState.ADMITTED, JobState.PENDING]
+    waiting = jobs[2]
+    assert waiting.pending_reason["kind"] in {"quota", "placement"}
+    assert waiting.pending_reason["message"]
+    assert waiting.queue_position == 1
+
+
+def test_higher_priority_goes_first(world):
+    low = world.submit(gpu=8, priority_class=world.priorities["low"], allowed_gpu_models=(world.models["A100-80GB"],))
+    high = world.submit(gpu=8, priority_class=world.priorities["critical"])
+    blocker = world.submit("nlp", gpu=8, allowed_gpu_models=(world.models["A100-80GB"],))
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    assert states(high, blocker, low) == [JobState.ADMITTED, JobState.ADMITTED, JobState.PENDING]
+
+
+def test_a_fraction_shares_one_device(world):
+    a = world.submit(gpu=0, gpu_milli=500, allowed_gpu_models=(world.models["T4"],))
+    b = world.submit(gpu=0, gpu_milli=500, allowed_gpu_models=(world.models["T4"],))
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    assert states(a, b) == [JobState.ADMITTED, JobState.ADMITTED]
+    pa, pb = a.placements.get(), b.placements.get()
+    assert pa.gpu_milli == pb.gpu_milli == 500
+    assert len(pa.gpu_indices) == len(pb.gpu_indices) == 1
+
+
+def test_cancelling_a_running_job_frees_its_gpus_for_the_next_cycle(world):
+    backend = SimulatedCluster()
+    first = world.submit(gpu=8, allowed_gpu_models=(world.models["A100-80GB"],), replicas=2)
+    second = world.submit("nlp", gpu=8, allowed_gpu_models=(world.models["A100-80GB"],))
+    t0 = timezone.now()
+    cycle_run(now=t0, backend=backend)
+    assert states(first, second) == [JobState.ADMITTED, JobState.PENDING]
+    job_cancel(job=first, by=world.users["alice"])
+    cycle_run(now=t0 + timedelta(seconds=1), backend=backend)
+    assert states(first, second) == [JobState.CANCELLED, JobState.ADMITTED]
+
+
+def test_each_cycle_is_recorded(world):
+    world.submit(gpu=1)
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    run = CycleRun.objects.get()
+    assert run.admitted == 1
+    assert run.total_gpus == 20
+    assert run.allocated_gpus == 1.0
