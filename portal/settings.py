@@ -135,7 +135,11 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "portal")
 SCHEDULER_INTERVAL_S = env_float("SCHEDULER_INTERVAL_S", 10.0)
 METERING_INTERVAL_S = env_float("METERING_INTERVAL_S", 60.0)
 CELERY_BEAT_SCHEDULE = {
-    "scheduling-cycle": {"task": "scheduling.tasks.scheduling_cycle", "schedule": SCHEDULER_INTERVAL_S},
+    "scheduling-cycle": {
+        "task": "scheduling.tasks.scheduling_cycle",
+        "schedule": SCHEDULER_INTERVAL_S,
+        "kwargs": {"periodic": True},  # deduplicated per interval (scheduling.services.periodic_claim)
+    },
     "metering": {"task": "billing.tasks.metering_run", "schedule": METERING_INTERVAL_S},
 }
 
@@ -176,8 +180,16 @@ CLUSTER_SYNC_INTERVAL_S = env_float("CLUSTER_SYNC_INTERVAL_S", 15.0)
 SWEEP_INTERVAL_S = env_float("SWEEP_INTERVAL_S", 60.0)
 # A task whose worker died unacknowledged is redelivered after this long (Redis visibility timeout).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 300)}
-CELERY_BEAT_SCHEDULE["cluster-sync"] = {"task": "scheduling.tasks.cluster_sync", "schedule": CLUSTER_SYNC_INTERVAL_S}
-CELERY_BEAT_SCHEDULE["sweeper"] = {"task": "scheduling.tasks.sweep", "schedule": SWEEP_INTERVAL_S}
+CELERY_BEAT_SCHEDULE["cluster-sync"] = {
+    "task": "scheduling.tasks.cluster_sync",
+    "schedule": CLUSTER_SYNC_INTERVAL_S,
+    "kwargs": {"periodic": True},
+}
+CELERY_BEAT_SCHEDULE["sweeper"] = {
+    "task": "scheduling.tasks.sweep",
+    "schedule": SWEEP_INTERVAL_S,
+    "kwargs": {"periodic": True},
+}
 
 # --- Billing (issue 6: cost allocation, efficiency, budgets) -------------------------------------
 # Prometheus with the DCGM exporter's series; empty = utilization from the simulated cluster.

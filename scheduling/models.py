@@ -41,3 +41,6 @@ class CycleRun(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"cycle at {self.started_at:%Y-%m-%d %H:%M:%S}: {self.admitted} admitted in {self.duration_ms:.0f} ms"

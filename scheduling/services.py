@@ -1,23 +1,31 @@
 """Scheduling services: one cycle (sync the cluster, snapshot, engine, apply) and the cluster sync.
 
 ``cycle_run`` steps:
-1. Take the cycle lock; if another worker holds it, return (one cycle at a time across workers).
-2. Apply what the cluster observed (jobs started, finished, evicted) with the cluster's timestamps.
-3. Load a snapshot (database + cluster nodes), run the pure engine, apply the plan in one transaction.
+1. Take the cycle lock; if another worker holds it, ask it for one more cycle and return (one cycle at
+   a time across workers).
+2. Apply what the cluster observed (jobs started, finished, evicted) with the cluster's timestamps,
+   then let the backend converge (create pods missing for admitted jobs, delete orphaned pods).
+3. Load a snapshot (database + cluster nodes), run the pure engine, apply the plan in one transaction
+   that first checks the lock is still held (the fence).
 4. Record the cycle's figures.
+
+``jobs_sweep`` requeues jobs stuck in Admitted (pods never started) and converges the cluster too;
+``cluster_sync_run`` is steps 1-2 alone. All three hold the same lock, so every write to job states
+and every pod create or delete of the control loop is serialized across workers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from portal.jobs.models import Job
@@ -33,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 CYCLE_LOCK_KEY = 0x6770755F6379  # "gpu_cy": one advisory-lock id for the whole portal
 _local_cycle_lock = threading.Lock()
+_holding = threading.local()
 
 
 @contextlib.contextmanager
@@ -52,20 +61,103 @@ def cycle_lock() -> Iterator[bool]:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_lock(%s)", [CYCLE_LOCK_KEY])
             acquired = cursor.fetchone()[0]
+            if acquired:
+                # Names the holder in pg_stat_activity (operators, and the crash test, find it there).
+                cursor.execute(
+                    "SELECT set_config('application_name', %s, false)", [f"gpu-portal cycle pid={os.getpid()}"]
+                )
+        _holding.value = acquired
         try:
             yield acquired
         finally:
+            _holding.value = False
             if acquired:
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+                try:
+                    with connection.cursor() as cursor:
+                        cursor.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+                        cursor.execute("SELECT set_config('application_name', '', false)")
+                except DatabaseError:
+                    # The session is gone, and with it the lock: nothing left to release.
+                    logger.warning("cycle lock: connection lost before unlock")
     finally:
         _local_cycle_lock.release()
+
+
+def cycle_lock_held() -> bool:
+    """The fence: whether this database session still holds the cycle lock, checked inside the
+    transaction that writes a plan. A session that lost its connection (and so its lock) while
+    another worker took over cannot commit a plan computed from its stale snapshot."""
+    if connection.vendor != "postgresql":
+        return True  # SQLite: one process, the thread lock is the whole story
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND pid = pg_backend_pid() AND ((classid::bigint << 32) | objid::bigint) = %s)",
+            [CYCLE_LOCK_KEY],
+        )
+        return bool(cursor.fetchone()[0])
+
+
+class LostCycleLock(RuntimeError):
+    """The cycle lock vanished (connection lost) before the plan was written; nothing was written."""
+
+
+# -- coordination through Redis (absent in the embedded demo: then every check says "go ahead") ------
+
+CYCLE_AGAIN_KEY = "gpu-portal:cycle-again"
+PERIODIC_KEY = "gpu-portal:periodic:{name}"
+_redis_clients: dict[str, object] = {}
+
+
+def redis_client():
+    """The Redis named by REDIS_URL, or None. Short socket timeouts: coordination must not hang a worker."""
+    if not settings.REDIS_URL:
+        return None
+    client = _redis_clients.get(settings.REDIS_URL)
+    if client is None:
+        import redis
+
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+        _redis_clients[settings.REDIS_URL] = client
+    return client
+
+
+def cycle_again_request() -> None:
+    """Ask the running cycle for one more: work that arrived after its snapshot is not lost."""
+    client = redis_client()
+    if client is not None:
+        client.set(CYCLE_AGAIN_KEY, "1", ex=max(60, int(settings.SCHEDULER_INTERVAL_S * 6)))
+
+
+def cycle_again_clear() -> None:
+    client = redis_client()
+    if client is not None:
+        client.delete(CYCLE_AGAIN_KEY)
+
+
+def cycle_again_pop() -> bool:
+    client = redis_client()
+    return client is not None and bool(client.delete(CYCLE_AGAIN_KEY))
+
+
+def periodic_claim(name: str, interval_s: float) -> bool:
+    """Whether this run of periodic task ``name`` should go ahead: at most one per interval.
+
+    Celery beat sends a task again when it restarts (its schedule file starts over) and twice when two
+    beats overlap during a rollout. The first run of an interval sets a key that lives 90% of the
+    interval (SET NX EX is atomic), so a duplicate that arrives inside the interval is dropped.
+    """
+    client = redis_client()
+    if client is None:
+        return True
+    ttl_ms = max(1, int(interval_s * 900))
+    return bool(client.set(PERIODIC_KEY.format(name=name), str(os.getpid()), nx=True, px=ttl_ms))
 
 
 def observation_apply(obs: Observation) -> bool:
     """Apply one cluster observation if it is still news for the job's current attempt."""
     with transaction.atomic():
-        job = Job.objects.select_for_update().select_related("gpu_model").filter(pk=obs.job_id).first()
+        job = Job.objects.select_for_update(of=("self",)).select_related("gpu_model").filter(pk=obs.job_id).first()
         if job is None or job.attempt != obs.attempt or obs.state not in TRANSITIONS[job.state]:
             return False
         detail = {}
@@ -76,15 +168,62 @@ def observation_apply(obs: Observation) -> bool:
         return True
 
 
-def cluster_sync(*, backend: ClusterBackend, now: datetime) -> int:
+def cluster_sync(*, backend: ClusterBackend, now: datetime, converge: bool = True) -> int:
+    """Apply the cluster's observations in time order, then let the backend converge on the database.
+
+    Callers hold the cycle lock (``cycle_run``, ``cluster_sync_run``, ``jobs_sweep``) or own the
+    database alone (tests). Returns the number of observations applied.
+    """
     applied = 0
     for obs in sorted(backend.observe(now=now), key=lambda o: (o.at, o.job_id)):
         applied += observation_apply(obs)
+    reconcile = getattr(backend, "reconcile", None)
+    if converge and reconcile is not None:
+        reconcile(now=now)
     return applied
 
 
+def cluster_sync_run(*, now: datetime | None = None, backend: ClusterBackend | None = None) -> int | None:
+    """``cluster_sync`` under the cycle lock; None when a cycle (which syncs too) is running."""
+    backend = backend or cluster_backend()
+    with cycle_lock() as acquired:
+        if not acquired:
+            return None
+        return cluster_sync(backend=backend, now=now or timezone.now())
+
+
+def jobs_sweep(*, now: datetime | None = None, backend: ClusterBackend | None = None) -> int | None:
+    """Requeue jobs admitted longer than ``ADMITTED_TIMEOUT_S`` ago whose pods never ran.
+
+    Such a job holds quota and devices without running (an image that never pulls, a node that
+    rejects the pod). Its pods are deleted and it goes back to Pending, or fails if it must not be
+    requeued. Then the cluster is converged. None when a cycle holds the lock.
+    """
+    backend = backend or cluster_backend()
+    now = now or timezone.now()
+    with cycle_lock() as acquired:
+        if not acquired:
+            return None
+        cluster_sync(backend=backend, now=now)
+        cutoff = now - timedelta(seconds=settings.ADMITTED_TIMEOUT_S)
+        swept = 0
+        for job_id in Job.objects.filter(state=JobState.ADMITTED, admitted_at__lt=cutoff).values_list("id", flat=True):
+            with transaction.atomic():
+                # Re-checked under the row lock: the job may have started since the query.
+                job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id, state=JobState.ADMITTED).first()
+                if job is None or job.admitted_at >= cutoff:
+                    continue
+                reason = f"pods not running {settings.ADMITTED_TIMEOUT_S:g} s after admission"
+                target = JobState.PENDING if job.restart_policy == Job.RestartPolicy.REQUEUE else JobState.FAILED
+                stopping = job.pk
+                transaction.on_commit(lambda job_id=stopping: backend.stop(job_id=job_id, grace_s=0))
+                job_transition(job=job, to_state=target, at=now, reason=reason)
+                swept += 1
+        return swept
+
+
 def policy_from_settings() -> Policy:
-    return Policy(placement=settings.PLACEMENT_POLICY, seed=settings.SCHEDULER_SEED)
+    return Policy(placement=settings.PLACEMENT_POLICY, seed=settings.SCHEDULER_SEED, rack_label=settings.K8S_RACK_LABEL)
 
 
 def teams_blocked() -> tuple[tuple[str, str], ...]:
@@ -98,17 +237,19 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
     backend = backend or cluster_backend()
     with cycle_lock() as acquired:
         if not acquired:
-            logger.info("another scheduling cycle is running; skipping")
+            logger.info("another scheduling cycle is running; asking it for one more")
+            cycle_again_request()
             return None
+        cycle_again_clear()
         now = now or timezone.now()
         started = time.perf_counter()
         cluster_sync(backend=backend, now=now)
         snapshot = orm.snapshot_load(backend=backend, teams_blocked=teams_blocked())
         plan = run_cycle(snapshot, policy_from_settings(), now.timestamp())
-        counts = orm.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend)
-        allocated = sum(
-            float(orm.placement_gpus(w.placements)) for w in snapshot.workloads if w.placements
-        ) + sum(float(orm.placement_gpus(a.placements)) for a in plan.admissions)
+        counts = orm.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held)
+        allocated = sum(float(orm.placement_gpus(w.placements)) for w in snapshot.workloads if w.placements) + sum(
+            float(orm.placement_gpus(a.placements)) for a in plan.admissions
+        )
         run = CycleRun.objects.create(
             started_at=now,
             duration_ms=(time.perf_counter() - started) * 1000,

@@ -1,12 +1,66 @@
-"""Celery tasks: thin wrappers that call one service each."""
+"""Celery tasks: thin wrappers that call one service each.
+
+Every task is ``acks_late`` with ``reject_on_worker_lost``: a worker killed mid-task leaves its
+message unacknowledged and Redis delivers it again, which is safe because each service is idempotent
+and serialized by the cycle lock. Kubernetes API failures (5xx, timeouts) and lost database
+connections are retried with exponential backoff. Runs sent by beat carry ``periodic=True`` and are
+dropped when a run of the same task already happened in the current interval (see
+``services.periodic_claim``), so a restarted or doubled beat does not run them twice.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
-from scheduling.services import cycle_run
+from scheduling import services
+from scheduling.services import LostCycleLock
+
+RETRYABLE = (OperationalError, InterfaceError, LostCycleLock)
+TASK_OPTIONS = {
+    "ignore_result": True,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "max_retries": 5,
+}
 
 
-@shared_task(name="scheduling.tasks.scheduling_cycle", ignore_result=True)
-def scheduling_cycle() -> None:
-    cycle_run()
+def _retryable() -> tuple[type[BaseException], ...]:
+    """Resolved at run time, so importing the tasks never imports ``kubernetes``."""
+    if settings.CLUSTER_BACKEND == "kubernetes":
+        from scheduling.adapters.kubernetes import ClusterApiError
+
+        return (*RETRYABLE, ClusterApiError)
+    return RETRYABLE
+
+
+def _run(task, name: str, interval_s: float, periodic: bool, fn) -> None:
+    if periodic and not services.periodic_claim(name, interval_s):
+        return
+    try:
+        fn()
+    except _retryable() as exc:
+        raise task.retry(exc=exc, countdown=min(60, 2 ** (task.request.retries + 1))) from exc
+
+
+@shared_task(bind=True, name="scheduling.tasks.scheduling_cycle", **TASK_OPTIONS)
+def scheduling_cycle(self, periodic: bool = False) -> None:
+    def cycle() -> None:
+        if services.cycle_run() is not None and services.cycle_again_pop():
+            scheduling_cycle.delay()
+
+    _run(self, "scheduling-cycle", settings.SCHEDULER_INTERVAL_S, periodic, cycle)
+
+
+@shared_task(bind=True, name="scheduling.tasks.cluster_sync", **TASK_OPTIONS)
+def cluster_sync(self, periodic: bool = False) -> None:
+    _run(self, "cluster-sync", settings.CLUSTER_SYNC_INTERVAL_S, periodic, services.cluster_sync_run)
+
+
+@shared_task(bind=True, name="scheduling.tasks.sweep", **TASK_OPTIONS)
+def sweep(self, periodic: bool = False) -> None:
+    _run(self, "sweeper", settings.SWEEP_INTERVAL_S, periodic, services.jobs_sweep)

@@ -7,6 +7,7 @@ cluster queue is its name; a team is its slug.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -154,17 +155,31 @@ def reason_to_json(info: m.PendingInfo) -> dict:
     }
 
 
-def plan_apply(*, plan: m.Plan, snapshot: m.Snapshot, now: datetime, backend: ClusterBackend) -> dict[str, int]:
+def plan_apply(
+    *,
+    plan: m.Plan,
+    snapshot: m.Snapshot,
+    now: datetime,
+    backend: ClusterBackend,
+    fence: Callable[[], bool] | None = None,
+) -> dict[str, int]:
     """Write a plan in one transaction: evict victims, admit and place winners, store pending reasons.
 
     Each job row is locked and its state re-checked, so a job cancelled while the engine was thinking
     is neither admitted nor evicted. Pods are created/deleted only after the transaction commits.
+    ``fence``, checked first inside the transaction, says whether the caller still holds the cycle
+    lock; if not, nothing is written (another worker may be planning from a newer snapshot).
     """
     nodes = {n.name: n for n in snapshot.nodes}
     capacity_label = settings.CAPACITY_TYPE_LABEL
     gpu_models = {g.name: g for g in GpuModel.objects.all()}
     counts = {"admitted": 0, "preempted": 0, "pending": 0}
+    grace_s = getattr(settings, "K8S_POD_GRACE_S", 30)
     with transaction.atomic():
+        if fence is not None and not fence():
+            from scheduling.services import LostCycleLock
+
+            raise LostCycleLock("the cycle lock was lost before the plan was written")
         for preemption in plan.preemptions:
             job = Job.objects.select_for_update().filter(pk=int(preemption.workload_id)).first()
             if job is None or job.state not in ACTIVE_STATES:
@@ -172,7 +187,7 @@ def plan_apply(*, plan: m.Plan, snapshot: m.Snapshot, now: datetime, backend: Cl
             job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason)
             if job.restart_policy == Job.RestartPolicy.REQUEUE:
                 job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption")
-            transaction.on_commit(lambda job_id=job.pk: backend.stop(job_id=job_id, grace_s=30))
+            transaction.on_commit(lambda job_id=job.pk: backend.stop(job_id=job_id, grace_s=grace_s))
             counts["preempted"] += 1
         for admission in plan.admissions:
             job = Job.objects.select_for_update().filter(pk=int(admission.workload_id)).first()
@@ -225,8 +240,6 @@ def plan_apply(*, plan: m.Plan, snapshot: m.Snapshot, now: datetime, backend: Cl
                 datetime.fromtimestamp(info.estimated_start, tz=UTC) if info.estimated_start is not None else None
             )
             pending_rows.append(job)
-        Job.objects.bulk_update(
-            pending_rows, ["pending_reason", "queue_position", "estimated_start"], batch_size=1000
-        )
+        Job.objects.bulk_update(pending_rows, ["pending_reason", "queue_position", "estimated_start"], batch_size=1000)
         counts["pending"] = len(pending_rows)
     return counts
