@@ -165,7 +165,7 @@ def parse_duration_s(text: str) -> int:
 
 
 def _parse_instant(text: str) -> datetime:
-    text = text.strip()
+    text = text.strip().upper()
     if text.isdigit():
         return datetime.fromtimestamp(int(text), tz=UTC)
     try:

@@ -1,4 +1,17 @@
-from django.urls import path  # noqa: F401
+"""Cost pages and the cost API. Included at the site root, so the API paths are spelled out in full."""
+
+from django.urls import path
+
+from billing import api
 
 app_name = "billing"
-urlpatterns: list = []
+urlpatterns = [
+    path("api/v1/cost/allocation", api.CostAllocationView.as_view(), name="api-cost-allocation"),
+    path(
+        "api/v1/cost/allocation.csv",
+        api.CostAllocationView.as_view(),
+        {"format": "csv"},
+        name="api-cost-allocation-csv",
+    ),
+    path("api/v1/cost/budgets", api.BudgetListView.as_view(), name="api-cost-budgets"),
+]

@@ -1,0 +1,229 @@
+"""The allocation API: exact totals against an independent recomputation, tenancy, idle, prices, CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+from datetime import timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from billing.models import PriceBookEntry
+from billing.services import capacity_record, metering_run
+from portal.jobs.states import JobState
+from tests.billing.conftest import History, Run, exact_gpu_hours, rounded, run_job, utc
+
+OCTOBER = "2026-10-01T00:00:00Z,2026-11-01T00:00:00Z"
+OCT_START, OCT_END = utc(2026, 10, 1), utc(2026, 11, 1)
+MIG = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+
+
+def get_json(client, **params):
+    response = client.get("/api/v1/cost/allocation", params)
+    assert response.status_code == 200, response.content
+    return json.loads(response.content, parse_float=Decimal)
+
+
+def generated_month(world, seed: int = 6) -> list[History]:
+    """About 80 jobs over October (some starting in September) with preemptions, fractions and MIG."""
+    rng = random.Random(seed)
+    histories = []
+    for _ in range(80):
+        kind = rng.choice(["gpu", "milli", "mig", "cpu"])
+        spec = {"gpu": 0, "replicas": rng.choice([1, 1, 2, 3]), "cpu_milli": rng.choice([500, 2000, 8000])}
+        if kind == "gpu":
+            spec["gpu"] = rng.choice([1, 2, 4, 8])
+        elif kind == "milli":
+            spec["gpu_milli"] = rng.choice([125, 250, 333, 500, 750])
+        elif kind == "mig":
+            spec["mig_profile"] = rng.choice(MIG)
+        cursor = (
+            OCT_START
+            - timedelta(days=2)
+            + timedelta(seconds=rng.randrange(33 * 86_400), microseconds=rng.randrange(10**6))
+        )
+        runs = []
+        for _ in range(rng.choice([1, 1, 2, 3])):  # 2-3 runs: preempted and requeued in between
+            length = timedelta(seconds=rng.randrange(60, 40 * 3600), microseconds=rng.randrange(10**6))
+            model, ctype = rng.choice([("A100-80GB", "on-demand"), ("A100-80GB", "spot"), ("T4", "spot")])
+            if kind == "mig":
+                model = "A100-80GB"
+            runs.append(Run(cursor, cursor + length, model, ctype))
+            cursor += length + timedelta(minutes=rng.randrange(1, 600))
+        final = rng.choice([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED])
+        histories.append(run_job(world, team=rng.choice(["vision", "nlp"]), runs=runs, final=final, **spec))
+    return histories
+
+
+@pytest.mark.django_db
+def test_a_generated_month_matches_an_independent_recomputation_exactly(world, api):
+    histories = generated_month(world)
+    assert metering_run() > 80
+    assert metering_run() == 0  # a second run changes nothing
+    admin = api("admin")
+
+    namespaces = exact_gpu_hours(histories, OCT_START, OCT_END, lambda h, r: h.job.team.namespace)
+    body = get_json(admin, window=OCTOBER, aggregate="namespace", step="1d", idle="false")
+    assert len(body["data"]) == 31
+    assert {k: Decimal(v["gpuHours"]) for k, v in body["totals"].items()} == {
+        k: rounded(v) for k, v in namespaces.items()
+    }
+
+    jobs = exact_gpu_hours(histories, OCT_START, OCT_END, lambda h, r: str(h.job.pk))
+    by_job = get_json(admin, window=OCTOBER, aggregate="job", step="1d", idle="false")["totals"]
+    assert {k: Decimal(v["gpuHours"]) for k, v in by_job.items() if v["gpuHours"]} == {
+        k: rounded(v) for k, v in jobs.items() if v
+    }
+
+    # GPU cost: each interval at its model's and capacity type's seeded price.
+    price = {
+        (e.gpu_model, e.capacity_type): Fraction(e.usd_per_hour) for e in PriceBookEntry.objects.filter(resource="gpu")
+    }
+    models = exact_gpu_hours(histories, OCT_START, OCT_END, lambda h, r: (r.gpu_model, r.capacity_type))
+    expected_cost = sum(hours * price[key] for key, hours in models.items() if hours)
+    by_model = get_json(admin, window=OCTOBER, aggregate="gpu_model", idle="false")["totals"]
+    assert sum(Decimal(v["gpuCost"]) for v in by_model.values()) == pytest.approx(
+        rounded(expected_cost), abs=Decimal("0.00001")
+    )
+    by_team = get_json(admin, window=OCTOBER, aggregate="team", idle="false")["totals"]
+    expected_team_cost = {}
+    for h in histories:
+        for r in h.runs:
+            lo, hi = max(r.start, OCT_START), min(r.end, OCT_END)
+            if lo < hi:
+                micros = (hi - lo) // timedelta(microseconds=1)
+                hours = Fraction(micros, 3_600_000_000) * _share(h) * h.job.replicas
+                slug = h.job.team.slug
+                expected_team_cost[slug] = (
+                    expected_team_cost.get(slug, 0) + hours * price[(r.gpu_model, r.capacity_type)]
+                )
+    assert {k: Decimal(v["gpuCost"]) for k, v in by_team.items()} == {
+        k: rounded(v) for k, v in expected_team_cost.items()
+    }
+
+
+def _share(history: History) -> Fraction:
+    from tests.billing.conftest import share_of
+
+    return share_of(history.job)
+
+
+@pytest.mark.django_db
+def test_tenants_see_only_their_own_teams_and_admins_see_all(world, api):
+    run_job(world, team="vision", gpu=1, runs=[Run(utc(2026, 10, 3), utc(2026, 10, 3, 2))])
+    run_job(world, team="nlp", gpu=2, runs=[Run(utc(2026, 10, 3), utc(2026, 10, 3, 1))])
+    metering_run()
+    assert set(get_json(api("alice"), window=OCTOBER)["totals"]) == {"team-vision"}
+    assert set(get_json(api("bob"), window=OCTOBER)["totals"]) == {"team-nlp"}
+    assert set(get_json(api("carol"), window=OCTOBER)["totals"]) == {"team-vision", "team-nlp"}
+    admin = get_json(api("admin"), window=OCTOBER, idle="false")["totals"]
+    assert {k: Decimal(v["gpuHours"]) for k, v in admin.items()} == {"team-vision": 2, "team-nlp": 2}
+    # A tenant's job aggregate leaks no other team's jobs either.
+    assert len(get_json(api("bob"), window=OCTOBER, aggregate="job")["totals"]) == 1
+
+
+@pytest.mark.django_db
+def test_anonymous_requests_are_refused(client):
+    assert client.get("/api/v1/cost/allocation").status_code in (401, 403)
+
+
+@pytest.mark.django_db
+def test_bad_parameters_answer_400_with_the_reason(world, api):
+    response = api("alice").get("/api/v1/cost/allocation", {"window": "7d", "step": "90m"})
+    assert response.status_code == 400
+    assert "whole hours" in response.content.decode()
+    response = api("alice").get("/api/v1/cost/allocation", {"aggregate": "pod"})
+    assert response.status_code == 400
+
+
+@pytest.mark.django_db
+def test_idle_is_capacity_not_allocated_shown_or_shared(world, api):
+    # Recorded capacity: 16 A100 on-demand and 4 T4 spot from Oct 1st on (the world's simulated nodes).
+    from scheduling.adapters.simulated import SimulatedCluster
+
+    capacity_record(now=OCT_START, backend=SimulatedCluster())
+    run_job(world, team="vision", gpu=4, runs=[Run(utc(2026, 10, 2, 10), utc(2026, 10, 2, 12))])
+    run_job(world, team="nlp", gpu=4, runs=[Run(utc(2026, 10, 2, 10), utc(2026, 10, 2, 11))])
+    metering_run()
+    window = "2026-10-02T10:00:00Z,2026-10-02T12:00:00Z"
+    body = get_json(api("admin"), window=window, step="1h", idle="true")
+    idle = body["totals"]["__idle__"]
+    # A100: 16 × 2 h − (8 + 4) = 20 GPU-hours idle; T4: 4 × 2 = 8.
+    assert Decimal(idle["gpuHours"]) == 28
+    a100 = PriceBookEntry.objects.get(resource="gpu", gpu_model="A100-80GB", capacity_type="on-demand").usd_per_hour
+    t4 = PriceBookEntry.objects.get(resource="gpu", gpu_model="T4", capacity_type="spot").usd_per_hour
+    assert Decimal(idle["gpuCost"]) == 20 * a100 + 8 * t4
+    first_hour = body["data"][0]["__idle__"]
+    assert Decimal(first_hour["gpuHours"]) == 8 + 4  # 16 − 8 A100 + 4 T4
+
+    shared = get_json(api("admin"), window=window, step="1h", shareIdle="true")["totals"]
+    assert "__idle__" not in shared
+    # Hour 1: 8 idle A100 shared 4:4; hour 2: 12 idle A100 all to vision. T4 idle has no users to share it.
+    assert Decimal(shared["team-vision"]["sharedIdleCost"]) == (4 + 12) * a100
+    assert Decimal(shared["team-nlp"]["sharedIdleCost"]) == 4 * a100
+    vision = shared["team-vision"]
+    assert Decimal(vision["totalCost"]) == Decimal(vision["gpuCost"]) + Decimal(vision["cpuCost"]) + Decimal(
+        vision["ramCost"]
+    ) + Decimal(vision["sharedIdleCost"])
+    # Tenants never see the cluster's idle group.
+    assert "__idle__" not in get_json(api("alice"), window=window, idle="true")["totals"]
+
+
+@pytest.mark.django_db
+def test_a_price_change_never_rewrites_the_past(world, api):
+    run_job(world, gpu=1, runs=[Run(utc(2026, 10, 2), utc(2026, 10, 2, 10))])
+    metering_run()
+    window = "2026-10-01T00:00:00Z,2026-10-03T00:00:00Z"
+    before = get_json(api("admin"), window=window, idle="false")["totals"]["team-vision"]["gpuCost"]
+    PriceBookEntry.objects.create(
+        resource="gpu", gpu_model="A100-80GB", capacity_type="on-demand",
+        effective_from=utc(2026, 10, 2, 5), usd_per_hour=Decimal("100"),
+    )  # fmt: skip
+    after = get_json(api("admin"), window=window, idle="false")["totals"]["team-vision"]["gpuCost"]
+    old = PriceBookEntry.objects.filter(gpu_model="A100-80GB", capacity_type="on-demand").order_by("effective_from")[0]
+    assert Decimal(before) == 10 * old.usd_per_hour
+    assert Decimal(after) == 5 * old.usd_per_hour + 5 * 100  # the new price from 05:00 only
+
+
+@pytest.mark.django_db
+def test_label_queue_and_capacity_type_aggregates(world, api):
+    run_job(world, gpu=1, runs=[Run(utc(2026, 10, 2), utc(2026, 10, 2, 1), "A100-80GB", "spot")])
+    metering_run()
+    admin = api("admin")
+    assert set(get_json(admin, window=OCTOBER, aggregate="label:owner", idle="false")["totals"]) == {"alice"}
+    assert set(get_json(admin, window=OCTOBER, aggregate="label:missing", idle="false")["totals"]) == {
+        "__unallocated__"
+    }
+    assert set(get_json(admin, window=OCTOBER, aggregate="queue", idle="false")["totals"]) == {"team-vision/default"}
+    assert set(get_json(admin, window=OCTOBER, aggregate="capacity_type", idle="false")["totals"]) == {"spot"}
+
+
+@pytest.mark.django_db
+def test_the_allocation_as_csv(world, api):
+    run_job(world, gpu=0, gpu_milli=500, runs=[Run(utc(2026, 10, 2), utc(2026, 10, 2, 4))])
+    metering_run()
+    for response in (
+        api("alice").get("/api/v1/cost/allocation", {"window": OCTOBER, "step": "1d", "format": "csv"}),
+        api("alice").get("/api/v1/cost/allocation.csv", {"window": OCTOBER, "step": "1d"}),
+    ):
+        assert response.status_code == 200
+        assert response["Content-Type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+        assert [(r["window_start"], r["name"], r["gpu_hours"]) for r in rows] == [
+            ("2026-10-02T00:00:00Z", "team-vision", "2.0")
+        ]
+
+
+@pytest.mark.django_db
+def test_running_jobs_count_up_to_now(world, api):
+    from django.utils import timezone
+
+    now = timezone.now()
+    run_job(world, gpu=2, runs=[Run(now - timedelta(hours=3), None)])
+    body = get_json(api("alice"), window="1d", idle="false")
+    hours = Decimal(body["totals"]["team-vision"]["gpuHours"])
+    assert Decimal(6) <= hours < Decimal("6.01")
