@@ -3,6 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from portal.api import views
 
+app_name = "api"
 router = DefaultRouter()
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("teams", views.TeamViewSet, basename="team")

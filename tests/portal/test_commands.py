@@ -1,0 +1,67 @@
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from rest_framework.test import APIClient
+
+from portal.jobs.models import Job
+from scheduling.management.commands.schedule_snapshot import schedule_file
+from scheduling.models import SimNode
+
+pytestmark = pytest.mark.django_db
+
+
+def test_seed_demo_loads_the_demo_and_a_second_run_changes_nothing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    call_command("seed_demo", stdout=StringIO())
+    models = set(SimNode.objects.exclude(gpu_model=None).values_list("gpu_model__name", flat=True))
+    assert models == {"H100-80GB", "A100-80GB", "A10", "T4"}
+    states = set(Job.objects.values_list("state", flat=True))
+    assert {"Succeeded", "Admitted", "Pending"} <= states
+    before = (sorted(Job.objects.values_list("id", flat=True)), sorted(SimNode.objects.values_list("name", flat=True)))
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    assert "0 sample jobs created" in out.getvalue()
+    after = (sorted(Job.objects.values_list("id", flat=True)), sorted(SimNode.objects.values_list("name", flat=True)))
+    assert after == before
+    client = APIClient()
+    assert client.login(username="alice", password="demo")
+    assert client.get("/api/v1/jobs/?team=vision").json()["count"] > 0
+
+
+def test_issue_token_prints_a_working_token(world):
+    out = StringIO()
+    call_command("issue_token", "alice", stdout=out)
+    token = out.getvalue().strip()
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/api/v1/jobs/").status_code == 200
+    again = StringIO()
+    call_command("issue_token", "alice", stdout=again)
+    assert again.getvalue().strip() == token
+    with pytest.raises(CommandError, match="no user named 'mallory'"):
+        call_command("issue_token", "mallory")
+
+
+def test_dump_snapshot_reproduces_the_next_cycle_offline(world, tmp_path):
+    for _ in range(3):
+        world.submit(gpu=8, allowed_gpu_models=(world.models["A100-80GB"],))
+    world.submit("nlp", gpu=0, gpu_milli=250, allowed_gpu_models=(world.models["T4"],))
+    path = tmp_path / "snap.json"
+    call_command("dump_snapshot", str(path), stderr=StringIO())
+    data = json.loads(path.read_text())
+    assert len(data["nodes"]) == 3
+    plan = schedule_file(path)
+    admitted = sorted(a["workload_id"] for a in plan["admissions"])
+    assert len(admitted) == 3
+
+    from django.utils import timezone
+
+    from scheduling.adapters.simulated import SimulatedCluster
+    from scheduling.services import cycle_run
+
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    live = sorted(str(pk) for pk in Job.objects.filter(state="Admitted").values_list("pk", flat=True))
+    assert live == admitted
