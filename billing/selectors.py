@@ -392,6 +392,7 @@ class JobEfficiency:
     gpu_util_pct: float | None
     fb_used_mib: float | None
     recommendation: str
+    gpu_usage: int = 0  # exact weight (1/7000 GPU-µs) of the measured utilization
 
 
 def job_efficiency_list(*, teams, since: datetime, limit: int = 200) -> list[JobEfficiency]:
@@ -430,6 +431,7 @@ def job_efficiency_list(*, teams, since: datetime, limit: int = 200) -> list[Job
                 recommendation=pricing.recommendation(
                     util_pct=util, gpus_per_replica=job.gpu_share_per_replica, mig_profile=job.mig_profile
                 ),
+                gpu_usage=util_usage,
             )
         )
     out.sort(key=lambda e: (e.gpu_util_pct if e.gpu_util_pct is not None else 101, -e.gpu_hours, e.job_id))
@@ -451,8 +453,8 @@ def team_efficiency_list(*, jobs: list[JobEfficiency]) -> list[TeamEfficiency]:
     out = []
     for team, team_jobs in sorted(by_team.items()):
         measured = [j for j in team_jobs if j.gpu_util_pct is not None]
-        weight = sum(float(j.gpu_hours) for j in measured)
-        util = sum(j.gpu_util_pct * float(j.gpu_hours) for j in measured) / weight if weight else None
+        weight = sum(j.gpu_usage for j in measured)
+        util = sum(j.gpu_util_pct * j.gpu_usage for j in measured) / weight if weight else None
         low = sum(1 for j in measured if j.gpu_util_pct < pricing.LOW_UTILIZATION_PCT)
         high = sum(1 for j in measured if j.gpu_util_pct > pricing.HIGH_UTILIZATION_PCT)
         out.append(
