@@ -93,7 +93,13 @@ class FakeKubeApi:
             def do_DELETE(self) -> None:
                 api.handle(self, "DELETE")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address) -> None:
+                pass  # clients dropping connections (timeouts, closed watches) are expected here
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

@@ -155,7 +155,9 @@ def test_every_pod_the_portal_builds_meets_the_restricted_profile():
         (lambda s: s.update(volumes=[{"name": "root", "hostPath": {"path": "/"}}]), "uses hostPath"),
         (lambda s: s["containers"][0]["securityContext"].update(privileged=True), "is privileged"),
         (
-            lambda s: s["containers"][0]["securityContext"].update(capabilities={"add": ["SYS_ADMIN"], "drop": ["ALL"]}),
+            lambda s: s["containers"][0]["securityContext"].update(
+                capabilities={"add": ["SYS_ADMIN"], "drop": ["ALL"]}
+            ),
             "adds capability SYS_ADMIN",
         ),
         (lambda s: s["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True), "PrivilegeEscalation"),
