@@ -93,6 +93,7 @@ class TypicalPod:
     gpu_count: int
     allowed_models: tuple[str, ...]
     frequency: float  # 0..1, sums to 1 over the list
+    memory_mib: int = 0  # 0 = memory not part of the shape (FGD's table ignores memory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +133,7 @@ class NodeArrays:
         return cls(
             names=tuple(r[0] for r in rows),
             models=models,
-            model_ids=np.array(
-                [index.get(m, -1) if m and g > 0 else -1 for _, m, g, _, _ in rows], dtype=np.int64
-            ),
+            model_ids=np.array([index.get(m, -1) if m and g > 0 else -1 for _, m, g, _, _ in rows], dtype=np.int64),
             gpu_count=np.array([r[2] for r in rows], dtype=np.int64),
             cpu_milli=np.array([r[3] for r in rows], dtype=np.int64),
             memory_mib=np.array([r[4] for r in rows], dtype=np.int64),
@@ -165,48 +164,49 @@ def typical_pods(
     and the most popular are kept until their cumulative count reaches ``popularity`` of the total;
     the kept frequencies are renormalised to sum to 1.
     """
-    counts: dict[tuple[int, int, int, tuple[str, ...]], float] = {}
+    counts: dict[tuple[int, int, int, tuple[str, ...], int], float] = {}
     total = 0.0
-    for cpu, milli, num, models in requests:
+    for request in requests:
+        cpu, milli, num, models = request[:4]
+        memory = int(request[4]) if len(request) > 4 else 0  # type: ignore[misc]
         if not include_cpu_pods and num == 0:
             continue
         weight = 1.0 + num * gpu_weight if gpu_weight > 0 and milli == MILLI else 1.0
-        key = (int(cpu), int(milli), int(num), tuple(models))
+        key = (int(cpu), int(milli), int(num), tuple(models), memory)
         counts[key] = counts.get(key, 0.0) + weight
         total += weight
     if not counts:
         return ()
     # Go: sort.Reverse on (count, then cpu, milli, num, model string) ascending.
-    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1], kv[0][2], "|".join(kv[0][3])))
+    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1], kv[0][2], "|".join(kv[0][3]), kv[0][4]))
     ordered.reverse()
     expected = popularity * total
-    kept: list[tuple[tuple[int, int, int, tuple[str, ...]], float]] = []
+    kept: list[tuple[tuple[int, int, int, tuple[str, ...], int], float]] = []
     cum = 0.0
     for key, cnt in ordered:
         if cum >= expected:
             break
         kept.append((key, cnt))
         cum += cnt
-    return tuple(TypicalPod(k[0], k[1], k[2], k[3], cnt / cum) for k, cnt in kept)
+    return tuple(TypicalPod(k[0], k[1], k[2], k[3], cnt / cum, k[4]) for k, cnt in kept)
 
 
 @dataclass(slots=True)
 class _TypicalArrays:
     cpu: np.ndarray  # (T,)
+    mem: np.ndarray  # (T,) memory MiB, all 0 when memory is not part of the table
     milli: np.ndarray  # (T,) > 0 (GPU typical pods only)
     num: np.ndarray  # (T,)
     freq: np.ndarray  # (T,)
     access: np.ndarray  # (M + 1, T) bool; row M is the CPU-only node
     cpu_only_freq: float  # total frequency of CPU-only typical pods: always count the whole free GPU
+    uses_memory: bool = False
 
     @classmethod
-    def build(
-        cls, typical: Sequence[TypicalPod], models: tuple[str, ...], demand_weighted: bool
-    ) -> _TypicalArrays:
+    def build(cls, typical: Sequence[TypicalPod], models: tuple[str, ...], demand_weighted: bool) -> _TypicalArrays:
         gpu = [t for t in typical if t.gpu_milli > 0]
         weights = {
-            id(t): t.frequency * (t.gpu_milli * t.gpu_count / MILLI if demand_weighted else 1.0)
-            for t in typical
+            id(t): t.frequency * (t.gpu_milli * t.gpu_count / MILLI if demand_weighted else 1.0) for t in typical
         }
         if demand_weighted:
             # CPU-only pods strand no GPU: weight them like a small share so they still count a little.
@@ -223,15 +223,19 @@ class _TypicalArrays:
                 access[len(models), j] = False
         return cls(
             cpu=np.array([t.cpu_milli for t in gpu], dtype=np.int64),
+            mem=np.array([t.memory_mib for t in gpu], dtype=np.int64),
             milli=np.array([t.gpu_milli for t in gpu], dtype=np.int64),
             num=np.array([t.gpu_count for t in gpu], dtype=np.int64),
             freq=np.array([weights[id(t)] for t in gpu], dtype=np.float64),
             access=access,
             cpu_only_freq=float(sum(weights[id(t)] for t in typical if t.gpu_milli == 0)),
+            uses_memory=any(t.memory_mib > 0 for t in gpu),
         )
 
 
-def _frag_milli(cpu: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: _TypicalArrays) -> np.ndarray:
+def _frag_milli(
+    cpu: np.ndarray, mem: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: _TypicalArrays
+) -> np.ndarray:
     """Expected fragmented GPU milli of each candidate node state (FGD's ``FragAmountSumExceptQ3``).
 
     ``cpu`` (C,), ``gpu`` (C, D) with -1 padding, ``model_row`` (C,) row index into ``tp.access``.
@@ -244,6 +248,8 @@ def _frag_milli(cpu: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: _Ty
     fits = gpu[:, :, None] >= tp.milli[None, None, :]  # (C, D, T)
     satisfied = (fits.sum(axis=1) >= tp.num[None, :]) & (cpu[:, None] >= tp.cpu[None, :])
     satisfied &= tp.access[model_row]
+    if tp.uses_memory:
+        satisfied &= mem[:, None] >= tp.mem[None, :]
     small = np.einsum("cd,cdt->ct", free.astype(np.float64), ~fits)  # free milli on too-small devices
     per_type = np.where(satisfied, small, total[:, None])
     return out + per_type @ tp.freq
@@ -279,6 +285,7 @@ class Placer:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     node_rank: np.ndarray | None = None  # (N,) tie-break order, lowest wins; None = uniform random
     tuning: PortalTuning = field(default_factory=PortalTuning)
+    target: Sequence[TypicalPod] = ()  # portal's target workload (default: ``typical``)
     cpu_free_milli: np.ndarray = field(init=False)
     memory_free_mib: np.ndarray = field(init=False)
     gpu_free_milli: np.ndarray = field(init=False)
@@ -291,14 +298,13 @@ class Placer:
     _metric_node: np.ndarray = field(init=False)  # (N,) fragmentation per node, kept current
     _metric_total: float = field(init=False)
     _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
+    _tp_memory: bool = field(init=False)
     _score_caches: dict[tuple[int, int, int], _ScoreCache] = field(init=False)
     _model_masks: dict[tuple[str, ...], np.ndarray] = field(init=False)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(
-                f"unknown placement policy {self.policy!r}; expected one of {', '.join(POLICIES)}"
-            )
+            raise ValueError(f"unknown placement policy {self.policy!r}; expected one of {', '.join(POLICIES)}")
         n, d = len(self.nodes), self.nodes.max_gpus
         self.cpu_free_milli = self.nodes.cpu_milli.astype(np.int64).copy()
         self.memory_free_mib = self.nodes.memory_mib.astype(np.int64).copy()
@@ -317,17 +323,18 @@ class Placer:
         if self.typical:
             self._metric_tp = _TypicalArrays.build(self.typical, self.nodes.models, demand_weighted=False)
             self._metric_node = _frag_milli(
-                self.cpu_free_milli, self.gpu_free_milli, self._model_row, self._metric_tp
+                self.cpu_free_milli, self.memory_free_mib, self.gpu_free_milli, self._model_row, self._metric_tp
             )
             self._metric_total = float(self._metric_node.sum())
             if self.policy == "fgd":
                 self._tp = self._metric_tp
             elif self.policy == "portal":
                 self._tp = _TypicalArrays.build(
-                    self.typical, self.nodes.models, demand_weighted=self.tuning.demand_weighted
+                    self.target or self.typical, self.nodes.models, demand_weighted=self.tuning.demand_weighted
                 )
             if self._tp is not None:
                 self._frag_cache = _new_cache(n)
+        self._tp_memory = self._tp is not None and self._tp.uses_memory
         if self.policy in ("fgd", "portal") and not self.typical:
             raise ValueError(f"policy {self.policy!r} needs the typical pods (see typical_pods())")
 
@@ -417,7 +424,11 @@ class Placer:
             row = slice(n, n + 1)
             value = float(
                 _frag_milli(
-                    self.cpu_free_milli[row], self.gpu_free_milli[row], self._model_row[row], self._metric_tp
+                    self.cpu_free_milli[row],
+                    self.memory_free_mib[row],
+                    self.gpu_free_milli[row],
+                    self._model_row[row],
+                    self._metric_tp,
                 )[0]
             )
             self._metric_total += value - self._metric_node[n]
@@ -462,14 +473,18 @@ class Placer:
         stale = idx[cache.version[idx] != self._version[idx]]
         if stale.size:
             cache.score[stale] = _frag_milli(
-                self.cpu_free_milli[stale], self.gpu_free_milli[stale], self._model_row[stale], tp
+                self.cpu_free_milli[stale],
+                self.memory_free_mib[stale],
+                self.gpu_free_milli[stale],
+                self._model_row[stale],
+                tp,
             )
             cache.version[stale] = self._version[stale]
         return cache.score[idx]
 
     def _frag_scores(self, pod: PodRequest, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """FGD/portal score of each feasible node (and the device for sharing pods), cached per shape."""
-        key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count, pod.memory_mib if self._tp_memory else 0)
         cache = self._score_caches.get(key)
         n = len(self.nodes)
         if cache is None:
@@ -492,6 +507,7 @@ class Placer:
         assert tp is not None
         before = self._node_frag(idx)
         cpu = self.cpu_free_milli[idx] - pod.cpu_milli
+        mem = self.memory_free_mib[idx] - pod.memory_mib
         gpu = self.gpu_free_milli[idx]
         rows = self._model_row[idx]
         k, d = gpu.shape
@@ -500,9 +516,9 @@ class Placer:
             diag = np.arange(d)
             cand[:, diag, diag] -= pod.gpu_milli
             valid = gpu >= pod.gpu_milli  # (k, d)
-            after = _frag_milli(np.repeat(cpu, d), cand.reshape(k * d, d), np.repeat(rows, d), tp).reshape(
-                k, d
-            )
+            after = _frag_milli(
+                np.repeat(cpu, d), np.repeat(mem, d), cand.reshape(k * d, d), np.repeat(rows, d), tp
+            ).reshape(k, d)
             delta = before[:, None] - after
             if fgd:
                 delta = _sigmoid_score(delta)
@@ -513,7 +529,7 @@ class Placer:
             whole = gpu >= MILLI
             take = whole & (np.cumsum(whole, axis=1) <= pod.gpu_count)
             gpu = gpu - take * pod.gpu_milli
-        delta = before - _frag_milli(cpu, gpu, rows, tp)
+        delta = before - _frag_milli(cpu, mem, gpu, rows, tp)
         return (_sigmoid_score(delta) if fgd else delta), np.zeros(k, dtype=np.int64)
 
     # ---------------------------------------------------------------------------------- baselines
@@ -528,10 +544,7 @@ class Placer:
             ) * (req_gpu / MAX_SPEC_GPU_MILLI)
             return np.floor(MAX_NODE_SCORE * (1.0 - dot / 2.0))
         if self.policy == "bestfit":
-            left = (
-                0.5 * (cpu - pod.cpu_milli) / MAX_SPEC_CPU_MILLI
-                + 0.5 * (free_total - req_gpu) / MAX_SPEC_GPU_MILLI
-            )
+            left = 0.5 * (cpu - pod.cpu_milli) / MAX_SPEC_CPU_MILLI + 0.5 * (free_total - req_gpu) / MAX_SPEC_GPU_MILLI
             return np.floor((1.0 - left) * MAX_NODE_SCORE)
         if self.policy == "clustering":
             if pod.gpu_count == 0:
@@ -568,12 +581,17 @@ class Placer:
 
 
 def fragmentation_milli(
-    nodes: NodeArrays, gpu_free_milli: np.ndarray, cpu_free_milli: np.ndarray, typical: Sequence[TypicalPod]
+    nodes: NodeArrays,
+    gpu_free_milli: np.ndarray,
+    cpu_free_milli: np.ndarray,
+    typical: Sequence[TypicalPod],
+    memory_free_mib: np.ndarray | None = None,
 ) -> float:
     """Cluster fragmentation (milli-GPU) of a given free-capacity state, w.r.t. ``typical``."""
     tp = _TypicalArrays.build(typical, nodes.models, demand_weighted=False)
     rows = np.where(nodes.model_ids >= 0, nodes.model_ids, len(nodes.models))
-    return float(_frag_milli(cpu_free_milli, gpu_free_milli, rows, tp).sum())
+    mem = nodes.memory_mib if memory_free_mib is None else memory_free_mib
+    return float(_frag_milli(cpu_free_milli, mem, gpu_free_milli, rows, tp).sum())
 
 
 def sigmoid(x: float) -> float:
