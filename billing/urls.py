@@ -2,10 +2,13 @@
 
 from django.urls import path
 
-from billing import api
+from billing import api, views
 
 app_name = "billing"
 urlpatterns = [
+    path("cost/", views.cost_dashboard, name="cost-dashboard"),
+    path("cost/invoice/<slug:slug>/<int:year>-<int:month>/", views.invoice, name="invoice"),
+    path("cost/invoice/<slug:slug>/<int:year>-<int:month>.csv", views.invoice_csv, name="invoice-csv"),
     path("api/v1/cost/allocation", api.CostAllocationView.as_view(), name="api-cost-allocation"),
     path(
         "api/v1/cost/allocation.csv",
