@@ -34,14 +34,15 @@ PLACES = 6
 
 CAPACITY_TYPES = ("on-demand", "spot", "reserved")
 
-# Public list prices (USD per hour, on-demand), late 2025: AWS p5/p4de/g5/g4dn, GCP a3/a2, Azure ND.
-# Per GPU: H100 ~$10-12, A100-80GB ~$4, A100-40GB ~$3.4, L40S ~$1.9, A10 ~$1.0, T4 ~$0.53.
+# Public list prices per GPU-hour, on-demand (hyperscaler GPU instances divided by their GPU count,
+# rounded): H100 $10-12 (AWS p5, Azure ND H100 v5), A100-80GB ~$3.7 and A100-40GB ~$3.1 (GCP a2),
+# L40S ~$1.9, A10 ~$1.0 (AWS g5), T4 ~$0.53 (AWS g4dn). Admins edit them in the admin.
 # Spot is taken at 40 % of on-demand and 1-year reserved at 65 % (issue 6: 30-50 % and 60-70 %).
 ON_DEMAND_GPU_USD = {
     "H100-80GB": Decimal("11.00"),
     "H200-141GB": Decimal("13.00"),
-    "A100-80GB": Decimal("4.10"),
-    "A100-40GB": Decimal("3.40"),
+    "A100-80GB": Decimal("3.67"),
+    "A100-40GB": Decimal("3.06"),
     "L40S": Decimal("1.90"),
     "A10": Decimal("1.00"),
     "T4": Decimal("0.53"),
