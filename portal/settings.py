@@ -15,14 +15,9 @@ from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_s
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "insecure-dev-key-change-me" if DEBUG else "")
-if not SECRET_KEY:
-    # Only a development default when DEBUG is on; production must configure a real key.
-    SECRET_KEY = "insecure-dev-key-change-me"
-    if not env_bool("ALLOW_INSECURE_SECRET_KEY", True):
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured("SECRET_KEY must be set")
+# The development default carries Django's "django-insecure-" prefix, so `manage.py check --deploy`
+# flags it; docker-compose refuses to start without a real SECRET_KEY.
+SECRET_KEY = env_str("SECRET_KEY", "") or "django-insecure-gpu-portal-development-key-change-me"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -190,6 +185,9 @@ CELERY_BEAT_SCHEDULE["sweeper"] = {
     "schedule": SWEEP_INTERVAL_S,
     "kwargs": {"periodic": True},
 }
+# /metrics: empty token = open (scrape inside the cluster); admission waits counted over this window.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+METRICS_WAIT_WINDOW_S = env_float("METRICS_WAIT_WINDOW_S", 86400.0)
 
 # --- Billing (issue 6: cost allocation, efficiency, budgets) -------------------------------------
 # Prometheus with the DCGM exporter's series; empty = utilization from the simulated cluster.
