@@ -279,7 +279,7 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> p
     else:
         running_all = []
     idle_rows: list[pricing.IdleRow] = []
-    if query.show_idle or share_idle:
+    if share_idle or (query.show_idle and query.team_ids is None):
         idle_rows = _idle_rows(query, prices, running_all)
     windows = pricing.step_windows(query.start, query.end, query.step_hours)
     return pricing.allocation_assemble(

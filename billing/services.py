@@ -27,7 +27,8 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing import pricing
@@ -147,11 +148,23 @@ def metering_lock() -> Iterator[None]:
 
 
 def _jobs_to_meter(job_ids: list[int] | None):
-    """Jobs with more Running intervals than usage records (an open interval of a Running job aside)."""
-    jobs = Job.objects.annotate(
-        runs=Count("transitions", filter=Q(transitions__to_state=JobState.RUNNING), distinct=True),
-        metered=Count("usage_records", distinct=True),
-    ).filter(Q(runs__gt=F("metered") + 1) | (Q(runs__gt=F("metered")) & ~Q(state=JobState.RUNNING)))
+    """Jobs with more Running intervals than usage records (an open interval of a Running job aside).
+
+    Counted with correlated subqueries (not joins) so a job's transitions and records are not
+    multiplied together, and only jobs that ever ran are looked at.
+    """
+    runs = (
+        JobTransition.objects.filter(job=OuterRef("pk"), to_state=JobState.RUNNING)
+        .values("job")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    metered = UsageRecord.objects.filter(job=OuterRef("pk")).values("job").annotate(n=Count("pk")).values("n")
+    jobs = (
+        Job.objects.filter(pk__in=JobTransition.objects.filter(to_state=JobState.RUNNING).values("job_id"))
+        .annotate(runs=Coalesce(Subquery(runs), 0), metered=Coalesce(Subquery(metered), 0))
+        .filter(Q(runs__gt=F("metered") + 1) | (Q(runs__gt=F("metered")) & ~Q(state=JobState.RUNNING)))
+    )
     if job_ids is not None:
         jobs = jobs.filter(pk__in=job_ids)
     return jobs.select_related("team", "local_queue__cluster_queue", "priority_class", "owner")
