@@ -1,4 +1,8 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from scheduling.metrics import metrics_view
 
 app_name = "scheduling"
-urlpatterns: list = []
+urlpatterns = [
+    path("metrics", metrics_view, name="metrics"),
+]

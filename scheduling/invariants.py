@@ -1,0 +1,297 @@
+"""The portal's invariants, checked on any database and cluster (``manage.py audit``).
+
+Steps:
+1. Placements: only admitted or running jobs hold them, each holds between its gang size and its
+   replica count, every one is on a node the cluster has.
+2. Capacity, per node: CPU and memory of placements plus foreign pods within allocatable; per
+   device: shares of whole/fractional placements at most 1000 milli, MIG slices not overlapping and
+   within 7 compute slices, no device split both ways, no index beyond the node's devices.
+3. Quota, per ClusterQueue and resource, charged as the engine charges: without a cohort within the
+   nominal quota; in a cohort within nominal plus borrowing limit, and the cohort's lendable pool not
+   overdrawn.
+4. History: every job's transitions chain from Pending, each legal, ending in its current state;
+   admissions equal the attempt counter; at most one start per attempt; nothing after a final state.
+5. Cluster (when the backend lists pods): no portal pod without an active job attempt, no running
+   job without its pods, no admitted job left without pods, no replica running in two attempts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from portal.jobs.models import Job, JobTransition, ReplicaPlacement
+from portal.jobs.states import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, JobState
+from scheduling.adapters import orm
+from scheduling.adapters.backends import ClusterBackend
+from scheduling.engine.mig import COMPUTE_SLICES, default_device_memory_gib, mig_geometry
+from scheduling.engine.model import GpuNode
+from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
+
+FULL = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    check: str  # placement | capacity | quota | history | cluster
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.check}] {self.message}"
+
+
+def _device_memory(node: GpuNode, model_memory: dict[str, int]) -> int:
+    model = node.gpu_model or ""
+    return node.gpu_memory_gib or model_memory.get(model, 0) or default_device_memory_gib(model)
+
+
+def placement_findings(nodes: dict[str, GpuNode] | None) -> list[Finding]:
+    out: list[Finding] = []
+    jobs = {
+        row[0]: row
+        for row in Job.objects.filter(state__in=ACTIVE_STATES).values_list("id", "state", "replicas", "min_available")
+    }
+    counts: Counter[int] = Counter()
+    for job_id, state, node in ReplicaPlacement.objects.values_list("job_id", "job__state", "node"):
+        counts[job_id] += 1
+        if state not in ACTIVE_STATES:
+            out.append(Finding("placement", f"job {job_id} is {state} but still holds a placement on {node}"))
+        elif nodes is not None and node not in nodes:
+            out.append(Finding("placement", f"job {job_id} is placed on {node}, which the cluster does not have"))
+    for job_id, (_, state, replicas, min_available) in jobs.items():
+        gang = min_available or replicas
+        if not gang <= counts[job_id] <= replicas:
+            out.append(
+                Finding(
+                    "placement", f"{state} job {job_id} holds {counts[job_id]} placements (gang {gang}, {replicas})"
+                )
+            )
+    return out
+
+
+def capacity_findings(snapshot) -> list[Finding]:
+    out: list[Finding] = []
+    nodes = {n.name: n for n in snapshot.nodes}
+    model_memory = dict(snapshot.gpu_memory_gib)
+    cpu: Counter[str] = Counter()
+    memory: Counter[str] = Counter()
+    shares: dict[tuple[str, int], int] = defaultdict(int)
+    mig_masks: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
+    compute: Counter[tuple[str, int]] = Counter()
+    holders: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for usage in snapshot.foreign:
+        cpu[usage.node] += usage.cpu_milli
+        memory[usage.node] += usage.memory_mib
+        for index in usage.gpu_indices:
+            shares[(usage.node, index)] += usage.gpu_milli
+            holders[(usage.node, index)].add("a foreign pod")
+    for workload in snapshot.workloads:
+        for p in workload.placements:
+            node = nodes.get(p.node)
+            cpu[p.node] += p.cpu_milli
+            memory[p.node] += p.memory_mib
+            for index in p.gpu_indices:
+                device = (p.node, index)
+                holders[device].add(f"job {workload.id}")
+                if node is not None and index >= node.gpu_count:
+                    out.append(
+                        Finding(
+                            "capacity", f"job {workload.id} uses device {index} of {p.node}, which has {node.gpu_count}"
+                        )
+                    )
+                if p.mig_profile:
+                    geometry = mig_geometry(p.mig_profile, _device_memory(node, model_memory)) if node else None
+                    if geometry is None:
+                        out.append(
+                            Finding("capacity", f"job {workload.id}: MIG {p.mig_profile} cannot exist on {p.node}")
+                        )
+                        continue
+                    mig_masks[device].append((geometry.mask_at(p.mig_slot or 0), workload.id))
+                    compute[device] += geometry.compute
+                else:
+                    shares[device] += p.gpu_milli
+    for name, node in nodes.items():
+        if cpu[name] > node.cpu_milli:
+            out.append(Finding("capacity", f"{name}: CPU over-committed, {cpu[name]}m of {node.cpu_milli}m"))
+        if memory[name] > node.memory_mib:
+            out.append(Finding("capacity", f"{name}: memory over-committed, {memory[name]} MiB of {node.memory_mib}"))
+    for device, milli in sorted(shares.items()):
+        if milli > FULL:
+            who = ", ".join(sorted(holders[device]))
+            out.append(Finding("capacity", f"{device[0]} GPU {device[1]} over-committed: {milli}/1000 milli ({who})"))
+        if milli and mig_masks.get(device):
+            out.append(Finding("capacity", f"{device[0]} GPU {device[1]} is used both whole/shared and as MIG slices"))
+    for device, masks in sorted(mig_masks.items()):
+        seen = 0
+        for mask, owner in masks:
+            if seen & mask:
+                out.append(
+                    Finding("capacity", f"{device[0]} GPU {device[1]}: MIG slice of job {owner} overlaps another")
+                )
+            seen |= mask
+        if compute[device] > COMPUTE_SLICES:
+            out.append(Finding("capacity", f"{device[0]} GPU {device[1]}: {compute[device]} MIG compute slices of 7"))
+    return out
+
+
+def quota_findings(snapshot) -> list[Finding]:
+    book = QuotaBook(snapshot.cluster_queues)
+    cq_of = {lq.name: lq.cluster_queue for lq in snapshot.local_queues}
+    nodes = {n.name: n for n in snapshot.nodes}
+    model_memory = dict(snapshot.gpu_memory_gib)
+    for workload in snapshot.workloads:
+        request: Counter[str] = Counter()
+        for p in workload.placements:
+            request[CPU] += p.cpu_milli
+            request[MEMORY] += p.memory_mib
+            model = workload.gpu_model or (nodes[p.node].gpu_model if p.node in nodes else None)
+            if not p.gpu_indices or not model:
+                continue
+            if p.mig_profile:
+                node = nodes.get(p.node)
+                memory_gib = _device_memory(node, model_memory) if node else default_device_memory_gib(model)
+                geometry = mig_geometry(p.mig_profile, memory_gib)
+                request[gpu_key(model)] += geometry.gpu_milli if geometry else 0
+            else:
+                request[gpu_key(model)] += p.gpu_milli * len(p.gpu_indices)
+        book.add(cq_of.get(workload.local_queue, ""), dict(request))
+    out: list[Finding] = []
+    for cq in snapshot.cluster_queues:
+        for key, limit in sorted(book.limits.get(cq.name, {}).items()):
+            used = book.used(cq.name, key)
+            if not cq.cohort and used > limit.nominal:
+                out.append(Finding("quota", f"{cq.name} uses {used} of {key}, nominal {limit.nominal}"))
+            if cq.cohort:
+                if limit.borrowing_limit is not None and used > limit.nominal + limit.borrowing_limit:
+                    out.append(
+                        Finding(
+                            "quota",
+                            f"{cq.name} uses {used} of {key}, over nominal {limit.nominal} + borrowing "
+                            f"{limit.borrowing_limit}",
+                        )
+                    )
+                if book.pool_free(cq.name, key) < 0:
+                    out.append(Finding("quota", f"cohort {cq.cohort} lent more {key} than it has ({cq.name})"))
+        unlisted = set(book.usage.get(cq.name, {})) - set(book.limits.get(cq.name, {})) - {CPU, MEMORY}
+        out.extend(
+            Finding("quota", f"{cq.name} uses {key} without any quota for it")
+            for key in sorted(unlisted)
+            if book.used(cq.name, key)
+        )
+    return out
+
+
+def history_findings() -> list[Finding]:
+    out: list[Finding] = []
+    jobs = dict(Job.objects.values_list("id", "state"))
+    attempts = dict(Job.objects.values_list("id", "attempt"))
+    chains: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    # Insertion order is the order things happened: cluster timestamps may precede portal ones.
+    for job_id, source, target in JobTransition.objects.order_by("job_id", "id").values_list(
+        "job_id", "from_state", "to_state"
+    ):
+        chains[job_id].append((source, target))
+    for job_id, state in jobs.items():
+        chain = chains.get(job_id, [])
+        if not chain:
+            out.append(Finding("history", f"job {job_id} has no history"))
+            continue
+        if chain[0] != ("", JobState.PENDING):
+            out.append(Finding("history", f"job {job_id} does not start as Pending: {chain[0]}"))
+        previous = chain[0][1]
+        starts_this_attempt = 0
+        admissions = 0
+        for source, target in chain[1:]:
+            if source != previous:
+                out.append(Finding("history", f"job {job_id}: {source} → {target} follows {previous}"))
+            elif target not in TRANSITIONS.get(source, frozenset()):
+                out.append(Finding("history", f"job {job_id}: illegal {source} → {target}"))
+            if target == JobState.ADMITTED:
+                admissions += 1
+                starts_this_attempt = 0
+            if target == JobState.RUNNING:
+                starts_this_attempt += 1
+                if starts_this_attempt > 1:
+                    out.append(Finding("history", f"job {job_id} started twice in attempt {admissions}"))
+            previous = target
+        if previous != state:
+            out.append(Finding("history", f"job {job_id} is {state} but its history ends in {previous}"))
+        finals = [t for _, t in chain if t in FINAL_STATES]
+        if len(finals) > 1:
+            out.append(Finding("history", f"job {job_id} finished {len(finals)} times"))
+        if admissions != attempts[job_id]:
+            out.append(Finding("history", f"job {job_id}: {admissions} admissions but attempt {attempts[job_id]}"))
+    return out
+
+
+def cluster_findings(backend: ClusterBackend, *, now: datetime, admitted_grace_s: float) -> list[Finding]:
+    from scheduling.adapters import k8s_objects as ko
+
+    raw_pods = getattr(backend, "raw_pods", None)
+    if raw_pods is None:
+        return []
+    backend.sync()  # type: ignore[attr-defined]
+    pods = [p for p in raw_pods() if ko.pod_job_attempt(p) is not None]
+    out: list[Finding] = []
+    active = {
+        (job_id, attempt): (state, admitted_at)
+        for job_id, attempt, state, admitted_at in Job.objects.filter(state__in=ACTIVE_STATES).values_list(
+            "id", "attempt", "state", "admitted_at"
+        )
+    }
+    placements = Counter(ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True))
+    by_attempt: Counter[tuple[int, int]] = Counter()
+    live_replicas: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for pod in pods:
+        key = ko.pod_job_attempt(pod)
+        name = f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
+        terminating = bool(pod["metadata"].get("deletionTimestamp"))
+        if key not in active and not terminating:
+            out.append(Finding("cluster", f"pod {name} has no active job attempt (job {key[0]}, attempt {key[1]})"))
+        by_attempt[key] += 1
+        if ko.pod_holds_capacity(pod) and not terminating:
+            replica = pod["metadata"]["labels"].get(ko.LABEL_REPLICA, "")
+            live_replicas[(key[0], replica)].append(name)
+    for (job_id, replica), names in live_replicas.items():
+        if len(names) > 1:
+            out.append(Finding("cluster", f"job {job_id} replica {replica} runs twice: {', '.join(sorted(names))}"))
+    for (job_id, attempt), (state, admitted_at) in active.items():
+        have, want = by_attempt[(job_id, attempt)], placements[job_id]
+        if have >= want:
+            continue
+        young = admitted_at is not None and now - admitted_at < timedelta(seconds=admitted_grace_s)
+        if state == JobState.RUNNING or not young:
+            out.append(Finding("cluster", f"{state} job {job_id} has {have} of its {want} pods"))
+    return out
+
+
+class _NoCluster:
+    """For a database-only audit: no nodes, nothing foreign (quota and history still checked)."""
+
+    name = "none"
+
+    def nodes(self) -> list[GpuNode]:
+        return []
+
+    def foreign_usage(self) -> list:
+        return []
+
+
+def audit_findings(
+    *, backend: ClusterBackend | None, now: datetime | None = None, admitted_grace_s: float = 60.0
+) -> list[Finding]:
+    """Every broken invariant; an empty list means the database (and cluster, given a backend) is sound."""
+    now = now or timezone.now()
+    findings: list[Finding] = []
+    snapshot = orm.snapshot_load(backend=backend or _NoCluster())
+    findings += placement_findings({n.name: n for n in snapshot.nodes} if backend is not None else None)
+    if backend is not None:
+        findings += capacity_findings(snapshot)
+    findings += quota_findings(snapshot)
+    findings += history_findings()
+    if backend is not None:
+        findings += cluster_findings(backend, now=now, admitted_grace_s=admitted_grace_s)
+    return findings

@@ -1,0 +1,155 @@
+"""Prometheus metrics at ``/metrics``, named in Kueue's style (``kueue_*`` → ``portal_*``).
+
+Everything is read from the database at scrape time by one collector, so any number of web and
+worker processes report the same figures without a multiprocess registry:
+
+- ``portal_pending_workloads{cluster_queue, local_queue, reason}``: pending jobs and why they wait;
+- ``portal_admitted_active_workloads{cluster_queue}``: admitted or running jobs;
+- ``portal_admitted_gpus{cluster_queue, local_queue, gpu_model}``: GPUs (shares) those jobs hold;
+- ``portal_admission_wait_time_seconds{cluster_queue}``: histogram of time from (re)queueing to
+  admission, over the admissions of the last ``METRICS_WAIT_WINDOW_S``;
+- ``portal_scheduling_cycle_duration_seconds``: histogram of the recorded cycles' durations, with
+  ``portal_scheduling_cycle_admitted_total`` and ``portal_cluster_gpus``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from portal.jobs.models import Job, JobTransition, ReplicaPlacement
+from portal.jobs.states import ACTIVE_STATES, JobState
+from scheduling.engine.mig import MEMORY_SLICES
+from scheduling.models import CycleRun
+
+WAIT_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+CYCLE_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+def _histogram(name: str, doc: str, labels: list[str], buckets, series: dict[tuple, list[float]]):
+    family = HistogramMetricFamily(name, doc, labels=labels)
+    for key, values in sorted(series.items()):
+        counts = [sum(1 for v in values if v <= bound) for bound in buckets]
+        family.add_metric(
+            list(key),
+            [(str(b), c) for b, c in zip(buckets, counts, strict=True)] + [("+Inf", len(values))],
+            sum(values),
+        )
+    return family
+
+
+def _share(gpu_indices: list, gpu_milli: int, mig_profile: str) -> Decimal:
+    if mig_profile:
+        # The memory share of the device, as the engine charges quota (1g.10gb on 80 GB: 1/8).
+        return Decimal(1) / Decimal(MEMORY_SLICES) * max(1, int(mig_profile.split("g.", 1)[0]))
+    return Decimal(len(gpu_indices) * gpu_milli) / Decimal(1000)
+
+
+class PortalCollector:
+    def collect(self):
+        pending = GaugeMetricFamily(
+            "portal_pending_workloads",
+            "Pending jobs per queue and the kind of reason they wait for.",
+            labels=["cluster_queue", "local_queue", "reason"],
+        )
+        reasons: Counter[tuple[str, str, str]] = Counter()
+        for cq, team, lq, reason in Job.objects.filter(state=JobState.PENDING).values_list(
+            "local_queue__cluster_queue__name", "local_queue__team__slug", "local_queue__name", "pending_reason"
+        ):
+            kind = (reason or {}).get("kind") or "not_yet_considered"
+            reasons[(cq, f"{team}/{lq}", kind)] += 1
+        for key, count in sorted(reasons.items()):
+            pending.add_metric(list(key), count)
+        yield pending
+
+        active = GaugeMetricFamily(
+            "portal_admitted_active_workloads", "Admitted or running jobs.", labels=["cluster_queue"]
+        )
+        for cq, count in sorted(
+            Counter(
+                Job.objects.filter(state__in=ACTIVE_STATES).values_list("local_queue__cluster_queue__name", flat=True)
+            ).items()
+        ):
+            active.add_metric([cq], count)
+        yield active
+
+        gpus = GaugeMetricFamily(
+            "portal_admitted_gpus",
+            "GPUs held by admitted or running jobs (fractions and MIG slices as shares).",
+            labels=["cluster_queue", "local_queue", "gpu_model"],
+        )
+        held: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
+        for cq, team, lq, model, indices, milli, mig in ReplicaPlacement.objects.filter(
+            job__state__in=ACTIVE_STATES
+        ).values_list(
+            "job__local_queue__cluster_queue__name",
+            "job__local_queue__team__slug",
+            "job__local_queue__name",
+            "job__gpu_model__name",
+            "gpu_indices",
+            "gpu_milli",
+            "mig_profile",
+        ):
+            if indices:
+                held[(cq, f"{team}/{lq}", model or "")] += _share(indices, milli, mig)
+        for key, value in sorted(held.items()):
+            gpus.add_metric(list(key), float(value))
+        yield gpus
+
+        since = timezone.now() - timedelta(seconds=settings.METRICS_WAIT_WINDOW_S)
+        waits: dict[tuple[str], list[float]] = defaultdict(list)
+        admitted_jobs = JobTransition.objects.filter(to_state=JobState.ADMITTED, at__gte=since).values("job_id")
+        queued_at: dict[int, object] = {}
+        for job_id, target, at, cq in (
+            JobTransition.objects.filter(job_id__in=admitted_jobs, to_state__in=[JobState.PENDING, JobState.ADMITTED])
+            .order_by("job_id", "id")
+            .values_list("job_id", "to_state", "at", "job__local_queue__cluster_queue__name")
+        ):
+            if target == JobState.PENDING:
+                queued_at[job_id] = at
+            elif job_id in queued_at and at >= since:
+                waits[(cq,)].append(max(0.0, (at - queued_at.pop(job_id)).total_seconds()))
+        yield _histogram(
+            "portal_admission_wait_time_seconds",
+            "Time from (re)queueing to admission.",
+            ["cluster_queue"],
+            WAIT_BUCKETS_S,
+            waits,
+        )
+
+        runs = list(
+            CycleRun.objects.order_by("-started_at").values_list("duration_ms", "admitted", "total_gpus")[:1000]
+        )
+        yield _histogram(
+            "portal_scheduling_cycle_duration_seconds",
+            "Duration of the last 1000 scheduling cycles.",
+            [],
+            CYCLE_BUCKETS_S,
+            {(): [ms / 1000 for ms, _, _ in runs]} if runs else {},
+        )
+        admitted = CounterMetricFamily(
+            "portal_scheduling_cycle_admitted", "Jobs admitted by the last 1000 scheduling cycles."
+        )
+        admitted.add_metric([], sum(a for _, a, _ in runs))
+        yield admitted
+        total = GaugeMetricFamily("portal_cluster_gpus", "GPUs in the cluster at the last cycle.")
+        total.add_metric([], runs[0][2] if runs else 0)
+        yield total
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition. With METRICS_TOKEN set, a scrape must send ``Authorization: Bearer <token>``."""
+    token = settings.METRICS_TOKEN
+    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
+        return HttpResponse("unauthorized\n", status=401, content_type="text/plain")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PortalCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
