@@ -217,8 +217,15 @@ def job_transition(
 
 
 def job_cancel(*, job: Job, by, at: datetime | None = None) -> Job:
-    """Cancel a job that has not finished; its pods are deleted by the cluster backend."""
+    """Cancel a job that has not finished; its pods are deleted by the cluster backend.
+
+    The job's owner, a team-admin of its team, or a platform admin may cancel it.
+    """
+    from portal.tenants.selectors import user_is_team_admin
     from scheduling.adapters.backends import cluster_backend
+
+    if job.owner_id != by.pk and not user_is_team_admin(user=by, team=job.team):
+        raise ServiceError("only the job's owner or an admin of its team can cancel it", status_code=403)
 
     now = at or timezone.now()
     with transaction.atomic():

@@ -202,3 +202,15 @@ def test_openapi_schema_and_docs_are_served(client, world):
     docs = client.get("/api/docs/")
     assert docs.status_code == 200
     assert b"swagger" in docs.content.lower()
+
+
+def test_members_cancel_their_own_jobs_and_team_admins_any_job_of_their_team(api, world):
+    alices = world.submit("vision", owner="alice")
+    carols = world.submit("vision", owner="carol")
+    refused = api("carol").post(f"/api/v1/jobs/{alices.pk}/cancel/")  # carol is a plain member
+    assert refused.status_code == 403
+    assert "owner or an admin of its team" in refused.json()["detail"]
+    assert api("carol").post(f"/api/v1/jobs/{carols.pk}/cancel/").status_code == 200
+    other = world.submit("vision", owner="carol")
+    assert api("alice").post(f"/api/v1/jobs/{other.pk}/cancel/").status_code == 200  # alice is team-admin
+    assert api("admin").post(f"/api/v1/jobs/{alices.pk}/cancel/").status_code == 200
