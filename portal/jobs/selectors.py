@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from django.db.models import Count, Q, QuerySet
 
-from portal.jobs.models import ClusterQueue, FlavorQuota, Job, LocalQueue
+from portal.jobs.models import ClusterQueue, FlavorQuota, Job, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.tenants.selectors import team_list_for_user
 
@@ -21,6 +21,15 @@ def job_list(*, user) -> QuerySet[Job]:
 
 def job_get(*, user, pk: int) -> Job | None:
     return job_list(user=user).filter(pk=pk).first()
+
+
+def gpus_allocated() -> float:
+    """GPUs held right now by admitted and running jobs: whole devices, fractions and MIG slices (g/7)."""
+    total = 0.0
+    rows = ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES)
+    for indices, milli, mig in rows.values_list("gpu_indices", "gpu_milli", "mig_profile"):
+        total += int(mig.split("g.", 1)[0]) / 7 if mig else len(indices) * milli / 1000
+    return total
 
 
 def local_queue_list(*, user) -> QuerySet[LocalQueue]:

@@ -7,37 +7,38 @@ from datetime import datetime, timedelta
 
 import plotly.graph_objects as go
 
-LAYOUT = {"margin": {"l": 50, "r": 20, "t": 40, "b": 40}, "height": 340, "legend": {"orientation": "h"}}
+LAYOUT = {
+    "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
+    "height": 360,
+    "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+}
 
 
 def allocation_series(
-    intervals: list[tuple[datetime, datetime, str, float]],
-    *,
-    start: datetime,
-    end: datetime,
-    points: int = 240,
+    intervals: list[tuple[datetime, datetime, str, float]], *, start: datetime, end: datetime, buckets: int = 168
 ) -> tuple[list[datetime], dict[str, list[float]]]:
-    """GPUs allocated per GPU model at ``points`` evenly spaced instants (a sweep over interval edges).
+    """Average GPUs allocated per GPU model in each of ``buckets`` equal time buckets of [start, end).
 
-    ``intervals`` are (start, end, gpu_model, gpus); an interval counts at instant t when start <= t < end.
+    ``intervals`` are (start, end, gpu_model, gpus). Each bucket's value is the GPU-seconds that fall in
+    it divided by its length, so a job shorter than a bucket still counts (sampling at instants would
+    miss it) and the area under the curve equals the metered GPU-hours.
     """
-    step = (end - start) / max(points - 1, 1)
-    times = [start + step * i for i in range(points)]
-    edges: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
+    span_s = (end - start).total_seconds()
+    width_s = span_s / buckets
+    times = [start + timedelta(seconds=width_s * i) for i in range(buckets)]
+    series: dict[str, list[float]] = defaultdict(lambda: [0.0] * buckets)
     for begin, finish, model, gpus in intervals:
-        edges[model].append((begin, gpus))
-        edges[model].append((finish, -gpus))
-    series: dict[str, list[float]] = {}
-    for model, model_edges in sorted(edges.items()):
-        model_edges.sort(key=lambda e: e[0])
-        level, index, values = 0.0, 0, []
-        for t in times:
-            while index < len(model_edges) and model_edges[index][0] <= t:
-                level += model_edges[index][1]
-                index += 1
-            values.append(round(level, 6))
-        series[model] = values
-    return times, series
+        lo = max((begin - start).total_seconds(), 0.0)
+        hi = min((finish - start).total_seconds(), span_s)
+        if hi <= lo:
+            continue
+        values = series[model]
+        for bucket in range(int(lo // width_s), min(int(hi // width_s), buckets - 1) + 1):
+            b_lo, b_hi = bucket * width_s, (bucket + 1) * width_s
+            overlap = min(hi, b_hi) - max(lo, b_lo)
+            if overlap > 0:
+                values[bucket] += gpus * overlap / width_s
+    return times, {model: [round(v, 6) for v in values] for model, values in sorted(series.items())}
 
 
 def allocation_figure(times: list[datetime], series: dict[str, list[float]], capacity: int) -> go.Figure:
@@ -51,7 +52,7 @@ def allocation_figure(times: list[datetime], series: dict[str, list[float]], cap
                 line={"dash": "dash", "color": "#888"},
             )
         )  # fmt: skip
-    fig.update_layout(title="Cluster GPU allocation (GPUs, stacked by model)", yaxis_title="GPUs", **LAYOUT)
+    fig.update_layout(title="Cluster GPU allocation (average GPUs per bucket, by model)", yaxis_title="GPUs", **LAYOUT)
     return fig
 
 

@@ -153,11 +153,13 @@ def queue_list(request):
     )
 
 
-def running_intervals(*, teams, since, now) -> list[tuple]:
+def running_intervals(*, since, now) -> list[tuple]:
     """(start, end, gpu_model, gpus) of every Running interval overlapping [since, now]; open ones end now."""
     transitions = (
         JobTransition.objects.filter(Q(to_state=JobState.RUNNING) | Q(from_state=JobState.RUNNING))
-        .filter(job__team__in=teams)
+        .filter(
+            Q(at__gte=since) | Q(job__state__in=[JobState.RUNNING, JobState.ADMITTED]) | Q(job__finished_at__gte=since)
+        )
         .order_by("job_id", "at", "id")
         .values_list("job_id", "from_state", "to_state", "at", "detail")
     )
@@ -185,15 +187,15 @@ def _int_param(request, name: str, *, default: int, low: int, high: int) -> int:
 @login_required
 def dashboard(request):
     now = timezone.now()
-    hours = _int_param(request, "hours", default=24, low=1, high=24 * 31)
+    hours = _int_param(request, "hours", default=168, low=1, high=24 * 31)
     since = now - timedelta(hours=hours)
     teams = team_list_for_user(user=request.user)
     nodes = cluster_backend().nodes()
     capacity = sum(n.gpu_count for n in nodes)
-    times, series = charts.allocation_series(running_intervals(teams=teams, since=since, now=now), start=since, end=now)
+    # Cluster-wide allocation (totals by GPU model, no job details), so every user sees how full it is.
+    times, series = charts.allocation_series(running_intervals(since=since, now=now), start=since, end=now)
     days = 14
     per_team = gpu_hours_by_team_and_day(teams=teams, days=days, now=now)
-    current = {model: values[-1] for model, values in series.items()}
     return render(
         request,
         "portal/dashboard.html",
@@ -201,7 +203,7 @@ def dashboard(request):
             "allocation_chart": charts.figure_html(charts.allocation_figure(times, series, capacity)),
             "gpu_hours_chart": charts.figure_html(charts.gpu_hours_figure(per_team, days=charts.day_labels(now, days))),
             "capacity": capacity,
-            "allocated_now": round(sum(current.values()), 2),
+            "allocated_now": round(selectors.gpus_allocated(), 2),
             "node_count": len(nodes),
             "hours": hours,
             "team_totals": {team: round(sum(v.values()), 2) for team, v in sorted(per_team.items())},

@@ -175,3 +175,23 @@ def test_admin_quota_edit_is_recorded_with_who_and_old_and_new(client, world):
     )
     page = client.get(f"/admin/jobs/clusterqueue/{cq.pk}/change/").content.decode()
     assert "A100-80GB nominal_gpus" in page
+
+
+def test_allocation_buckets_hold_exact_gpu_seconds_even_for_short_jobs():
+    from datetime import UTC, datetime, timedelta
+
+    from portal.pages.charts import allocation_series
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    intervals = [
+        (t0 + timedelta(minutes=10), t0 + timedelta(minutes=20), "A100", 2.0),  # inside bucket 0
+        (t0 + timedelta(minutes=50), t0 + timedelta(minutes=130), "A100", 1.0),  # spans buckets 0-2
+        (t0 - timedelta(hours=5), t0 + timedelta(minutes=30), "T4", 0.5),  # starts before the window
+    ]
+    times, series = allocation_series(intervals, start=t0, end=t0 + timedelta(hours=3), buckets=3)
+    assert times == [t0, t0 + timedelta(hours=1), t0 + timedelta(hours=2)]
+    # bucket 0: 2 GPUs x 10 min + 1 GPU x 10 min = 30 GPU-min over 60 min = 0.5 GPUs on average
+    assert series["A100"] == [0.5, 1.0, round(10 / 60, 6)]
+    assert series["T4"] == [0.25, 0.0, 0.0]
+    area_gpu_minutes = sum(series["A100"]) * 60
+    assert round(area_gpu_minutes, 3) == 2 * 10 + 80
