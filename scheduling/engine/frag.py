@@ -52,7 +52,7 @@ least free CPU) before falling back to randomness. See docs/simulator.md for the
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,6 +64,8 @@ MAX_SPEC_CPU_MILLI = 128_000  # the reference simulator's normalisers (largest n
 MAX_SPEC_GPU_MILLI = 8_000
 MAX_NODE_SCORE = 100
 DEFAULT_POPULARITY = 0.95  # the paper's typical-pod coverage threshold
+PORTAL_POPULARITY = 0.95  # portal's typical-pod coverage
+PORTAL_MEMORY = False  # whether portal's table keys shapes by memory too
 _MAX_AFFINITY = 9  # clustering tags: 0 = sharing pod, k = pod of k whole GPUs (k <= 8)
 
 
@@ -104,6 +106,7 @@ class PortalTuning:
     exact: bool = True  # rank nodes by the exact fragmentation decrease (False: FGD's integer sigmoid)
     tie: str = "bestfit"  # among (near-)ties: "bestfit" (least free GPU, then CPU) or "rank" (node order)
     near_milli: float = 1e-6  # decreases within this many milli-GPU of the best count as ties
+    measure: str = "stranded"  # "stranded" (copies that still fit, CPU-aware) or "fgd"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +194,21 @@ def typical_pods(
     return tuple(TypicalPod(k[0], k[1], k[2], k[3], cnt / cum, k[4]) for k, cnt in kept)
 
 
+def target_workload(
+    policy: str, requests: Iterable[tuple[int, int, int, tuple[str, ...], int]]
+) -> tuple[TypicalPod, ...]:
+    """The table a policy plans for, from ``(cpu_milli, gpu_milli, gpu_count, models, memory_mib)``.
+
+    ``fgd`` gets the paper's typical pods (memory ignored); ``portal`` its own table (see
+    ``PORTAL_POPULARITY`` / ``PORTAL_MEMORY``); other policies need none and get FGD's, which the
+    Placer uses only to report fragmentation.
+    """
+    if policy == "portal":
+        rows = (r if PORTAL_MEMORY else r[:4] for r in requests)
+        return typical_pods(rows, popularity=PORTAL_POPULARITY)  # type: ignore[arg-type]
+    return typical_pods(r[:4] for r in requests)  # type: ignore[misc]
+
+
 @dataclass(slots=True)
 class _TypicalArrays:
     cpu: np.ndarray  # (T,)
@@ -255,6 +273,32 @@ def _frag_milli(
     return out + per_type @ tp.freq
 
 
+def _stranded_milli(
+    cpu: np.ndarray, mem: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: _TypicalArrays
+) -> np.ndarray:
+    """Expected GPU milli a node could *not* fill with copies of a typical pod (``portal``'s measure).
+
+    Where FGD asks "can one more ``t`` fit?", this counts how many copies of ``t`` the node can still
+    take, bounded by devices, CPU and memory together, and calls everything else stranded. A node
+    whose CPU runs out before its GPUs therefore shows its stranded GPUs before it is full.
+    """
+    free = np.maximum(gpu, 0)
+    total = free.sum(axis=1).astype(np.float64)
+    out = total * tp.cpu_only_freq
+    if tp.milli.size == 0:
+        return out
+    per_device = free[:, :, None] // tp.milli[None, None, :]  # (C, D, T) copies per device
+    share = tp.milli < MILLI
+    copies = np.where(share[None, :], per_device.sum(axis=1), per_device.sum(axis=1) // tp.num[None, :])
+    copies = np.minimum(copies, np.maximum(cpu, 0)[:, None] // np.maximum(tp.cpu, 1)[None, :])
+    if tp.uses_memory:
+        copies = np.minimum(copies, np.maximum(mem, 0)[:, None] // np.maximum(tp.mem, 1)[None, :])
+    copies = np.where(tp.access[model_row], copies, 0)
+    usable = copies * (tp.milli * tp.num)[None, :]
+    per_type = total[:, None] - usable
+    return out + per_type @ tp.freq
+
+
 def _new_cache(n: int) -> _ScoreCache:
     return _ScoreCache(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64))
 
@@ -299,6 +343,7 @@ class Placer:
     _metric_total: float = field(init=False)
     _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
     _tp_memory: bool = field(init=False)
+    _measure: Callable[..., np.ndarray] = field(init=False)
     _score_caches: dict[tuple[int, int, int], _ScoreCache] = field(init=False)
     _model_masks: dict[tuple[str, ...], np.ndarray] = field(init=False)
 
@@ -335,6 +380,9 @@ class Placer:
             if self._tp is not None:
                 self._frag_cache = _new_cache(n)
         self._tp_memory = self._tp is not None and self._tp.uses_memory
+        self._measure = (
+            _stranded_milli if self.policy == "portal" and self.tuning.measure == "stranded" else _frag_milli
+        )
         if self.policy in ("fgd", "portal") and not self.typical:
             raise ValueError(f"policy {self.policy!r} needs the typical pods (see typical_pods())")
 
@@ -472,7 +520,7 @@ class Placer:
         assert cache is not None
         stale = idx[cache.version[idx] != self._version[idx]]
         if stale.size:
-            cache.score[stale] = _frag_milli(
+            cache.score[stale] = self._measure(
                 self.cpu_free_milli[stale],
                 self.memory_free_mib[stale],
                 self.gpu_free_milli[stale],
@@ -516,7 +564,7 @@ class Placer:
             diag = np.arange(d)
             cand[:, diag, diag] -= pod.gpu_milli
             valid = gpu >= pod.gpu_milli  # (k, d)
-            after = _frag_milli(
+            after = self._measure(
                 np.repeat(cpu, d), np.repeat(mem, d), cand.reshape(k * d, d), np.repeat(rows, d), tp
             ).reshape(k, d)
             delta = before[:, None] - after
@@ -529,7 +577,7 @@ class Placer:
             whole = gpu >= MILLI
             take = whole & (np.cumsum(whole, axis=1) <= pod.gpu_count)
             gpu = gpu - take * pod.gpu_milli
-        delta = before - _frag_milli(cpu, mem, gpu, rows, tp)
+        delta = before - self._measure(cpu, mem, gpu, rows, tp)
         return (_sigmoid_score(delta) if fgd else delta), np.zeros(k, dtype=np.int64)
 
     # ---------------------------------------------------------------------------------- baselines

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.engine.frag import NodeArrays, Placer, TypicalPod, typical_pods
+from scheduling.engine.frag import NodeArrays, Placer, PodRequest, TypicalPod, typical_pods
 from scheduling.sim.trace import TracePod
 
 DEFAULT_RATIO = 1.3
@@ -112,9 +112,7 @@ def bucket_mean(arrived_pct: np.ndarray, values: np.ndarray, top: int = CURVE_MA
     return out
 
 
-def unallocated_curve(
-    arrived_pct: np.ndarray, allocated_pct: np.ndarray, top: int = CURVE_MAX_PCT
-) -> np.ndarray:
+def unallocated_curve(arrived_pct: np.ndarray, allocated_pct: np.ndarray, top: int = CURVE_MAX_PCT) -> np.ndarray:
     """Step 4: 100 - mean allocation % per rounded arrival %."""
     return 100.0 - bucket_mean(arrived_pct, allocated_pct, top)
 
@@ -126,15 +124,19 @@ def run_arrival(
     *,
     seed: int,
     typical: Sequence[TypicalPod],
+    target: Sequence[TypicalPod] = (),
     on_pod: Callable[[], None] | None = None,
 ) -> ArrivalRun:
-    """Steps 2-3 for one policy on one arrival sequence."""
+    """Steps 2-3 for one policy on one arrival sequence.
+
+    ``typical`` is FGD's table (also the fragmentation metric); ``target`` is portal's own table.
+    """
     started = time.perf_counter()
     rng = np.random.default_rng([seed, 0x5EED])
     # Ties go to the first node of a per-seed random node order, as in the reference simulator
     # (which prefixes node names with a random permutation and keeps the first best node).
     rank = np.random.default_rng([seed, 0x0DE]).permutation(len(nodes))
-    placer = Placer(nodes, policy, typical=typical, rng=rng, node_rank=rank)
+    placer = Placer(nodes, policy, typical=typical, target=target, rng=rng, node_rank=rank)
     n = len(arrivals)
     node = np.full(n, -1, dtype=np.int64)
     gpu_indices: list[tuple[int, ...]] = [()] * n
@@ -142,13 +144,12 @@ def run_arrival(
     allocated = np.zeros(n, dtype=np.int64)
     frag = np.zeros(n, dtype=np.float64)
     arrived_total = allocated_total = 0
-    requests: dict[int, object] = {}
+    requests: dict[int, PodRequest] = {}
     for k, a in enumerate(arrivals):
-        key = id(a.pod)
-        req = requests.get(key)
+        req = requests.get(id(a.pod))
         if req is None:
-            req = requests[key] = a.pod.request()
-        choice = placer.place(req)  # type: ignore[arg-type]
+            req = requests[id(a.pod)] = a.pod.request()
+        choice = placer.place(req)
         arrived_total += a.pod.total_gpu_milli
         if choice is not None:
             node[k] = choice.node
