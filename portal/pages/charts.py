@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 import plotly.graph_objects as go
 
 LAYOUT = {
-    "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
-    "height": 360,
-    "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+    "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
+    "height": 380,
+    "legend": {"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0, "xanchor": "left"},
 }
 
 
