@@ -12,6 +12,7 @@ import multiprocessing
 import re
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--mode", choices=("arrival", "replay"), default="arrival")
     parser.add_argument("--ratio", type=float, default=DEFAULT_RATIO, help="arrival mode: inflate to this x capacity")
+    parser.add_argument(
+        "--compress", type=float, default=1.0, help="replay mode: divide arrival times by this (more load)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (runs are independent)")
     parser.add_argument("--no-placements", action="store_true", help="skip the per-run placements CSVs")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -94,8 +98,18 @@ def _init_state(
     out: Path,
     ratio: float,
     placements: bool,
+    compress: float = 1.0,
 ) -> None:
-    _STATE.update(nodes=nodes, names=names, pods=pods, tables=tables, out=out, ratio=ratio, placements=placements)
+    _STATE.update(
+        nodes=nodes,
+        names=names,
+        pods=pods,
+        tables=tables,
+        out=out,
+        ratio=ratio,
+        placements=placements,
+        compress=compress,
+    )
 
 
 def _arrival_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]:
@@ -168,6 +182,7 @@ def _replay_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]:
         seed=seed,
         typical=st["tables"]["fgd"],
         target=st["tables"].get(policy, ()),
+        compress=st["compress"],
         on_event=_ticker(progress),
     )
     if st["placements"]:
@@ -186,10 +201,10 @@ def _replay_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]:
                     p.gpu_milli,
                     p.cpu_milli,
                     p.memory_mib,
-                    p.creation_time_s,
+                    run.created_s[i],
                     "" if np.isnan(started) else started,
                     "" if np.isnan(run.ended_s[i]) else run.ended_s[i],
-                    "" if np.isnan(started) else started - p.creation_time_s,
+                    "" if np.isnan(started) else started - run.created_s[i],
                 )
             )
         report.write_placements(report.placements_path(st["out"], policy, seed), rows, replay=True)
@@ -233,7 +248,8 @@ def _summarise_arrival(results: list[dict[str, Any]], policies: list[str], seeds
         rs = sorted((r for r in results if r["policy"] == policy), key=lambda r: r["seed"])
         curves = np.array([r["curve"] for r in rs])
         frags = np.array([r["frag_curve"] for r in rs])
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():  # buckets no seed reached stay NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
             curve_mean = np.nanmean(curves, axis=0) if len(rs) else np.full(len(x), np.nan)
             frag_mean = np.nanmean(frags, axis=0) if len(rs) else np.full(len(x), np.nan)
         head = [r["headline"] for r in rs]
@@ -308,7 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tables = {"fgd": target_workload("fgd", rows)}
     if "portal" in policies:
         tables["portal"] = target_workload("portal", rows)
-    _init_state(nodes, [n.name for n in trace_nodes], pods, tables, out, args.ratio, not args.no_placements)
+    _init_state(
+        nodes, [n.name for n in trace_nodes], pods, tables, out, args.ratio, not args.no_placements, args.compress
+    )
 
     jobs = [(args.mode, p, s) for p in policies for s in seeds]
     if args.mode == "arrival":
@@ -348,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trace_pods": len(pods),
         "seeds": seeds,
         "default_policy": DEFAULT_POLICY,
+        "compress": args.compress if args.mode == "replay" else None,
         "wall_s": wall,
     }
     if args.mode == "arrival":

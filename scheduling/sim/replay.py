@@ -32,6 +32,7 @@ class ReplayRun:
     policy: str
     seed: int
     pods: list[TracePod]
+    created_s: np.ndarray  # arrival time in the replay (creation time / compress)
     choice: list[Choice | None]  # per pod, in trace order; None = never started
     started_s: np.ndarray  # NaN = never started
     ended_s: np.ndarray
@@ -44,8 +45,7 @@ class ReplayRun:
 
     @property
     def wait_s(self) -> np.ndarray:
-        created = np.array([p.creation_time_s for p in self.pods])
-        return self.started_s - created
+        return self.started_s - self.created_s
 
     def delay_percentiles(self) -> dict[str, float | int]:
         waits = self.wait_s[~np.isnan(self.started_s)]
@@ -70,8 +70,13 @@ def run_replay(
     seed: int,
     typical: Sequence[TypicalPod],
     target: Sequence[TypicalPod] = (),
+    compress: float = 1.0,
     on_event: Callable[[], None] | None = None,
 ) -> ReplayRun:
+    """Replay ``pods`` in creation-time order. ``compress`` > 1 divides the arrival times (not the run
+    times), i.e. replays the same jobs under ``compress`` times the offered load."""
+    if compress <= 0:
+        raise ValueError("compress must be positive")
     started_wall = time.perf_counter()
     rank = np.random.default_rng([seed, 0x0DE]).permutation(len(nodes))
     placer = Placer(
@@ -83,7 +88,8 @@ def run_replay(
     started = np.full(n, np.nan)
     ended = np.full(n, np.nan)
     # (time, kind, order, pod index): kind 0 = completion before 1 = arrival at the same timestamp.
-    events: list[tuple[float, int, int, int]] = [(p.creation_time_s, 1, i, i) for i, p in enumerate(pods)]
+    created = [p.creation_time_s / compress for p in pods]
+    events: list[tuple[float, int, int, int]] = [(t, 1, i, i) for i, t in enumerate(created)]
     heapq.heapify(events)
     queue: list[tuple[int, float, int]] = []  # (-priority, creation, index), kept sorted
     times: list[float] = []
@@ -101,7 +107,7 @@ def run_replay(
                 placer.release(requests[i], c)
                 allocated_now -= pods[i].total_gpu_milli
             else:
-                queue.append((-pods[i].priority, pods[i].creation_time_s, i))
+                queue.append((-pods[i].priority, created[i], i))
             if on_event is not None:
                 on_event()
         queue.sort()
@@ -133,6 +139,7 @@ def run_replay(
         policy=policy,
         seed=seed,
         pods=list(pods),
+        created_s=np.array(created),
         choice=choice,
         started_s=started,
         ended_s=ended,
