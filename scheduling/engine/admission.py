@@ -51,9 +51,7 @@ class FairShare:
                     pool[key] = pool.get(key, 0) + amount
         self.capacity = capacity
         self.cq_pool = {
-            cq.name: cohort_pool.get(cohort_of[cq.name], {})
-            if cohort_of[cq.name]
-            else nominal.get(cq.name, {})
+            cq.name: cohort_pool.get(cohort_of[cq.name], {}) if cohort_of[cq.name] else nominal.get(cq.name, {})
             for cq in cluster_queues
         }
         self.lq_pool = {lq.name: nominal.get(lq.cluster_queue, {}) for lq in local_queues}
@@ -83,9 +81,7 @@ class FairShare:
 class AdmissionOrder:
     """Yields pending workloads in admission order, re-ranking queues as usage changes."""
 
-    def __init__(
-        self, pending: dict[str, list[Workload]], fair: FairShare, fair_sharing: bool = True
-    ) -> None:
+    def __init__(self, pending: dict[str, list[Workload]], fair: FairShare, fair_sharing: bool = True) -> None:
         self.queues = {lq: sorted(jobs, key=lq_order_key) for lq, jobs in pending.items()}
         self.heads = dict.fromkeys(self.queues, 0)
         self.fair = fair

@@ -12,7 +12,7 @@ Changes go through :class:`Statement` (Volcano's idea): apply replica placements
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -64,6 +64,8 @@ class Cluster:
         self.full_free = np.where(self.mig_node, 0, self.gpu_count).astype(np.int32)
         self.max_share = np.where(self.mig_node | (self.gpu_count == 0), 0, FULL).astype(np.int32)
         self._mig_cache: dict[tuple[str, int], MigGeometry | None] = {}
+        # Called as listener(node_index, placement, sign) after every change (stateful scorers).
+        self.listeners: list[Callable[[int, ReplicaPlacement, int], None]] = []
         self.model_memory: dict[str, int] = {}
         for i, node in enumerate(nodes):
             if node.gpu_model and node.gpu_model not in self.model_memory:
@@ -108,6 +110,8 @@ class Cluster:
                     if d < self.width:
                         self.dev_free[i, d] -= sign * placement.gpu_milli
             self._refresh(i)
+        for listener in self.listeners:
+            listener(i, placement, sign)
         return True
 
     def apply_foreign(self, usage: ForeignUsage) -> None:

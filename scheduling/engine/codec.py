@@ -91,8 +91,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             for a in plan.admissions
         ],
         "preemptions": [
-            {"workload_id": p.workload_id, "preemptor_id": p.preemptor_id, "reason": p.reason}
-            for p in plan.preemptions
+            {"workload_id": p.workload_id, "preemptor_id": p.preemptor_id, "reason": p.reason} for p in plan.preemptions
         ],
         "pending": [
             {

@@ -22,7 +22,6 @@ Steps:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +29,7 @@ import numpy as np
 from .admission import AdmissionOrder, FairShare, lq_order_key
 from .capacity import FULL, Cluster, Statement
 from .explain import StartEstimator, gang_reason, placement_reason, quota_reason
+from .mig import default_device_memory_gib, devices_for_memory
 from .model import (
     Admission,
     PendingInfo,
@@ -38,13 +38,12 @@ from .model import (
     Preemption,
     Reason,
     ReasonKind,
-    ReplicaPlacement,
     Snapshot,
     Workload,
     WorkloadState,
 )
 from .placement import Placer
-from .preemption import Holder, Victim, select_victims
+from .preemption import Holder, Victim, VictimIndex, select_victims
 from .quota import CPU, MEMORY, QuotaBook, gpu_key
 from .scorers import Shape
 
@@ -89,13 +88,11 @@ class _Cycle:
         self.lq_by_name = {lq.name: lq for lq in snapshot.local_queues}
         self.cohort_of = {cq.name: cq.cohort for cq in snapshot.cluster_queues}
         self.blocked = dict(snapshot.teams_blocked)
-        self.mix = _workload_mix(snapshot)
-        self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), self.mix)
+        self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), _typical_shapes(snapshot))
         for usage in snapshot.foreign:
             self.cluster.apply_foreign(usage)
         nominal = {
-            cq: {key: limit.nominal for key, limit in limits.items()}
-            for cq, limits in self.quota.limits.items()
+            cq: {key: limit.nominal for key, limit in limits.items()} for cq, limits in self.quota.limits.items()
         }
         self.fair = FairShare(snapshot.cluster_queues, snapshot.local_queues, nominal, self._capacity())
         self.holders: list[Holder] = []
@@ -110,12 +107,19 @@ class _Cycle:
             self.quota.add(cq, request)
             self.fair.add(w.local_queue, cq, request)
             self.holders.append(Holder(w, w.local_queue, cq, request, w.placements))
+        self.victim_index = VictimIndex(self.holders, self.cohort_of)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[str, tuple[Reason, float | None]] = {}
         self.considered: list[Workload] = []
         self.taken: set[str] = set()
         self.failed: dict[tuple[object, ...], Reason] = {}
+        # Placement only gets harder during a cycle, so a failure holds for every later job of the
+        # same shape and filters, whatever its queue (value: a gang reason, or None = explain later).
+        self.placement_failed: dict[tuple[object, ...], Reason | None] = {}
+        self.explained: dict[tuple[object, ...], Reason] = {}
+        self.preemption_failed: set[tuple[object, ...]] = set()
+        self.preemptors: dict[str, int] = {}
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
 
     # -- setup helpers ----------------------------------------------------------------------------
@@ -217,9 +221,7 @@ class _Cycle:
             self.admissions.append(attempt.admission)
             self.quota.add(cq, attempt.request)
             self.fair.add(job.local_queue, cq, attempt.request)
-            self.holders.append(
-                Holder(job, job.local_queue, cq, attempt.request, attempt.admission.placements)
-            )
+            self.holders.append(Holder(job, job.local_queue, cq, attempt.request, attempt.admission.placements))
             return
         if attempt.victims:
             self._preempt(job, attempt)
@@ -266,30 +268,43 @@ class _Cycle:
                 quota_reasons.append(self._quota_reason(cq, minimum))
                 continue
             fitting_shapes.append(shape)
+            pkey = (shape, job.node_selector, job.tolerations, job.gang_size)
+            known = self.placement_failed.get(pkey, False)
+            if known is not False:
+                self.stats["cache_hits"] += 1
+                placement_failure = placement_failure or known
+                continue
             stmt = Statement(self.cluster)
             self.stats["placement_attempts"] += 1
-            result = self.placer.place_gang(job, shape, stmt, needed, job.gang_size)
+            result = self.placer.place_gang(job, shape, stmt, needed, job.gang_size, explain=job.gang_size > 1)
             if result.explanation is None:
                 stmt.commit()
                 request = request_of(shape, len(result.placements))
                 borrowed = self.quota.would_borrow(cq, request)
-                return _Attempt(
-                    admission=Admission(job.id, model, result.placements, borrowed), request=request
-                )
-            if placement_failure is None:
-                fitting, counts = result.explanation
-                if job.gang_size > 1 and result.placements:
-                    placement_failure = gang_reason(
-                        len(result.placements), job.gang_size, self.cluster.n, counts
-                    )
-        if self.policy.preemption:
+                return _Attempt(admission=Admission(job.id, model, result.placements, borrowed), request=request)
+            failure = None
+            if job.gang_size > 1 and result.fit_count:
+                _, counts = result.explanation
+                failure = gang_reason(result.fit_count, job.gang_size, self.cluster.n, counts)
+            self.placement_failed[pkey] = failure
+            placement_failure = placement_failure or failure
+        if self.policy.preemption and self.preemptors.get(cq, 0) < self.policy.preemptors_per_queue:
             for shape, minimum in tried:
+                pre_key = (cq, job.priority, shape, job.node_selector, job.tolerations, job.gang_size)
+                if pre_key in self.preemption_failed:
+                    continue
                 victims = self._victims(job, cq, shape, minimum)
                 if victims:
+                    self.preemptors[cq] = self.preemptors.get(cq, 0) + 1
                     return _Attempt(victims=victims, request=minimum, cacheable=False)
+                self.preemption_failed.add(pre_key)
         if fitting_shapes and placement_failure is None:
-            fitting, counts = self.placer.explain(job, fitting_shapes)
-            placement_failure = placement_reason(self.cluster.n, fitting, counts)
+            ekey = (tuple(fitting_shapes), job.node_selector, job.tolerations)
+            placement_failure = self.explained.get(ekey)
+            if placement_failure is None:
+                fitting, counts = self.placer.explain(job, fitting_shapes)
+                placement_failure = placement_reason(self.cluster.n, fitting, counts)
+                self.explained[ekey] = placement_failure
         if placement_failure is not None:
             return _Attempt(reason=placement_failure)
         if quota_reasons:
@@ -328,9 +343,24 @@ class _Cycle:
     def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
         def fits() -> bool:
             stmt = Statement(self.cluster)
-            result = self.placer.place_gang(job, shape, stmt, job.gang_size, job.gang_size)
+            result = self.placer.place_gang(job, shape, stmt, job.gang_size, job.gang_size, explain=False)
             stmt.discard()
             return result.explanation is None
+
+        eligible = np.zeros(self.cluster.n, dtype=bool)
+        eligible[self.placer.eligible(job, shape)] = True
+        index = self.cluster.index
+
+        def nodes_of(holder: Holder) -> np.ndarray:
+            return np.array([index[p.node] for p in holder.placements if p.node in index], dtype=np.int64)
+
+        def on_useful_node(holder: Holder) -> bool:
+            nodes = nodes_of(holder)
+            return bool(len(nodes)) and bool(eligible[nodes].any())
+
+        def frees_a_node(holder: Holder) -> bool:
+            nodes = nodes_of(holder)
+            return bool(len(self.placer.feasible(shape, nodes[eligible[nodes]])))
 
         return select_victims(
             job=job,
@@ -338,12 +368,13 @@ class _Cycle:
             cohort=self.cohort_of.get(cq, ""),
             request=request,
             gpu_key=gpu_key(shape.gpu_model) if shape.gpu_model else None,
-            holders=self.holders,
-            cohort_of=self.cohort_of,
+            index=self.victim_index,
             taken=self.taken,
             quota=self.quota,
             cluster=self.cluster,
             fits=fits,
+            on_useful_node=on_useful_node,
+            frees_a_node=frees_a_node,
         )
 
     def _preempt(self, job: Workload, attempt: _Attempt) -> None:
@@ -490,22 +521,33 @@ def _peek(estimator: StartEstimator, request: dict[str, int]) -> float | None:
     return start
 
 
-def _workload_mix(snapshot: Snapshot) -> dict[tuple[int, int], float]:
-    """Observed job shapes (whole GPUs, milli) weighted by count: the mix FGD measures against."""
-    counts: dict[tuple[int, int], float] = {}
+def _typical_shapes(snapshot: Snapshot) -> tuple[tuple[int, int, int, tuple[str, ...]], ...]:
+    """Observed replica shapes (one entry per replica): the workload mix FGD measures against.
+
+    A GPU-memory request counts as whole GPUs of the smallest device memory among its allowed models.
+    MIG requests are left out (outside FGD's model).
+    """
+    memory = dict(snapshot.gpu_memory_gib)
+    for node in snapshot.nodes:
+        if node.gpu_model and node.gpu_memory_gib:
+            memory.setdefault(node.gpu_model, node.gpu_memory_gib)
+    out: list[tuple[int, int, int, tuple[str, ...]]] = []
     for w in snapshot.workloads:
         res = w.resources
         if res.gpu:
-            shape = (res.gpu, 0)
+            entry = (res.cpu_milli, FULL, res.gpu, w.allowed_gpu_models)
         elif res.gpu_milli:
-            shape = (0, res.gpu_milli)
+            entry = (res.cpu_milli, res.gpu_milli, 1, w.allowed_gpu_models)
         elif res.gpu_memory_gib:
-            shape = (max(1, math.ceil(res.gpu_memory_gib / 80)), 0)
-        else:
+            sizes = [memory.get(m, 0) or default_device_memory_gib(m) for m in w.allowed_gpu_models]
+            size = min([s for s in sizes if s > 0] or [80])
+            entry = (res.cpu_milli, FULL, devices_for_memory(res.gpu_memory_gib, size), w.allowed_gpu_models)
+        elif res.mig_profile:
             continue
-        counts[shape] = counts.get(shape, 0.0) + w.replicas
-    total = sum(counts.values()) or 1.0
-    return {k: v / total for k, v in sorted(counts.items())}
+        else:
+            entry = (res.cpu_milli, 0, 0, ())
+        out.extend([entry] * w.replicas)
+    return tuple(out)
 
 
-__all__ = ["ReplicaPlacement", "request_of", "run_cycle"]
+__all__ = ["request_of", "run_cycle"]

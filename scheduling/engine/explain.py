@@ -81,9 +81,7 @@ def placement_reason(
 
 def gang_reason(placed: int, needed: int, total: int, counts: tuple[tuple[str, int], ...]) -> Reason:
     inner = placement_reason(total, 0, counts, prefix="next replica")
-    message = (
-        f"gang: only {placed} of {needed} replicas fit and all {needed} must start together; {inner.message}"
-    )
+    message = f"gang: only {placed} of {needed} replicas fit and all {needed} must start together; {inner.message}"
     return Reason(ReasonKind.GANG, message, (("placed", placed), ("needed", needed), *inner.details))
 
 

@@ -175,15 +175,14 @@ class ForeignUsage:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    placement: str = (
-        "binpack"  # binpack | spread | fgd | random | dotprod | clustering | packing | bestfit | ...
-    )
+    placement: str = "binpack"  # binpack | spread | fgd | random | dotprod | clustering | packing | bestfit | ...
     pool_label: str = ""  # node label naming pools; per-pool placement overrides below
     pool_placement: tuple[tuple[str, str], ...] = ()
     rack_label: str = "topology.kubernetes.io/rack"
     zone_label: str = "topology.kubernetes.io/zone"
     preemption: bool = True
     seed: int = 0
+    preemptors_per_queue: int = 1  # jobs per ClusterQueue that may choose victims in one cycle (Kueue: 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ For one replica of a shape (see ``scorers.Shape``):
    node first in name order.
 4. Pick devices inside the node (the scorer's device picker, or the default packing one).
 
+Scorers are plugins (``scorers.PLUGINS``; the FGD paper's policies are in ``fragplugins``).
+
 A gang places replica by replica in a ``Statement``; the caller commits or discards it. When a replica
 does not fit, :meth:`Placer.explain` counts, for every node, the first filter that rejected it.
 """
@@ -22,10 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import fragplugins  # noqa: F401  (registers the FGD paper's policies)
 from .capacity import FULL, Cluster, Statement
 from .mig import COMPUTE_SLICES, devices_for_memory
 from .model import Policy, ReplicaPlacement, Toleration, Workload
-from .scorers import DEVICE_PICKERS, SCORERS, ScoreContext, Shape, pick_devices
+from .scorers import PLUGINS, PluginSetup, ScoreContext, ScorerPlugin, Shape, pick_devices
 
 TOPOLOGY_WEIGHT = 2.0
 AFFINITY_WEIGHT = 1.0
@@ -76,6 +79,7 @@ def tolerates(tolerations: tuple[Toleration, ...], key: str, value: str, effect:
 class GangResult:
     placements: tuple[ReplicaPlacement, ...]
     explanation: tuple[int, tuple[tuple[str, int], ...]] | None  # (fitting nodes, counts) on failure
+    fit_count: int = 0  # on failure: how many replicas would have fitted
 
 
 class Placer:
@@ -86,12 +90,12 @@ class Placer:
         cluster: Cluster,
         policy: Policy,
         mig_profiles: dict[str, tuple[str, ...]] | None = None,
-        mix: object | None = None,
+        typical: tuple[tuple[int, int, int, tuple[str, ...]], ...] = (),
     ) -> None:
+        """Build before any usage is applied to ``cluster``: stateful scorers mirror every change."""
         self.cluster = cluster
         self.policy = policy
         self.mig_profiles = mig_profiles or {}
-        self.mix = mix
         self._labels = [dict(node.labels) for node in cluster.nodes]
         self._static: dict[tuple[object, ...], np.ndarray] = {}
         self._all = np.arange(cluster.n)
@@ -107,8 +111,17 @@ class Placer:
                     self.scorer_names.append(name)
                 self._pool_scorer[i] = self.scorer_names.index(name)
         for name in self.scorer_names:
-            if name not in SCORERS:
-                raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(SCORERS))}")
+            if name not in PLUGINS:
+                raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(PLUGINS))}")
+        setup = PluginSetup(cluster, policy.seed, typical)
+        self.plugins: list[ScorerPlugin] = [PLUGINS[name](setup) for name in self.scorer_names]
+        self._taint_groups: dict[tuple[object, ...], list[int]] = {}
+        for i, node in enumerate(cluster.nodes):
+            self._taint_groups.setdefault(node.taints, []).append(i)
+        self._tainted = np.array([bool(node.taints) for node in cluster.nodes], dtype=bool)
+        self._tolerated_cache: dict[tuple[Toleration, ...], np.ndarray] = {}
+        self._selector_cache: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
+        self._label_values: dict[str, np.ndarray] = {}
         self._soft_taint = np.array(
             [any(t.effect == "PreferNoSchedule" for t in node.taints) for node in cluster.nodes], dtype=bool
         )
@@ -143,31 +156,64 @@ class Placer:
     # -- filters ----------------------------------------------------------------------------------
 
     def _static_codes(self, workload: Workload, shape: Shape, nodes: np.ndarray) -> np.ndarray:
-        """First failing static filter per node in ``nodes`` (FIT when all pass)."""
+        """First failing static filter per node in ``nodes`` (FIT when all pass), vectorised.
+
+        Codes are written from the last filter to the first, so the first failing one wins.
+        """
         cluster = self.cluster
         codes = np.zeros(len(nodes), dtype=np.int8)
-        code_of = cluster.model_code.get(shape.gpu_model or "", -2)
-        for j, i in enumerate(nodes.tolist()):
-            node = cluster.nodes[i]
-            if node.unschedulable:
-                codes[j] = CORDONED
-            elif shape.gpu_model is not None and cluster.node_model[i] != code_of:
-                codes[j] = MODEL
-            elif node.mig_enabled != (shape.kind == "mig") and shape.kind != "cpu":
-                codes[j] = MIG_MODE
-            elif shape.kind == "mig" and (
-                cluster.mig(shape.mig.profile, int(cluster.device_memory_gib[i])) != shape.mig  # type: ignore[union-attr]
-            ):
-                codes[j] = MIG_PROFILE
-            elif any(self._labels[i].get(k) != v for k, v in workload.node_selector):
-                codes[j] = SELECTOR
-            elif any(
-                t.effect in ("NoSchedule", "NoExecute")
-                and not tolerates(workload.tolerations, t.key, t.value, t.effect)
-                for t in node.taints
-            ):
-                codes[j] = TAINT
+        if workload.tolerations or self._tainted.any():
+            codes[~self._tolerated(workload.tolerations)[nodes]] = TAINT
+        if workload.node_selector:
+            codes[~self._selected(workload.node_selector)[nodes]] = SELECTOR
+        if shape.mig is not None:
+            codes[~self._mig_supported(shape)[nodes]] = MIG_PROFILE
+        if shape.kind != "cpu":
+            codes[cluster.mig_node[nodes] != (shape.kind == "mig")] = MIG_MODE
+        if shape.gpu_model is not None:
+            code = cluster.model_code.get(shape.gpu_model, -2)
+            codes[cluster.node_model[nodes] != code] = MODEL
+        codes[cluster.cordoned[nodes]] = CORDONED
         return codes
+
+    def _tolerated(self, tolerations: tuple[Toleration, ...]) -> np.ndarray:
+        """Nodes whose NoSchedule/NoExecute taints are all tolerated (one check per distinct taint set)."""
+        mask = self._tolerated_cache.get(tolerations)
+        if mask is None:
+            mask = np.ones(self.cluster.n, dtype=bool)
+            for taints, members in self._taint_groups.items():
+                ok = all(
+                    tolerates(tolerations, t.key, t.value, t.effect)
+                    for t in taints
+                    if t.effect in ("NoSchedule", "NoExecute")
+                )
+                if not ok:
+                    mask[members] = False
+            self._tolerated_cache[tolerations] = mask
+        return mask
+
+    def _selected(self, selector: tuple[tuple[str, str], ...]) -> np.ndarray:
+        mask = self._selector_cache.get(selector)
+        if mask is None:
+            mask = np.ones(self.cluster.n, dtype=bool)
+            for key, value in selector:
+                values = self._label_values.get(key)
+                if values is None:
+                    values = np.array([labels.get(key, "") for labels in self._labels], dtype=object)
+                    self._label_values[key] = values
+                mask &= values == value
+            self._selector_cache[selector] = mask
+        return mask
+
+    def _mig_supported(self, shape: Shape) -> np.ndarray:
+        """Nodes where the profile has the same geometry (same device memory, hence slice size)."""
+        cluster = self.cluster
+        assert shape.mig is not None
+        mask = np.zeros(cluster.n, dtype=bool)
+        for memory in np.unique(cluster.device_memory_gib).tolist():
+            if cluster.mig(shape.mig.profile, int(memory)) == shape.mig:
+                mask |= cluster.device_memory_gib == memory
+        return mask
 
     def eligible(self, workload: Workload, shape: Shape) -> np.ndarray:
         """Node indices that pass every static filter (cached per shape-relevant key)."""
@@ -258,12 +304,12 @@ class Placer:
     ) -> np.ndarray:
         total = np.zeros(len(cand), dtype=np.float64)
         scorer_of = self._pool_scorer[cand]
-        for s, name in enumerate(self.scorer_names):
+        for s in range(len(self.scorer_names)):
             part = cand if len(self.scorer_names) == 1 else cand[scorer_of == s]
             if len(part) == 0:
                 continue
-            ctx = ScoreContext(self.cluster, shape, part, workload.id, self.policy.seed, self.mix)
-            raw = np.asarray(SCORERS[name](ctx), dtype=np.float64)
+            ctx = ScoreContext(self.cluster, shape, part, workload.id, self.policy.seed)
+            raw = np.asarray(self.plugins[s].score(ctx), dtype=np.float64)
             if len(self.scorer_names) == 1:
                 total += _unit(raw)
             else:
@@ -301,11 +347,12 @@ class Placer:
         rack, zone = self.rack, self.zone
         if gang_nodes:
             used = np.array(gang_nodes)
-            score += 0.5 * np.isin(cand, used)
-            racks = rack[used]
-            zones = zone[used]
-            score += 0.3 * (np.isin(rack[cand], racks[racks >= 0]))
-            score += 0.2 * (np.isin(zone[cand], zones[zones >= 0]))
+            score += 0.5 * (cand[:, None] == used[None, :]).any(axis=1)
+            for weight, codes in ((0.3, rack), (0.2, zone)):
+                seen = np.zeros(int(codes.max(initial=-1)) + 2, dtype=bool)
+                seen[codes[used] + 1] = True
+                seen[0] = False  # nodes without the label share nothing
+                score += weight * seen[codes[cand] + 1]
             return score
         # First replica: prefer a node whose capacity, else rack, else zone, holds the whole gang, and
         # among those the one with the least spare room (keeps big contiguous blocks for big gangs).
@@ -342,11 +389,9 @@ class Placer:
         else:
             scores = self._score(workload, shape, cand, gang_nodes, remaining, eligible)
             best = int(cand[int(np.argmax(scores))])
-        name = self.scorer_names[int(self._pool_scorer[best])]
-        picker = DEVICE_PICKERS.get(name)
-        devices, slot = (
-            picker(self.cluster, best, shape) if picker else pick_devices(self.cluster, best, shape)
-        )
+        plugin = self.plugins[int(self._pool_scorer[best])]
+        picked = plugin.pick(self.cluster, best, shape, workload.id)
+        devices, slot = picked if picked is not None else pick_devices(self.cluster, best, shape)
         if shape.kind != "cpu" and not devices:
             return None  # cannot happen when the fit test agrees with the picker
         placement = ReplicaPlacement(
@@ -362,9 +407,21 @@ class Placer:
         return placement
 
     def place_gang(
-        self, workload: Workload, shape: Shape, stmt: Statement, wanted: int, needed: int
+        self, workload: Workload, shape: Shape, stmt: Statement, wanted: int, needed: int, explain: bool = True
     ) -> GangResult:
-        """Place up to ``wanted`` replicas; succeeds when at least ``needed`` fit (else places none)."""
+        """Place up to ``wanted`` replicas; succeeds when at least ``needed`` fit (else places none).
+
+        On failure the result explains the first replica that did not fit, unless ``explain`` is
+        false (trial placements during victim selection), when it is an empty explanation.
+        """
+        if needed > 1 and shape.kind != "mig":
+            # Replicas are identical and each takes exactly one unit of a node's replica capacity,
+            # so the summed capacity is exactly how many fit: fail before placing any.
+            eligible = self.eligible(workload, shape)
+            capacity = int(self.replica_capacity(shape, self.feasible(shape, eligible)).sum())
+            if capacity < needed:
+                explanation = self._explain_after(workload, shape, stmt, capacity) if explain else (0, ())
+                return GangResult((), explanation, capacity)
         placements: list[ReplicaPlacement] = []
         gang_nodes: list[int] = []
         for k in range(wanted):
@@ -375,9 +432,24 @@ class Placer:
             gang_nodes.append(self.cluster.index[placement.node])
         if len(placements) >= needed:
             return GangResult(tuple(placements), None)
-        explanation = self.explain(workload, [shape])
+        explanation = self.explain(workload, [shape]) if explain else (0, ())
         stmt.discard()
-        return GangResult(tuple(placements), explanation)
+        return GangResult((), explanation, len(placements))
+
+    def _explain_after(
+        self, workload: Workload, shape: Shape, stmt: Statement, count: int
+    ) -> tuple[int, tuple[tuple[str, int], ...]]:
+        """Explain the replica after the first ``count``: place them, explain, undo."""
+        trial = Statement(self.cluster)
+        gang_nodes: list[int] = []
+        for k in range(count):
+            placement = self.place_one(workload, shape, trial, gang_nodes, count - k)
+            if placement is None:
+                break
+            gang_nodes.append(self.cluster.index[placement.node])
+        explanation = self.explain(workload, [shape])
+        trial.discard()
+        return explanation
 
     def explain(self, workload: Workload, shapes: list[Shape]) -> tuple[int, tuple[tuple[str, int], ...]]:
         """Count nodes by the first filter that rejects one more replica of any of ``shapes``.

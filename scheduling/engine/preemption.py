@@ -8,9 +8,12 @@ For a job that fits neither quota nor nodes as they are:
    - *reclaim*: another ClusterQueue of the same cohort that is borrowing this resource, and only when
      the job's own queue stays within its nominal quota after admission.
 2. Order: reclaim candidates first, then lowest priority, then youngest (latest start), then id.
-3. Remove candidates one by one (in a ``Statement``) until the job fits both quota and placement; a
-   reclaim candidate is skipped once its queue no longer borrows.
-4. Minimise: try to put each chosen victim back, latest first; keep it if the job still fits.
+3. Remove candidates one by one (in a ``Statement``), in that order: first until the request fits the
+   queue's quota, then, among candidates on nodes the job could use, until a trial placement of the
+   whole gang succeeds (a full trial only runs when the removal made one of the victim's nodes fit a
+   replica). A reclaim candidate is skipped once its queue no longer borrows.
+4. Minimise: try to put each chosen victim back, latest first (the last 32); keep it out only if the
+   job no longer fits without removing it.
 5. Undo everything: victims keep their resources until they are gone, so nothing else can take the
    room in this cycle, and the preemptor is admitted by a later cycle.
 
@@ -29,6 +32,7 @@ from .model import ReplicaPlacement, Workload
 from .quota import QuotaBook
 
 MAX_CANDIDATES = 256
+MAX_MINIMISE = 32
 
 
 @dataclass(slots=True)
@@ -53,6 +57,28 @@ class Victim:
     kind: str  # "priority" | "reclaim"
 
 
+class VictimIndex:
+    """Preemptible holders grouped by (ClusterQueue, resource key), each group in victim order.
+
+    Built once per cycle from the workloads admitted or running before it (a job admitted in this
+    cycle is never preempted in the same cycle). Resource key ``"*"`` lists every holder of a queue.
+    """
+
+    def __init__(self, holders: list[Holder], cohort_of: dict[str, str]) -> None:
+        self.groups: dict[tuple[str, str], list[Holder]] = {}
+        self.cohort_members: dict[str, list[str]] = {}
+        for cq, cohort in sorted(cohort_of.items()):
+            if cohort:
+                self.cohort_members.setdefault(cohort, []).append(cq)
+        for holder in holders:
+            if not holder.workload.preemptible:
+                continue
+            for key in ("*", *sorted(holder.request)):
+                self.groups.setdefault((holder.cq, key), []).append(holder)
+        for group in self.groups.values():
+            group.sort(key=lambda h: (h.workload.priority, -h.started, h.workload.id))
+
+
 def select_victims(
     *,
     job: Workload,
@@ -60,41 +86,37 @@ def select_victims(
     cohort: str,
     request: dict[str, int],
     gpu_key: str | None,
-    holders: list[Holder],
-    cohort_of: dict[str, str],
+    index: VictimIndex,
     taken: set[str],
     quota: QuotaBook,
     cluster: Cluster,
     fits: Callable[[], bool],
+    on_useful_node: Callable[[Holder], bool],
+    frees_a_node: Callable[[Holder], bool],
 ) -> list[Victim] | None:
     """The smallest ordered set of victims after which ``fits()`` holds, or ``None``."""
     may_reclaim = bool(cohort) and not quota.would_borrow(cq, request)
-    candidates: list[Victim] = []
-    for holder in holders:
-        w = holder.workload
-        if not w.preemptible or w.id in taken or w.id == job.id:
-            continue
-        if gpu_key is not None and holder.request.get(gpu_key, 0) <= 0:
-            continue
-        if holder.cq == cq:
-            if w.priority < job.priority:
-                candidates.append(Victim(holder, "priority"))
-        elif may_reclaim and cohort_of.get(holder.cq) == cohort:
-            keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
-            if any(quota.borrowing(holder.cq, k) for k in keys):
-                candidates.append(Victim(holder, "reclaim"))
+    group_key = gpu_key or "*"
+    keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
+    reclaim: list[Victim] = []
+    if may_reclaim:
+        for other in index.cohort_members.get(cohort, []):
+            if other == cq or not any(quota.borrowing(other, k) for k in keys):
+                continue
+            reclaim.extend(
+                Victim(h, "reclaim") for h in index.groups.get((other, group_key), []) if h.workload.id not in taken
+            )
+        reclaim.sort(key=lambda v: (v.holder.workload.priority, -v.holder.started, v.holder.workload.id))
+    own: list[Victim] = []
+    for holder in index.groups.get((cq, group_key), []):
+        if holder.workload.priority >= job.priority:
+            break  # sorted by priority: nothing further is lower
+        if holder.workload.id not in taken:
+            own.append(Victim(holder, "priority"))
+    candidates = reclaim + own
     if not candidates:
         return None
-    candidates.sort(
-        key=lambda v: (
-            v.kind != "reclaim",
-            v.holder.workload.priority,
-            -v.holder.started,
-            v.holder.workload.id,
-        )
-    )
     candidates = candidates[:MAX_CANDIDATES]
-    keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
     stmt = Statement(cluster)
     chosen: list[Victim] = []
 
@@ -108,23 +130,31 @@ def select_victims(
             stmt.take(p)
         quota.add(victim.holder.cq, victim.holder.request, 1)
 
-    def ok() -> bool:
-        return quota.fits(cq, request) and fits()
+    def still_useful(victim: Victim) -> bool:
+        return victim.kind != "reclaim" or any(quota.borrowing(victim.holder.cq, k) for k in keys)
 
-    found = False
-    for victim in candidates:
-        if victim.kind == "reclaim" and not any(quota.borrowing(victim.holder.cq, k) for k in keys):
+    # Quota first (cheap): the fewest candidates, in order, that make the request fit the queue.
+    remaining = list(candidates)
+    while not quota.fits(cq, request) and remaining:
+        victim = remaining.pop(0)
+        if still_useful(victim):
+            remove(victim)
+            chosen.append(victim)
+    found = quota.fits(cq, request) and fits()
+    # Then placement: only candidates on nodes the job could use, and a full trial only when freeing
+    # this one made some of its nodes fit a replica.
+    while not found and remaining and quota.fits(cq, request):
+        victim = remaining.pop(0)
+        if not still_useful(victim) or not on_useful_node(victim.holder):
             continue
         remove(victim)
         chosen.append(victim)
-        if ok():
-            found = True
-            break
+        found = frees_a_node(victim.holder) and fits()
     if found:
-        for victim in reversed(chosen[:-1]):
+        for victim in reversed(chosen[:-1][-MAX_MINIMISE:]):
             restore(victim)
-            if ok():
-                chosen.remove(victim)
+            if quota.fits(cq, request) and fits():
+                chosen = [v for v in chosen if v is not victim]
             else:
                 remove(victim)
     # Undo: victims hold their resources until an adapter has evicted them.

@@ -61,9 +61,7 @@ class QuotaBook:
             if cq.cpu_milli is not None:
                 limits[CPU] = _Limit(cq.cpu_milli, cq.cpu_borrowing_limit_milli, cq.cpu_lending_limit_milli)
             if cq.memory_mib is not None:
-                limits[MEMORY] = _Limit(
-                    cq.memory_mib, cq.memory_borrowing_limit_mib, cq.memory_lending_limit_mib
-                )
+                limits[MEMORY] = _Limit(cq.memory_mib, cq.memory_borrowing_limit_mib, cq.memory_lending_limit_mib)
             self.limits[cq.name] = limits
             self.usage[cq.name] = {}
             if cq.cohort:

@@ -6,8 +6,10 @@ that ``Policy.placement`` (or a per-pool override) selects. How the votes of the
 preferred-affinity scorer and the topology scorer combine is written once, in
 ``placement.Placer._score``: each is scaled to [0, 1] over the candidates, then summed with weights.
 
-A scorer may also choose the devices inside the chosen node (``DevicePicker``); otherwise the default
-picker packs fractions and MIG slices onto the busiest device that fits.
+A stateful scorer (``register_plugin``) is built once per cycle from a :class:`PluginSetup`, may
+listen to every capacity change of the cluster (``Cluster.listeners``) and may choose the devices
+inside the chosen node; stateless ones (``register_scorer``) use the default picker, which packs
+fractions and MIG slices onto the busiest device that fits.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -57,21 +60,60 @@ class ScoreContext:
     idx: np.ndarray  # candidate node indices (all feasible)
     workload_id: str
     seed: int
-    mix: object | None = None  # observed workload mix, for fragmentation-aware scorers
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSetup:
+    """What a plugin factory gets once per cycle, before any usage is applied to the cluster.
+
+    ``typical`` is the observed mix of replica shapes ``(cpu_milli, gpu_milli per device, gpu_count,
+    allowed_models)``, one entry per replica, for fragmentation-aware scorers.
+    """
+
+    cluster: Cluster
+    seed: int
+    typical: tuple[tuple[int, int, int, tuple[str, ...]], ...] = ()
+
+
+DevicePick = tuple[tuple[int, ...], int | None]
+
+
+class ScorerPlugin(Protocol):
+    def score(self, ctx: ScoreContext) -> np.ndarray: ...
+
+    def pick(self, cluster: Cluster, i: int, shape: Shape, workload_id: str) -> DevicePick | None:
+        """Devices on node ``i`` for one replica, or ``None`` to use :func:`pick_devices`."""
+        ...
 
 
 Scorer = Callable[[ScoreContext], np.ndarray]
-DevicePicker = Callable[[Cluster, int, Shape], tuple[tuple[int, ...], int | None]]
+PluginFactory = Callable[[PluginSetup], ScorerPlugin]
 
-SCORERS: dict[str, Scorer] = {}
-DEVICE_PICKERS: dict[str, DevicePicker] = {}
+PLUGINS: dict[str, PluginFactory] = {}
 
 
-def register_scorer(name: str, picker: DevicePicker | None = None) -> Callable[[Scorer], Scorer]:
+@dataclass(slots=True)
+class _FunctionPlugin:
+    scorer: Scorer
+    spread: bool = False
+
+    def score(self, ctx: ScoreContext) -> np.ndarray:
+        return self.scorer(ctx)
+
+    def pick(self, cluster: Cluster, i: int, shape: Shape, workload_id: str) -> DevicePick | None:
+        return pick_devices(cluster, i, shape, spread=self.spread)
+
+
+def register_plugin(name: str, factory: PluginFactory) -> None:
+    """Register a stateful scorer; ``factory`` runs once per cycle (see :class:`PluginSetup`)."""
+    PLUGINS[name] = factory
+
+
+def register_scorer(name: str, spread: bool = False) -> Callable[[Scorer], Scorer]:
+    """Register a stateless scorer function under ``name``."""
+
     def decorate(scorer: Scorer) -> Scorer:
-        SCORERS[name] = scorer
-        if picker is not None:
-            DEVICE_PICKERS[name] = picker
+        PLUGINS[name] = lambda setup: _FunctionPlugin(scorer, spread)
         return scorer
 
     return decorate
@@ -103,7 +145,7 @@ def score_binpack(ctx: ScoreContext) -> np.ndarray:
     return _utilisation_after(ctx) + 0.01 * cpu_used
 
 
-@register_scorer("spread")
+@register_scorer("spread", spread=True)
 def score_spread(ctx: ScoreContext) -> np.ndarray:
     """Emptiest node first."""
     return -score_binpack(ctx)
@@ -115,9 +157,7 @@ def stable_random(workload_id: str, seed: int, size: int) -> np.ndarray:
     return rng.random(size)
 
 
-def pick_devices(
-    cluster: Cluster, i: int, shape: Shape, spread: bool = False
-) -> tuple[tuple[int, ...], int | None]:
+def pick_devices(cluster: Cluster, i: int, shape: Shape, spread: bool = False) -> tuple[tuple[int, ...], int | None]:
     """Devices (and MIG start slice) for one replica on node ``i``; ``((), None)`` if none fit.
 
     Whole GPUs: the lowest contiguous block of fully free devices if there is one (NVLink
@@ -158,10 +198,3 @@ def pick_devices(
         return (), None
     chosen = max(fits, key=lambda d: (row[d], -d)) if spread else min(fits, key=lambda d: (row[d], d))
     return (chosen,), None
-
-
-def _spread_picker(cluster: Cluster, i: int, shape: Shape) -> tuple[tuple[int, ...], int | None]:
-    return pick_devices(cluster, i, shape, spread=True)
-
-
-DEVICE_PICKERS["spread"] = _spread_picker

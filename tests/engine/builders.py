@@ -50,8 +50,7 @@ def node(
 
 def cq(name: str, quota: dict[str, int] | None = None, *, cohort: str = "", **kwargs: object) -> ClusterQueue:
     flavors = tuple(
-        FlavorQuota(model, n) if isinstance(n, int) else FlavorQuota(model, *n)
-        for model, n in (quota or {}).items()
+        FlavorQuota(model, n) if isinstance(n, int) else FlavorQuota(model, *n) for model, n in (quota or {}).items()
     )
     return ClusterQueue(name=name, cohort=cohort, flavors=flavors, **kwargs)  # type: ignore[arg-type]
 

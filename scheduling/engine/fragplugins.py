@@ -1,0 +1,139 @@
+"""Placement policies from the FGD paper as scorer plugins: fgd, portal, dotprod, clustering, packing,
+bestfit (``frag.py``), plus random.
+
+``frag.Placer`` keeps its own free-capacity arrays; the plugin keeps them identical to the cycle's
+``Cluster`` by listening to every change (``Cluster.listeners``), so the paper's scores, caches and
+device choices are computed on exactly the state the engine sees. MIG nodes and MIG requests are
+outside the paper's model: MIG nodes are given to ``frag`` as CPU-only nodes and MIG replicas are scored
+by bin-packing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import frag
+from .capacity import FULL, Cluster
+from .model import ReplicaPlacement
+from .scorers import (
+    DevicePick,
+    PluginSetup,
+    ScoreContext,
+    Shape,
+    pick_devices,
+    register_plugin,
+    register_scorer,
+    score_binpack,
+    stable_random,
+)
+
+
+def _pod_of(shape: Shape) -> frag.PodRequest:
+    if shape.gpus:
+        return frag.PodRequest(shape.cpu_milli, shape.memory_mib, FULL, shape.gpus)
+    if shape.milli:
+        return frag.PodRequest(shape.cpu_milli, shape.memory_mib, shape.milli, 1)
+    return frag.PodRequest(shape.cpu_milli, shape.memory_mib, 0, 0)
+
+
+class FragPlugin:
+    """One of ``frag.POLICIES`` over a ``frag.Placer`` mirrored from the cluster."""
+
+    def __init__(self, name: str, setup: PluginSetup) -> None:
+        cluster = setup.cluster
+        self.cluster = cluster
+        self.name = name
+        rows = [
+            (
+                node.name,
+                None if node.mig_enabled else node.gpu_model,
+                0 if node.mig_enabled else node.gpu_count,
+                node.cpu_milli,
+                node.memory_mib,
+            )
+            for node in cluster.nodes
+        ]
+        typical = frag.typical_pods(setup.typical) if setup.typical else ()
+        self.frag_policy = name if (typical or name not in ("fgd", "portal")) else None
+        self.placer: frag.Placer | None = None
+        if self.frag_policy is not None:
+            self.placer = frag.Placer(
+                frag.NodeArrays.of(rows),
+                self.frag_policy,
+                typical=typical,
+                rng=np.random.default_rng(setup.seed),
+                node_rank=np.arange(cluster.n),
+            )
+            cluster.listeners.append(self._mirror)
+        self._device: np.ndarray | None = None
+        self._device_key: tuple[int, int, int] | None = None
+
+    def _mirror(self, i: int, placement: ReplicaPlacement, sign: int) -> None:
+        assert self.placer is not None
+        if placement.mig_profile is not None or self.cluster.mig_node[i]:
+            if not placement.cpu_milli and not placement.memory_mib:
+                return
+            indices: tuple[int, ...] = ()
+        else:
+            count = int(self.cluster.gpu_count[i])
+            indices = tuple(d for d in placement.gpu_indices if d < count)
+        pod = frag.PodRequest(
+            placement.cpu_milli, placement.memory_mib, placement.gpu_milli if indices else 0, len(indices)
+        )
+        choice = frag.Choice(i, indices)
+        if sign > 0:
+            self.placer.bind(pod, choice)
+        else:
+            self.placer.release(pod, choice)
+
+    def score(self, ctx: ScoreContext) -> np.ndarray:
+        if self.placer is None or ctx.shape.kind == "mig":
+            return score_binpack(ctx)
+        pod = _pod_of(ctx.shape)
+        if self.frag_policy in ("fgd", "portal"):
+            scores, device = self.placer._frag_scores(pod, ctx.idx)
+            self._device = device
+            self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+            return np.asarray(scores, dtype=np.float64)
+        if self.frag_policy == "packing" and pod.gpu_milli <= 0:
+            return np.zeros(len(ctx.idx))
+        return np.asarray(self.placer._baseline_scores(pod, ctx.idx), dtype=np.float64)
+
+    def pick(self, cluster: Cluster, i: int, shape: Shape, workload_id: str) -> DevicePick | None:
+        if (
+            shape.kind == "fraction"
+            and self._device is not None
+            and self._device_key == (shape.cpu_milli, shape.milli, 1)
+        ):
+            device = int(self._device[i])
+            if 0 <= device < cluster.gpu_count[i] and cluster.dev_free[i, device] >= shape.milli:
+                return (device,), None
+        return pick_devices(cluster, i, shape)
+
+
+for _name in ("fgd", "portal", "dotprod", "clustering", "packing", "bestfit"):
+    register_plugin(_name, lambda setup, name=_name: FragPlugin(name, setup))
+
+
+class RandomPlugin:
+    """The paper's Random baseline: a uniformly random feasible node and device, seeded per job."""
+
+    def __init__(self, setup: PluginSetup) -> None:
+        self.seed = setup.seed
+
+    def score(self, ctx: ScoreContext) -> np.ndarray:
+        return stable_random(ctx.workload_id, ctx.seed, len(ctx.idx))
+
+    def pick(self, cluster: Cluster, i: int, shape: Shape, workload_id: str) -> DevicePick | None:
+        if shape.kind != "fraction":
+            return None
+        count = int(cluster.gpu_count[i])
+        fits = [d for d in range(count) if cluster.dev_free[i, d] >= shape.milli]
+        if not fits:
+            return None
+        draw = stable_random(f"{workload_id}/{i}", self.seed, 1)[0]
+        return (fits[int(draw * len(fits))],), None
+
+
+register_plugin("random", RandomPlugin)
+__all__ = ["FragPlugin", "RandomPlugin", "register_scorer"]
