@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from portal.jobs.models import Job
+from portal.jobs.models import Job, JobTransition
 from portal.jobs.services import job_transition
 from portal.jobs.states import TRANSITIONS, JobState
 from scheduling.adapters import orm
@@ -156,16 +156,48 @@ def periodic_claim(name: str, interval_s: float) -> bool:
 
 def observation_apply(obs: Observation) -> bool:
     """Apply one cluster observation if it is still news for the job's current attempt."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).select_related("gpu_model").filter(pk=obs.job_id).first()
-        if job is None or job.attempt != obs.attempt or obs.state not in TRANSITIONS[job.state]:
-            return False
-        detail = {}
-        if obs.state == JobState.RUNNING:
-            admitted = job.transitions.filter(to_state=JobState.ADMITTED).order_by("-at", "-id").first()
-            detail = dict(admitted.detail) if admitted else {}
-        job_transition(job=job, to_state=obs.state, at=obs.at, reason=obs.reason, actor="cluster", detail=detail)
-        return True
+    return observations_apply([obs]) == 1
+
+
+OBSERVATION_BATCH = 200
+
+
+def observations_apply(observations: list[Observation]) -> int:
+    """Apply observations (in the given order), a batch per transaction; returns how many were news.
+
+    The batch's job rows are locked in id order (no deadlock with another locker of several rows)
+    and each observation is re-checked against the locked row: a stale report about an earlier
+    attempt, or one the state table does not allow (a cancelled job reported running), is dropped.
+    """
+    applied = 0
+    for start in range(0, len(observations), OBSERVATION_BATCH):
+        batch = observations[start : start + OBSERVATION_BATCH]
+        ids = sorted({o.job_id for o in batch})
+        with transaction.atomic():
+            jobs = {
+                job.pk: job
+                for job in Job.objects.select_for_update(of=("self",))
+                .select_related("gpu_model")
+                .filter(pk__in=ids)
+                .order_by("pk")
+            }
+            running_ids = [o.job_id for o in batch if o.state == JobState.RUNNING]
+            # Ordered so the last admission of each job wins.
+            admitted_detail: dict[int, dict] = dict(
+                JobTransition.objects.filter(job_id__in=running_ids, to_state=JobState.ADMITTED)
+                .order_by("job_id", "at", "id")
+                .values_list("job_id", "detail")
+            )
+            for obs in batch:
+                job = jobs.get(obs.job_id)
+                if job is None or job.attempt != obs.attempt or obs.state not in TRANSITIONS[job.state]:
+                    continue
+                detail = dict(admitted_detail.get(job.pk) or {}) if obs.state == JobState.RUNNING else {}
+                job_transition(
+                    job=job, to_state=obs.state, at=obs.at, reason=obs.reason, actor="cluster", detail=detail
+                )
+                applied += 1
+    return applied
 
 
 def cluster_sync(*, backend: ClusterBackend, now: datetime, converge: bool = True) -> int:
@@ -174,9 +206,7 @@ def cluster_sync(*, backend: ClusterBackend, now: datetime, converge: bool = Tru
     Callers hold the cycle lock (``cycle_run``, ``cluster_sync_run``, ``jobs_sweep``) or own the
     database alone (tests). Returns the number of observations applied.
     """
-    applied = 0
-    for obs in sorted(backend.observe(now=now), key=lambda o: (o.at, o.job_id)):
-        applied += observation_apply(obs)
+    applied = observations_apply(sorted(backend.observe(now=now), key=lambda o: (o.at, o.job_id)))
     reconcile = getattr(backend, "reconcile", None)
     if converge and reconcile is not None:
         reconcile(now=now)

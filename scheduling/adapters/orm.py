@@ -6,13 +6,14 @@ cluster queue is its name; a team is its slug.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
 from portal.jobs.services import job_transition
@@ -155,6 +156,37 @@ def reason_to_json(info: m.PendingInfo) -> dict:
     }
 
 
+def pending_update(rows: list[tuple[int, dict, int, datetime | None]]) -> None:
+    """Write (id, pending reason, queue position, estimated start) for pending jobs, only those rows.
+
+    PostgreSQL: one ``UPDATE ... FROM (VALUES ...)`` per thousand rows, an order of magnitude faster
+    than ``bulk_update``'s CASE expressions for the thousands of pending jobs a cycle explains.
+    """
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        jobs = []
+        for job_id, reason, position, estimate in rows:
+            job = Job(pk=job_id, pending_reason=reason, queue_position=position, estimated_start=estimate)
+            jobs.append(job)
+        Job.objects.bulk_update(jobs, ["pending_reason", "queue_position", "estimated_start"], batch_size=500)
+        return
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), 1000):
+            chunk = rows[start : start + 1000]
+            values = ", ".join(["(%s, %s::jsonb, %s, %s::timestamptz)"] * len(chunk))
+            params: list = []
+            for job_id, reason, position, estimate in chunk:
+                params += [job_id, json.dumps(reason), position, estimate]
+            cursor.execute(
+                f"UPDATE {table} AS j SET pending_reason = v.reason, queue_position = v.position, "
+                f"estimated_start = v.estimate FROM (VALUES {values}) AS v(id, reason, position, estimate) "
+                "WHERE j.id = v.id AND j.state = %s",
+                [*params, JobState.PENDING],
+            )
+
+
 def plan_apply(
     *,
     plan: m.Plan,
@@ -232,14 +264,17 @@ def plan_apply(
             counts["admitted"] += 1
         pending_rows = []
         infos = {int(info.workload_id): info for info in plan.pending}
-        for job in Job.objects.filter(pk__in=infos, state=JobState.PENDING).only("id"):
-            info = infos[job.pk]
-            job.pending_reason = reason_to_json(info)
-            job.queue_position = info.position
-            job.estimated_start = (
+        current = Job.objects.filter(pk__in=infos, state=JobState.PENDING).values_list(
+            "id", "pending_reason", "queue_position", "estimated_start"
+        )
+        for job_id, old_reason, old_position, old_estimate in current:
+            info = infos[job_id]
+            reason = reason_to_json(info)
+            estimate = (
                 datetime.fromtimestamp(info.estimated_start, tz=UTC) if info.estimated_start is not None else None
             )
-            pending_rows.append(job)
-        Job.objects.bulk_update(pending_rows, ["pending_reason", "queue_position", "estimated_start"], batch_size=1000)
-        counts["pending"] = len(pending_rows)
+            if (reason, info.position, estimate) != (old_reason, old_position, old_estimate):
+                pending_rows.append((job_id, reason, info.position, estimate))
+        pending_update(pending_rows)
+        counts["pending"] = len(infos)
     return counts
