@@ -81,12 +81,15 @@ class UsageHourly(models.Model):
     cluster_queue = models.CharField(max_length=63)
     gpu_model = models.CharField(max_length=64, blank=True)
     capacity_type = models.CharField(max_length=20)
-    gpu_usage = models.DecimalField(max_digits=32, decimal_places=0, default=0)
-    cpu_milli_us = models.DecimalField(max_digits=32, decimal_places=0, default=0)
-    memory_mib_us = models.DecimalField(max_digits=32, decimal_places=0, default=0)
-    # Σ utilization % × gpu_usage over the measured part, and that part's gpu_usage.
-    gpu_util_usage = models.DecimalField(max_digits=40, decimal_places=0, default=0)
-    gpu_util_measured_usage = models.DecimalField(max_digits=32, decimal_places=0, default=0)
+    # One hour of one key fits 64 bits (e.g. 366,000 GPUs' usage), and PostgreSQL sums bigints in
+    # 128-bit accumulators: exact and several times faster than NUMERIC for the allocation query.
+    gpu_usage = models.BigIntegerField(default=0)
+    cpu_milli_us = models.BigIntegerField(default=0)
+    memory_mib_us = models.BigIntegerField(default=0)
+    # Σ utilization % × gpu_usage over the measured part (a weight, not money: a float is enough),
+    # and that part's gpu_usage.
+    gpu_util_usage = models.FloatField(default=0.0)
+    gpu_util_measured_usage = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [

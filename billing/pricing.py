@@ -570,6 +570,73 @@ def figures_fast(sums: UsageSums) -> Figures:
     )
 
 
+StepFloats = tuple[float, float, float, float, float, float, float, float]
+"""gpu_hours, gpu_cost, cpu_core_hours, cpu_cost, ram_gib_hours, ram_cost, util-weighted usage, measured usage"""
+
+
+def _floats(sums: UsageSums) -> StepFloats:
+    return (
+        sums.gpu_usage / GPU_HOUR,
+        sums.gpu_cost_units / (GPU_HOUR * 1e6),
+        sums.cpu_milli_us / CPU_CORE_HOUR,
+        sums.cpu_cost_units / (CPU_CORE_HOUR * 1e6),
+        sums.memory_mib_us / MEMORY_GIB_HOUR,
+        sums.memory_cost_units / (MEMORY_GIB_HOUR * 1e6),
+        float(sums.util_usage),
+        float(sums.util_measured_usage),
+    )
+
+
+def allocation_assemble_fast(
+    *,
+    step_rows: Iterable[tuple[str, int, StepFloats]],
+    totals: dict[str, UsageSums],
+    extra_rows: Iterable[UsageRow],
+    idle_rows: Iterable[IdleRow],
+    windows: Sequence[tuple[datetime, datetime]],
+    aggregate: str,
+    step_hours: int,
+    show_idle: bool,
+) -> Allocation:
+    """``allocation_assemble`` without idle sharing, for large results: step figures arrive as floats
+    already divided into hours and dollars (summed by the database), window totals as exact sums.
+
+    ``extra_rows`` (running jobs' open intervals) and idle rows are added to both.
+    """
+    per_step: dict[tuple[str, int], StepFloats] = {}
+    for group, bucket, values in step_rows:
+        per_step[(group, bucket)] = values
+
+    def merge(key: tuple[str, int], values: StepFloats) -> None:
+        old = per_step.get(key)
+        per_step[key] = values if old is None else tuple(a + b for a, b in zip(old, values, strict=True))
+
+    for row in extra_rows:
+        merge((row.group, row.bucket), _floats(row.sums))
+        totals.setdefault(row.group, UsageSums()).add(row.sums)
+    if show_idle:
+        for idle in idle_rows:
+            sums = UsageSums(gpu_usage=idle.idle_usage, gpu_cost_units=idle.idle_cost_units)
+            merge((IDLE, idle.bucket), _floats(sums))
+            totals.setdefault(IDLE, UsageSums()).add(sums)
+    step_figures: list[dict[str, Figures]] = [{} for _ in windows]
+    places = PLACES
+    for (group, bucket), (gh, gc, ch, cc, rh, rc, uw, um) in sorted(per_step.items()):
+        if 0 <= bucket < len(step_figures):
+            step_figures[bucket][group] = Figures(
+                round(gh, places), round(gc, places), round(ch, places), round(cc, places), round(rh, places),
+                round(rc, places), 0.0, round(gc + cc + rc, places), round(uw / um / 100, 4) if um else None,
+            )  # fmt: skip
+    return Allocation(
+        start=windows[0][0],
+        end=windows[-1][1],
+        step_hours=step_hours,
+        aggregate=aggregate,
+        steps=[(w[0], w[1], f) for w, f in zip(windows, step_figures, strict=True)],
+        totals={group: figures_exact(sums) for group, sums in sorted(totals.items())},
+    )
+
+
 def capacity_usage(changes: Sequence[tuple[datetime, int]], hour_from: int, hour_to: int) -> dict[int, int]:
     """GPU capacity per epoch hour in 1/7000-GPU-µs from (time, GPU count) change points.
 

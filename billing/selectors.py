@@ -24,7 +24,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing import pricing
-from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry, UsageHourly, UsageRecord
+from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry, UsageRecord
 from portal.jobs.models import GpuModel, Job, JobTransition
 from portal.jobs.states import JobState
 from portal.tenants.models import Team
@@ -135,6 +135,135 @@ def _rollup_rows(
     return out
 
 
+def _rollup_filter(query: AllocationQuery) -> tuple[str, list] | None:
+    """WHERE clause of the window and the visible teams; None when no team is visible."""
+    where = "r.epoch_hour >= %s AND r.epoch_hour < %s"
+    params: list = [pricing.epoch_hour(query.start), pricing.epoch_hour(query.end)]
+    if query.team_ids is not None:
+        if not query.team_ids:
+            return None
+        where += " AND r.team_id IN (" + ", ".join(["%s"] * len(query.team_ids)) + ")"
+        params += sorted(query.team_ids)
+    return where, params
+
+
+PRICE_JOIN = """
+    LEFT JOIN p ON p.gpu_model = r.gpu_model AND p.capacity_type = r.capacity_type
+        AND r.epoch_hour >= p.h0 AND r.epoch_hour < p.h1
+"""
+
+
+def _rollup_totals(
+    query: AllocationQuery, segments: list[pricing.PriceSegment], teams: dict[int, Team]
+) -> tuple[dict[str, pricing.UsageSums], set[str]]:
+    """Exact window totals per group, and the GPU models found without a price segment.
+
+    Summed per (group, model, capacity type, price segment) in SQL — bigint sums are exact — and
+    priced here in integers, so a few hundred rows carry the whole window.
+    """
+    found = _rollup_filter(query)
+    if found is None:
+        return {}, set()
+    where, where_params = found
+    group_cols = list(ROLLUP_AGGREGATES[query.aggregate])
+    cols = ", ".join(group_cols)
+    cte, params = _segments_cte(segments)
+    sql = f"""
+        WITH {cte}
+        SELECT {cols}, r.gpu_model, r.capacity_type, p.h0,
+            SUM(r.gpu_usage), SUM(r.cpu_milli_us), SUM(r.memory_mib_us),
+            SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
+        FROM billing_usagehourly r {PRICE_JOIN}
+        WHERE {where}
+        GROUP BY {cols}, r.gpu_model, r.capacity_type, p.h0
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *where_params])
+        fetched = cursor.fetchall()
+    price = {(s.gpu_model, s.capacity_type, s.hour_from): s for s in segments}
+    units = pricing.decimal_units
+    n = len(group_cols)
+    totals: dict[str, pricing.UsageSums] = {}
+    unpriced: set[str] = set()
+    for row in fetched:
+        model, ctype, h0 = row[n], row[n + 1], row[n + 2]
+        segment = price.get((model, ctype, h0))
+        if segment is None:
+            unpriced.add(model)
+            gpu_usd = cpu_usd = memory_usd = 0
+        else:
+            gpu_usd, cpu_usd, memory_usd = (units(segment.gpu_usd), units(segment.cpu_usd), units(segment.memory_usd))
+        gpu, cpu, memory = int(row[n + 3]), int(row[n + 4]), int(row[n + 5])
+        group = _rollup_group(tuple(row[:n]), query.aggregate, teams)
+        sums = totals.get(group)
+        if sums is None:
+            sums = totals[group] = pricing.UsageSums()
+        sums.gpu_usage += gpu
+        sums.gpu_cost_units += gpu * gpu_usd
+        sums.cpu_milli_us += cpu
+        sums.cpu_cost_units += cpu * cpu_usd
+        sums.memory_mib_us += memory
+        sums.memory_cost_units += memory * memory_usd
+        sums.util_usage += float(row[n + 6] or 0)
+        sums.util_measured_usage += int(row[n + 7] or 0)
+    return totals, unpriced
+
+
+def _f(number: int) -> str:
+    """A constant as a floating-point SQL literal (a bare ``1.0`` is NUMERIC in PostgreSQL)."""
+    return f"CAST({number} AS DOUBLE PRECISION)"
+
+
+def _rollup_step_rows(
+    query: AllocationQuery, segments: list[pricing.PriceSegment], teams: dict[int, Team]
+) -> list[tuple[str, int, pricing.StepFloats]]:
+    """Per (group, step) figures for charts, summed and priced by the database in floating point."""
+    found = _rollup_filter(query)
+    if found is None:
+        return []
+    where, where_params = found
+    group_cols = list(ROLLUP_AGGREGATES[query.aggregate])
+    cols = ", ".join(group_cols)
+    cte, params = _segments_cte(segments)
+    sql = f"""
+        WITH {cte}
+        SELECT {cols}, (r.epoch_hour - %s) / %s AS bucket,
+            CAST(SUM(r.gpu_usage) AS DOUBLE PRECISION) / {_f(pricing.GPU_HOUR)},
+            SUM(r.gpu_usage * CAST(COALESCE(p.gpu_usd, 0) AS DOUBLE PRECISION)) / {_f(pricing.GPU_HOUR)},
+            CAST(SUM(r.cpu_milli_us) AS DOUBLE PRECISION) / {_f(pricing.CPU_CORE_HOUR)},
+            SUM(r.cpu_milli_us * CAST(COALESCE(p.cpu_usd, 0) AS DOUBLE PRECISION)) / {_f(pricing.CPU_CORE_HOUR)},
+            CAST(SUM(r.memory_mib_us) AS DOUBLE PRECISION) / {_f(pricing.MEMORY_GIB_HOUR)},
+            SUM(r.memory_mib_us * CAST(COALESCE(p.memory_usd, 0) AS DOUBLE PRECISION)) / {_f(pricing.MEMORY_GIB_HOUR)},
+            SUM(r.gpu_util_usage), CAST(SUM(r.gpu_util_measured_usage) AS DOUBLE PRECISION)
+        FROM billing_usagehourly r {PRICE_JOIN}
+        WHERE {where}
+        GROUP BY {cols}, bucket
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, pricing.epoch_hour(query.start), query.step_hours, *where_params])
+        fetched = cursor.fetchall()
+    n = len(group_cols)
+    aggregate = query.aggregate
+    names: dict[tuple, str] = {}
+    out = []
+    for row in fetched:
+        key = row[:n]
+        name = names.get(key)
+        if name is None:
+            name = names[key] = _rollup_group(key, aggregate, teams)
+        out.append(
+            (
+                name,
+                row[n],
+                (
+                    float(row[n + 1]), float(row[n + 2]), float(row[n + 3]), float(row[n + 4]),
+                    float(row[n + 5]), float(row[n + 6]), float(row[n + 7] or 0), float(row[n + 8] or 0),
+                ),
+            )
+        )  # fmt: skip
+    return out
+
+
 def _record_group(record: UsageRecord, aggregate: str, teams: dict[int, Team]) -> str:
     if aggregate == "job":
         return str(record.job_id)
@@ -227,13 +356,14 @@ def _idle_rows(
     if not changes:
         return []
     allocated: dict[tuple[int, str, str], int] = defaultdict(int)
-    for hour, model, ctype, usage in (
-        UsageHourly.objects.filter(epoch_hour__gte=hour_from, epoch_hour__lt=hour_to)
-        .values_list("epoch_hour", "gpu_model", "capacity_type")
-        .annotate(usage=Sum("gpu_usage"))
-        .values_list("epoch_hour", "gpu_model", "capacity_type", "usage")
-    ):
-        allocated[(hour, model, ctype)] += int(usage)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT epoch_hour, gpu_model, capacity_type, SUM(gpu_usage) FROM billing_usagehourly"
+            " WHERE epoch_hour >= %s AND epoch_hour < %s GROUP BY epoch_hour, gpu_model, capacity_type",
+            [hour_from, hour_to],
+        )
+        for hour, model, ctype, usage in cursor.fetchall():
+            allocated[(hour, model, ctype)] += int(usage)
     for record in running:
         for hour, micros in pricing.hour_pieces(max(record.start, query.start), min(record.end, query.end)):
             allocated[(hour, record.gpu_model, record.capacity_type)] += record.gpu_share_7000ths * micros
@@ -254,15 +384,24 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> p
     """Cost per group and step over a window (see the module docstring)."""
     now = now or timezone.now()
     hour_from, hour_to = pricing.epoch_hour(query.start), pricing.epoch_hour(query.end)
-    segments = pricing.price_segments(price_list(), _known_gpu_models(), hour_from, hour_to)
-    prices = pricing.PriceLookup(segments)
+    prices_listed = price_list()
+    known_models = _known_gpu_models()
+    segments = pricing.price_segments(prices_listed, known_models, hour_from, hour_to)
     teams = {t.pk: t for t in Team.objects.all()}
     share_idle = query.share_idle
+    fast = query.aggregate in ROLLUP_AGGREGATES and not share_idle
+    totals: dict[str, pricing.UsageSums] = {}
+    if fast:
+        totals, unpriced = _rollup_totals(query, segments, teams)
+        if unpriced - {""}:  # models absent from the catalogue: price them by the fallback entries
+            segments = pricing.price_segments(prices_listed, known_models | unpriced, hour_from, hour_to)
+            totals, _ = _rollup_totals(query, segments, teams)
+    prices = pricing.PriceLookup(segments)
     rows: list[pricing.UsageRow] = []
-    if query.aggregate in ROLLUP_AGGREGATES:
-        for key, bucket, model, ctype, sums in _rollup_rows(query, segments, by_model=share_idle):
+    if query.aggregate in ROLLUP_AGGREGATES and share_idle:
+        for key, bucket, model, ctype, sums in _rollup_rows(query, segments, by_model=True):
             rows.append(pricing.UsageRow(_rollup_group(key, query.aggregate, teams), bucket, model, ctype, sums))
-    else:
+    elif not fast:
         records = UsageRecord.objects.filter(start__lt=query.end, end__gt=query.start).only(
             "job_id", "team_id", "namespace", "local_queue", "cluster_queue", "gpu_model", "capacity_type",
             "start", "end", "gpu_share_7000ths", "duration_us", "cpu_milli_us", "memory_mib_us", "gpu_util_pct",
@@ -271,24 +410,35 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> p
         if query.team_ids is not None:
             records = records.filter(team_id__in=query.team_ids)
         rows = _record_rows(records.iterator(chunk_size=5000), query, prices, teams)
-    running: list[UsageRecord] = []
+    running_all: list[UsageRecord] = []
+    running_rows: list[pricing.UsageRow] = []
     if query.include_running and query.start < now:
         running_all = running_usage(now=min(now, query.end))
         running = [r for r in running_all if query.team_ids is None or r.team_id in query.team_ids]
-        rows += _record_rows(running, query, prices, teams)
-    else:
-        running_all = []
+        running_rows = _record_rows(running, query, prices, teams)
     idle_rows: list[pricing.IdleRow] = []
-    if share_idle or (query.show_idle and query.team_ids is None):
+    show_idle = query.show_idle and query.team_ids is None
+    if share_idle or show_idle:
         idle_rows = _idle_rows(query, prices, running_all)
     windows = pricing.step_windows(query.start, query.end, query.step_hours)
+    if fast:
+        return pricing.allocation_assemble_fast(
+            step_rows=_rollup_step_rows(query, segments, teams),
+            totals=totals,
+            extra_rows=running_rows,
+            idle_rows=idle_rows,
+            windows=windows,
+            aggregate=query.aggregate,
+            step_hours=query.step_hours,
+            show_idle=show_idle,
+        )
     return pricing.allocation_assemble(
-        rows=rows,
+        rows=rows + running_rows,
         idle_rows=idle_rows,
         windows=windows,
         aggregate=query.aggregate,
         step_hours=query.step_hours,
-        show_idle=query.show_idle and query.team_ids is None,
+        show_idle=show_idle,
         share_idle=share_idle,
     )
 

@@ -216,13 +216,18 @@ def metering_run(*, job_ids: list[int] | None = None, source: UtilizationSource 
 RollupKey = tuple[int, int, str, str, str, str]
 
 
-def rollup_increments(records: list[UsageRecord]) -> dict[RollupKey, list[int]]:
-    """Records cut at hour boundaries and summed per rollup key (exact: pieces sum to the record)."""
-    sums: dict[RollupKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+def rollup_increments(records) -> dict[RollupKey, list]:
+    """Records cut at hour boundaries and summed per rollup key (exact: pieces sum to the record).
+
+    Values: [gpu_usage, cpu_milli_us, memory_mib_us, utilization-weighted usage (float), measured usage].
+    """
+    sums: dict[RollupKey, list] = defaultdict(lambda: [0, 0, 0, 0.0, 0])
     for record in records:
         pieces = pricing.hour_pieces(record.start, record.end)
-        cpu_rate = int(record.cpu_milli_us) // max(1, record.duration_us)
-        memory_rate = int(record.memory_mib_us) // max(1, record.duration_us)
+        duration = max(1, record.duration_us)
+        cpu_rate = int(record.cpu_milli_us) // duration  # cpu_milli × replicas, exactly
+        memory_rate = int(record.memory_mib_us) // duration
+        util = record.gpu_util_pct
         for hour, micros in pieces:
             key = (
                 hour,
@@ -237,8 +242,8 @@ def rollup_increments(records: list[UsageRecord]) -> dict[RollupKey, list[int]]:
             row[0] += gpu_usage
             row[1] += cpu_rate * micros
             row[2] += memory_rate * micros
-            if record.gpu_util_pct is not None:
-                row[3] += round(record.gpu_util_pct * gpu_usage)
+            if util is not None and gpu_usage:
+                row[3] += util * gpu_usage
                 row[4] += gpu_usage
     return sums
 
@@ -260,7 +265,7 @@ ON CONFLICT (epoch_hour, team_id, local_queue, cluster_queue, gpu_model, capacit
 def rollup_add(records: list[UsageRecord]) -> int:
     """Add new records to the hourly rollup (the caller holds the metering lock and a transaction)."""
     increments = rollup_increments(records)
-    params = [(*key, *(Decimal(v) for v in values)) for key, values in increments.items()]
+    params = [(*key, *values) for key, values in increments.items()]
     with connection.cursor() as cursor:
         for start in range(0, len(params), 1000):
             cursor.executemany(ROLLUP_UPSERT, params[start : start + 1000])
