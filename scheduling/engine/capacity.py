@@ -63,6 +63,7 @@ class Cluster:
         self.mig_compute = np.zeros((n, width), dtype=np.int32)
         self.full_free = np.where(self.mig_node, 0, self.gpu_count).astype(np.int32)
         self.max_share = np.where(self.mig_node | (self.gpu_count == 0), 0, FULL).astype(np.int32)
+        self.gpu_free_total = (self.gpu_count.astype(np.int64)) * FULL
         self._mig_cache: dict[tuple[str, int], MigGeometry | None] = {}
         # Called as listener(node_index, placement, sign) after every change (stateful scorers).
         self.listeners: list[Callable[[int, ReplicaPlacement, int], None]] = []
@@ -127,17 +128,21 @@ class Cluster:
         )
 
     def _refresh(self, i: int) -> None:
+        count = int(self.gpu_count[i])
         if self.mig_node[i]:
+            used = sum(int(m).bit_count() for m in self.mig_mask[i, :count].tolist())
+            self.gpu_free_total[i] = (count * 8 - used) * FULL // 8
             return
-        row = self.dev_free[i]
-        self.full_free[i] = int(np.count_nonzero((row == FULL) & (self.mig_mask[i] == 0)))
-        self.max_share[i] = max(0, int(row.max()))
+        row = self.dev_free[i, :count].tolist()
+        self.full_free[i] = sum(1 for v in row if v == FULL)
+        self.max_share[i] = max(0, *row) if row else 0
+        self.gpu_free_total[i] = sum(v for v in row if v > 0)
 
     # -- summaries ------------------------------------------------------------------------------
 
     def free_gpu_milli(self, idx: np.ndarray) -> np.ndarray:
-        """Free milli-GPU per node (sum over devices) for node indices ``idx``."""
-        return np.clip(self.dev_free[idx], 0, None).sum(axis=1)
+        """Free milli-GPU per node (sum over devices; MIG: free memory slices) for node indices ``idx``."""
+        return self.gpu_free_total[idx]
 
     def label_codes(self, key: str) -> tuple[np.ndarray, tuple[str, ...]]:
         """Per-node integer code of a label's value (-1 when absent) and the value table."""

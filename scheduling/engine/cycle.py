@@ -8,7 +8,9 @@ Steps:
 2. Check each pending workload for things no cycle can fix (unknown queue, impossible request):
    reason ``invalid``.
 3. Walk pending workloads in admission order (``admission.AdmissionOrder``: priority, fair share,
-   submission time). For each:
+   submission time), twice: first only jobs that fit their ClusterQueue's nominal quota, then the
+   ones that need to borrow (Kueue's rule; without it a job preempted to reclaim lent quota would
+   borrow it straight back in the next cycle). For each:
    a. the team may not start new jobs -> reason ``budget``;
    b. a job of the same shape in the same ClusterQueue already failed this cycle -> same reason
       (capacity and quota only shrink during a cycle, so it would fail again);
@@ -64,6 +66,10 @@ class _Attempt:
     reason: Reason | None = None
     victims: list[Victim] | None = None
     cacheable: bool = True
+    deferred: bool = False
+
+
+_DEFERRED = Reason(ReasonKind.ORDER, "deferred to the borrowing pass")
 
 
 def request_of(shape: Shape, count: int) -> dict[str, int]:
@@ -169,10 +175,18 @@ class _Cycle:
                 self.pending[w.id] = (Reason(ReasonKind.INVALID, invalid), None)
                 continue
             by_lq.setdefault(w.local_queue, []).append(w)
-        order = AdmissionOrder(by_lq, self.fair, fair_sharing=True)
-        for job in order:
+        # Pass 1: only jobs that fit their queue's nominal quota (Kueue's rule: not borrowing goes
+        # first), so quota reclaimed by preemption goes to the queue that reclaimed it, not back to the
+        # borrower. Pass 2: the rest, allowed to borrow.
+        deferred: dict[str, list[Workload]] = {}
+        for job in AdmissionOrder(by_lq, self.fair, fair_sharing=True):
+            if self._consider(job, borrow=False):
+                deferred.setdefault(job.local_queue, []).append(job)
+            else:
+                self.considered.append(job)
+        for job in AdmissionOrder(deferred, self.fair, fair_sharing=True):
             self.considered.append(job)
-            self._consider(job)
+            self._consider(job, borrow=True)
         return self._plan()
 
     def _invalid(self, w: Workload) -> str | None:
@@ -193,15 +207,17 @@ class _Cycle:
             return f"invalid: replicas={w.replicas}, min_available={w.min_available}"
         return None
 
-    def _consider(self, job: Workload) -> None:
+    def _consider(self, job: Workload, borrow: bool) -> bool:
+        """Decide one job; returns True when it is deferred to the borrowing pass."""
         lq = self.lq_by_name[job.local_queue]
         why = self.blocked.get(job.team)
         if why is not None:
             message = f"budget: team {job.team} may not start new jobs" + (f": {why}" if why else "")
             self.pending[job.id] = (Reason(ReasonKind.BUDGET, message, (("team", job.team),)), None)
-            return
+            return False
         cq = lq.cluster_queue
         key = (
+            borrow,
             cq,
             job.resources,
             job.replicas,
@@ -214,22 +230,28 @@ class _Cycle:
         cached = self.failed.get(key)
         if cached is not None:
             self.stats["cache_hits"] += 1
+            if cached.kind == ReasonKind.ORDER:  # marker: deferred to the borrowing pass
+                return True
             self.pending[job.id] = (cached, None)
-            return
-        attempt = self._attempt(job, cq)
+            return False
+        attempt = self._attempt(job, cq, borrow)
+        if attempt.deferred:
+            self.failed[key] = _DEFERRED
+            return True
         if attempt.admission is not None and attempt.request is not None:
             self.admissions.append(attempt.admission)
             self.quota.add(cq, attempt.request)
             self.fair.add(job.local_queue, cq, attempt.request)
             self.holders.append(Holder(job, job.local_queue, cq, attempt.request, attempt.admission.placements))
-            return
+            return False
         if attempt.victims:
             self._preempt(job, attempt)
-            return
+            return False
         assert attempt.reason is not None
         self.pending[job.id] = (attempt.reason, None)
         if attempt.cacheable:
             self.failed[key] = attempt.reason
+        return False
 
     def _models(self, job: Workload, cq: str) -> list[str | None]:
         if not job.resources.wants_gpu:
@@ -240,7 +262,7 @@ class _Cycle:
             return [m for m in flavors if m in allowed]
         return list(flavors)
 
-    def _attempt(self, job: Workload, cq: str) -> _Attempt:
+    def _attempt(self, job: Workload, cq: str, borrow: bool) -> _Attempt:
         models = self._models(job, cq)
         if not models:
             wanted = ", ".join(job.allowed_gpu_models) or "any GPU"
@@ -252,6 +274,7 @@ class _Cycle:
                 )
             )
         quota_reasons: list[Reason] = []
+        deferrable = False
         placement_failure: Reason | None = None
         invalid: list[str] = []
         fitting_shapes: list[Shape] = []
@@ -261,8 +284,11 @@ class _Cycle:
             if isinstance(shape, str):
                 invalid.append(shape)
                 continue
-            needed = self._quota_count(cq, shape, job.gang_size, job.replicas)
             minimum = request_of(shape, job.gang_size)
+            if not borrow and self.quota.would_borrow(cq, minimum):
+                deferrable = True
+                continue
+            needed = self._quota_count(cq, shape, job.gang_size, job.replicas, borrow)
             tried.append((shape, minimum))
             if needed < job.gang_size:
                 quota_reasons.append(self._quota_reason(cq, minimum))
@@ -298,6 +324,8 @@ class _Cycle:
                     self.preemptors[cq] = self.preemptors.get(cq, 0) + 1
                     return _Attempt(victims=victims, request=minimum, cacheable=False)
                 self.preemption_failed.add(pre_key)
+        if deferrable:
+            return _Attempt(deferred=True)
         if fitting_shapes and placement_failure is None:
             ekey = (tuple(fitting_shapes), job.node_selector, job.tolerations)
             placement_failure = self.explained.get(ekey)
@@ -314,8 +342,9 @@ class _Cycle:
             return _Attempt(reason=Reason(ReasonKind.QUOTA, "quota: " + message, quota_reasons[0].details))
         return _Attempt(reason=Reason(ReasonKind.INVALID, "invalid: " + "; ".join(invalid)))
 
-    def _quota_count(self, cq: str, shape: Shape, gang: int, replicas: int) -> int:
-        """How many replicas (up to ``replicas``) the queue's quota allows now."""
+    def _quota_count(self, cq: str, shape: Shape, gang: int, replicas: int, borrow: bool) -> int:
+        """How many replicas (up to ``replicas``) the queue's quota allows now (within nominal unless
+        ``borrow``)."""
         count = replicas
         for key, amount in request_of(shape, 1).items():
             if key.startswith("gpu/") and not self.quota.allows(cq, key):
@@ -323,6 +352,9 @@ class _Cycle:
             available = self.quota.available(cq, key)
             if available is not None:
                 count = min(count, available // amount)
+            nominal = self.quota.nominal(cq, key)
+            if not borrow and nominal is not None:
+                count = min(count, max(0, nominal - self.quota.used(cq, key)) // amount)
         return count
 
     def _quota_reason(self, cq: str, request: dict[str, int]) -> Reason:

@@ -316,9 +316,8 @@ class Placer:
                 total[scorer_of == s] += _unit(raw)
         if workload.preferred_labels:
             weights = np.zeros(len(cand), dtype=np.float64)
-            for j, i in enumerate(cand.tolist()):
-                labels = self._labels[i]
-                weights[j] = sum(w for k, v, w in workload.preferred_labels if labels.get(k) == v)
+            for key, value, weight in workload.preferred_labels:
+                weights += weight * self._selected(((key, value),))[cand]
             total += AFFINITY_WEIGHT * _unit(weights)
         if self._soft_taint.any():
             soft = self._soft_taint[cand] & np.array(

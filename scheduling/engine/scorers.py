@@ -125,13 +125,6 @@ def _utilisation_after(ctx: ScoreContext) -> np.ndarray:
     if shape.kind == "cpu":
         total = np.maximum(cluster.cpu_total[idx], 1)
         return 1.0 - (cluster.cpu_free[idx] - shape.cpu_milli) / total
-    if shape.kind == "mig":
-        used = np.array(
-            [sum(int(m).bit_count() for m in cluster.mig_mask[i, : cluster.gpu_count[i]]) for i in idx],
-            dtype=np.float64,
-        )
-        total = np.maximum(cluster.gpu_count[idx] * 8, 1)
-        return (used + shape.mig.memory_slices) / total  # type: ignore[union-attr]
     total = np.maximum(cluster.gpu_count[idx] * FULL, 1)
     free_after = cluster.free_gpu_milli(idx) - shape.quota_milli
     return 1.0 - free_after / total

@@ -149,3 +149,20 @@ def pending_info(plan: Plan, workload_id: str):  # type: ignore[no-untyped-def]
         if p.workload_id == workload_id:
             return p
     raise AssertionError(f"{workload_id} is not pending in the plan")
+
+
+def apply_plan(snap: Snapshot, plan: Plan, now: float) -> Snapshot:
+    """What the adapters do between cycles: admitted jobs run, victims go back to pending."""
+    from dataclasses import replace
+
+    admitted = {a.workload_id: a for a in plan.admissions}
+    victims = {p.workload_id for p in plan.preemptions}
+    workloads = []
+    for w in snap.workloads:
+        if w.id in admitted:
+            a = admitted[w.id]
+            w = replace(w, state=WorkloadState.RUNNING, gpu_model=a.gpu_model, placements=a.placements, started_at=now)
+        elif w.id in victims:
+            w = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
+        workloads.append(w)
+    return replace(snap, workloads=tuple(workloads))

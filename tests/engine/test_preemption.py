@@ -1,0 +1,182 @@
+"""Preemption: within a ClusterQueue by priority, reclaiming lent quota, never non-preemptible jobs,
+the smallest set of victims, and no preemption loops."""
+
+from __future__ import annotations
+
+from scheduling.engine.cycle import run_cycle
+from scheduling.engine.model import Policy, ReasonKind
+
+from .builders import admitted_ids, apply_plan, cq, job, lq, node, pending_info, running, snapshot
+
+NOW = 10_000.0
+
+
+def victims(plan):
+    return sorted(p.workload_id for p in plan.preemptions)
+
+
+def full_node_of_running(priorities, started=None, preemptible=None):
+    """One 4-GPU node fully used by 1-GPU running jobs r0..r3."""
+    started = started or [0.0] * 4
+    preemptible = preemptible or [True] * 4
+    return [
+        running(f"r{i}", "a", [("n1", (i,))], priority=p, started=s, preemptible=ok)
+        for i, (p, s, ok) in enumerate(zip(priorities, started, preemptible, strict=True))
+    ]
+
+
+def test_it_preempts_the_lowest_priority_job_first():
+    snap = snapshot(
+        [node("n1", gpus=4)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [*full_node_of_running([5, 1, 3, 2]), job("urgent", "a", gpu=1, priority=10)],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert victims(plan) == ["r1"]
+    info = pending_info(plan, "urgent")
+    assert info.reason.kind == ReasonKind.PREEMPTING
+    assert info.estimated_start == NOW
+    assert "priority 10" in plan.preemptions[0].reason
+
+
+def test_it_preempts_the_youngest_among_equal_priority():
+    snap = snapshot(
+        [node("n1", gpus=4)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [*full_node_of_running([1, 1, 1, 1], started=[10, 40, 30, 20]), job("urgent", "a", gpu=1, priority=10)],
+    )
+    assert victims(run_cycle(snap, Policy(), NOW)) == ["r1"]
+
+
+def test_it_takes_the_smallest_set_that_makes_room():
+    # r0 (2 GPUs, lowest priority) alone is enough for a 2-GPU job; r1, r2 are not needed.
+    snap = snapshot(
+        [node("n1", gpus=4)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [
+            running("r1", "a", [("n1", (0,))], priority=2),
+            running("r0", "a", [("n1", (1, 2))], priority=1),
+            running("r2", "a", [("n1", (3,))], priority=3),
+            job("urgent", "a", gpu=2, priority=10),
+        ],
+    )
+    assert victims(run_cycle(snap, Policy(), NOW)) == ["r0"]
+
+
+def test_it_never_preempts_a_non_preemptible_job():
+    snap = snapshot(
+        [node("n1", gpus=4)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [*full_node_of_running([1, 1, 1, 1], preemptible=[False] * 4), job("urgent", "a", gpu=1, priority=10)],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert victims(plan) == []
+    assert pending_info(plan, "urgent").reason.kind == ReasonKind.PLACEMENT
+
+
+def test_it_never_preempts_equal_or_higher_priority_in_its_queue():
+    snap = snapshot(
+        [node("n1", gpus=4)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [*full_node_of_running([10, 10, 11, 12]), job("same", "a", gpu=1, priority=10)],
+    )
+    assert victims(run_cycle(snap, Policy(), NOW)) == []
+
+
+def test_preemption_can_be_switched_off():
+    snap = snapshot(
+        [node("n1", gpus=4)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [*full_node_of_running([1, 1, 1, 1]), job("urgent", "a", gpu=1, priority=10)],
+    )
+    assert victims(run_cycle(snap, Policy(preemption=False), NOW)) == []
+
+
+def test_a_queue_under_nominal_reclaims_quota_lent_to_the_cohort():
+    # b lent its 4 GPUs to a (a borrowed them); b now wants 2 back: a's jobs are reclaimed, even though
+    # they have a higher priority, because b stays within its nominal quota.
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        [cq("qa", {"A100-80GB": 4}, cohort="co"), cq("qb", {"A100-80GB": 4}, cohort="co")],
+        [lq("a", "qa"), lq("b", "qb")],
+        [
+            *[running(f"a{i}", "a", [("n1", (i,))], priority=50, started=i) for i in range(8)],
+            job("b-job", "b", gpu=2, priority=0),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert victims(plan) == ["a6", "a7"]  # the youngest borrowed ones
+    assert all(p.reason.startswith("reclaim") for p in plan.preemptions)
+
+
+def test_a_borrowing_queue_does_not_reclaim():
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        [cq("qa", {"A100-80GB": 4}, cohort="co"), cq("qb", {"A100-80GB": 2}, cohort="co")],
+        [lq("a", "qa"), lq("b", "qb")],
+        [
+            *[running(f"a{i}", "a", [("n1", (i,))], started=i) for i in range(6)],
+            running("b0", "b", [("n1", (6, 7))]),
+            job("b-more", "b", gpu=2, priority=100),  # would put b at 4 > nominal 2
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert victims(plan) == []
+    assert pending_info(plan, "b-more").reason.kind == ReasonKind.QUOTA
+
+
+def test_two_jobs_never_preempt_each_other_back_and_forth():
+    """Jobs arrive over cycles, each plan is applied; every job is preempted at most once and it settles.
+
+    Cycle 0: a runs a-hi and borrows b's quota for a-low. Cycle 1: b-job reclaims it (a-low is
+    preempted). Cycle 3: b-hi outranks b-job inside b (b-job is preempted). Neither victim can take
+    anything back: a-low's queue would borrow again, b-job is outranked in its own queue.
+    """
+    from dataclasses import replace
+
+    arrivals = {
+        0: [job("a-hi", "a", gpu=2, priority=9, created=0), job("a-low", "a", gpu=2, priority=1, created=1)],
+        1: [job("b-job", "b", gpu=2, priority=0, created=2)],
+        3: [job("b-hi", "b", gpu=2, priority=9, created=3)],
+    }
+    snap = snapshot(
+        [node("n1", gpus=4)],
+        [cq("qa", {"A100-80GB": 2}, cohort="co"), cq("qb", {"A100-80GB": 2}, cohort="co")],
+        [lq("a", "qa"), lq("b", "qb")],
+        [],
+    )
+    preempted: list[str] = []
+    now = NOW
+    for cycle in range(12):
+        snap = replace(snap, workloads=snap.workloads + tuple(arrivals.get(cycle, [])))
+        plan = run_cycle(snap, Policy(), now)
+        preempted += [p.workload_id for p in plan.preemptions]
+        snap = apply_plan(snap, plan, now)
+        now += 1
+    assert preempted == ["a-low", "b-job"]
+    final = run_cycle(snap, Policy(), now)
+    assert final.preemptions == ()
+    assert admitted_ids(final) == []
+
+
+def test_one_preemptor_per_queue_per_cycle_and_victims_are_not_shared():
+    snap = snapshot(
+        [node("n1", gpus=4)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [
+            *full_node_of_running([1, 1, 1, 1]),
+            job("u1", "a", gpu=1, priority=10),
+            job("u2", "a", gpu=1, priority=10, created=1),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert len(plan.preemptions) == 1
+    two = run_cycle(snap, Policy(preemptors_per_queue=2), NOW)
+    assert len({p.workload_id for p in two.preemptions}) == 2
