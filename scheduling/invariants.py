@@ -11,8 +11,9 @@ Steps:
    overdrawn.
 4. History: every job's transitions chain from Pending, each legal, ending in its current state;
    admissions equal the attempt counter; at most one start per attempt; nothing after a final state.
-5. Cluster (when the backend lists pods): no portal pod without an active job attempt, no running
-   job without its pods, no admitted job left without pods, no replica running in two attempts.
+5. Cluster (when the backend lists pods): no portal pod without a job, none running without an
+   active job attempt, no running job without its pods, no admitted job left without pods, no
+   replica running in two attempts.
 """
 
 from __future__ import annotations
@@ -242,6 +243,7 @@ def cluster_findings(backend: ClusterBackend, *, now: datetime, admitted_grace_s
             "id", "attempt", "state", "admitted_at"
         )
     }
+    known = set(Job.objects.filter(pk__in={ko.pod_job_attempt(p)[0] for p in pods}).values_list("id", flat=True))
     placements = Counter(ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True))
     by_attempt: Counter[tuple[int, int]] = Counter()
     live_replicas: dict[tuple[int, str], list[str]] = defaultdict(list)
@@ -249,8 +251,10 @@ def cluster_findings(backend: ClusterBackend, *, now: datetime, admitted_grace_s
         key = ko.pod_job_attempt(pod)
         name = f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
         terminating = bool(pod["metadata"].get("deletionTimestamp"))
-        if key not in active and not terminating:
-            out.append(Finding("cluster", f"pod {name} has no active job attempt (job {key[0]}, attempt {key[1]})"))
+        if key[0] not in known:
+            out.append(Finding("cluster", f"pod {name} belongs to no job (job {key[0]} does not exist)"))
+        elif key not in active and not terminating and ko.pod_holds_capacity(pod):
+            out.append(Finding("cluster", f"pod {name} runs without an active job attempt (job {key[0]})"))
         by_attempt[key] += 1
         if ko.pod_holds_capacity(pod) and not terminating:
             replica = pod["metadata"]["labels"].get(ko.LABEL_REPLICA, "")

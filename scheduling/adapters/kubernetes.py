@@ -19,8 +19,8 @@ Writing the cluster (``start``, ``stop``, ``reconcile``):
   attempt and replica (a retried create that gets 409 AlreadyExists is success), with the portal as
   ``schedulerName``, then is bound to the chosen node through the Binding API (409: already bound);
 - stopping deletes the attempt's pods with a grace period (404: already gone);
-- ``reconcile`` converges after any crash: pods missing for an admitted job are created, pods of
-  jobs that are finished, unknown, or of an older attempt are deleted.
+- ``reconcile`` converges after any crash: pods missing for an admitted job are created; pods of
+  unknown jobs, and live pods of finished jobs or older attempts, are deleted.
 """
 
 from __future__ import annotations
@@ -493,9 +493,10 @@ class KubernetesBackend:
         """Converge the cluster on the database: create missing pods, delete orphaned ones.
 
         Called under the cycle lock, after the observations were applied. Pods are read before jobs
-        (see ``observe``). A pod is an orphan when its job is unknown, not admitted or running, or
-        on another attempt; it is deleted with the grace period. An admitted job missing pods gets
-        them (409 for the ones that exist).
+        (see ``observe``). A pod is an orphan when its job is unknown, or when it still runs (or
+        waits) while its job is not admitted or running or is on another attempt; it is deleted with
+        the grace period. Finished pods of known jobs are kept for their logs. An admitted job
+        missing pods gets them (409 for the ones that exist).
         """
         self.sync()
         pods = self.raw_pods()
@@ -522,6 +523,8 @@ class KubernetesBackend:
                 continue
             if pod["metadata"].get("deletionTimestamp"):
                 continue  # already terminating
+            if current is not None and ko.pod_phase(pod) in ("Succeeded", "Failed"):
+                continue  # holds nothing; kept so its logs can be read (the cluster's pod GC removes it)
             meta = pod["metadata"]
             if self.delete_pod(meta["namespace"], meta["name"], grace_s=self.options.grace_s):
                 counts["deleted"] += 1

@@ -127,7 +127,7 @@ def test_it_finds_pods_without_jobs_and_jobs_without_pods(kworld, kube, backend)
     backend.create_and_bind(stray)
     settle(backend, kube)
     messages = [f.message for f in audit_findings(backend=backend)]
-    assert any("job-777-a1-r0 has no active job attempt" in m for m in messages), messages
+    assert any("job-777-a1-r0 belongs to no job" in m for m in messages), messages
     assert any(f"Running job {job.pk} has 0 of its 1 pods" in m for m in messages), messages
 
 
