@@ -219,6 +219,9 @@ class _TypicalArrays:
     access: np.ndarray  # (M + 1, T) bool; row M is the CPU-only node
     cpu_only_freq: float  # total frequency of CPU-only typical pods: always count the whole free GPU
     uses_memory: bool = False
+    any_access: bool = True  # every typical pod may use every node (no GPU-model restrictions)
+    umilli: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (U,) distinct gpu_milli
+    uidx: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (T,) index into umilli
 
     @classmethod
     def build(cls, typical: Sequence[TypicalPod], models: tuple[str, ...], demand_weighted: bool) -> _TypicalArrays:
@@ -248,6 +251,9 @@ class _TypicalArrays:
             access=access,
             cpu_only_freq=float(sum(weights[id(t)] for t in typical if t.gpu_milli == 0)),
             uses_memory=any(t.memory_mib > 0 for t in gpu),
+            any_access=bool(access.all()),
+            umilli=np.array(sorted({t.gpu_milli for t in gpu}), dtype=np.int64),
+            uidx=np.array([sorted({u.gpu_milli for u in gpu}).index(t.gpu_milli) for t in gpu], dtype=np.int64),
         )
 
 
@@ -263,13 +269,16 @@ def _frag_milli(
     out = total * tp.cpu_only_freq
     if tp.milli.size == 0:
         return out
-    fits = gpu[:, :, None] >= tp.milli[None, None, :]  # (C, D, T)
-    satisfied = (fits.sum(axis=1) >= tp.num[None, :]) & (cpu[:, None] >= tp.cpu[None, :])
-    satisfied &= tp.access[model_row]
+    # Device work is shared by typical pods with the same gpu_milli (U distinct values, U << T).
+    fits = gpu[:, :, None] >= tp.umilli[None, None, :]  # (C, D, U)
+    count = fits.sum(axis=1)[:, tp.uidx]  # (C, T)
+    small = (total[:, None] - np.einsum("cd,cdu->cu", free.astype(np.float64), fits))[:, tp.uidx]
+    satisfied = (count >= tp.num[None, :]) & (cpu[:, None] >= tp.cpu[None, :])
+    if not tp.any_access:
+        satisfied &= tp.access[model_row]
     if tp.uses_memory:
         satisfied &= mem[:, None] >= tp.mem[None, :]
-    small = np.einsum("cd,cdt->ct", free.astype(np.float64), ~fits)  # free milli on too-small devices
-    per_type = np.where(satisfied, small, total[:, None])
+    per_type = np.where(satisfied, small, total[:, None])  # too-small devices only, or everything
     return out + per_type @ tp.freq
 
 
@@ -287,13 +296,14 @@ def _stranded_milli(
     out = total * tp.cpu_only_freq
     if tp.milli.size == 0:
         return out
-    per_device = free[:, :, None] // tp.milli[None, None, :]  # (C, D, T) copies per device
+    per_device = (free[:, :, None] // tp.umilli[None, None, :]).sum(axis=1)[:, tp.uidx]  # (C, T) copies
     share = tp.milli < MILLI
-    copies = np.where(share[None, :], per_device.sum(axis=1), per_device.sum(axis=1) // tp.num[None, :])
+    copies = np.where(share[None, :], per_device, per_device // tp.num[None, :])
     copies = np.minimum(copies, np.maximum(cpu, 0)[:, None] // np.maximum(tp.cpu, 1)[None, :])
     if tp.uses_memory:
         copies = np.minimum(copies, np.maximum(mem, 0)[:, None] // np.maximum(tp.mem, 1)[None, :])
-    copies = np.where(tp.access[model_row], copies, 0)
+    if not tp.any_access:
+        copies = np.where(tp.access[model_row], copies, 0)
     usable = copies * (tp.milli * tp.num)[None, :]
     per_type = total[:, None] - usable
     return out + per_type @ tp.freq
@@ -343,6 +353,9 @@ class Placer:
     _metric_total: float = field(init=False)
     _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
     _tp_memory: bool = field(init=False)
+    _gpu_max: np.ndarray = field(init=False)  # (N,) largest free milli on one device
+    _gpu_full: np.ndarray = field(init=False)  # (N,) fully free devices
+    _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
     _measure: Callable[..., np.ndarray] = field(init=False)
     _score_caches: dict[tuple[int, int, int], _ScoreCache] = field(init=False)
     _model_masks: dict[tuple[str, ...], np.ndarray] = field(init=False)
@@ -361,6 +374,9 @@ class Placer:
         self._score_caches = {}
         self._model_masks = {}
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._gpu_max = self.gpu_free_milli.max(axis=1)
+        self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
+        self._metric_memo = {}
         self._frag_cache = None
         self._tp = self._metric_tp = None
         self._metric_node = np.zeros(n)
@@ -392,7 +408,12 @@ class Placer:
         ok = (self.cpu_free_milli >= pod.cpu_milli) & (self.memory_free_mib >= pod.memory_mib)
         if pod.gpu_count > 0:
             ok &= self._model_mask(pod.allowed_models)
-            ok &= (self.gpu_free_milli >= pod.gpu_milli).sum(axis=1) >= pod.gpu_count
+            if pod.gpu_milli >= MILLI:
+                ok &= self._gpu_full >= pod.gpu_count
+            elif pod.gpu_count == 1:
+                ok &= self._gpu_max >= pod.gpu_milli
+            else:
+                ok &= (self.gpu_free_milli >= pod.gpu_milli).sum(axis=1) >= pod.gpu_count
         return ok
 
     def _model_mask(self, allowed: tuple[str, ...]) -> np.ndarray:
@@ -467,8 +488,26 @@ class Placer:
         if pod.gpu_count > 0:
             tag = 0 if pod.is_sharing else min(pod.gpu_count, _MAX_AFFINITY - 1)
             self._affinity[n, tag] -= sign
+        if choice.gpu_indices:
+            devices = self.gpu_free_milli[n]
+            self._gpu_max[n] = devices.max()
+            self._gpu_full[n] = np.count_nonzero(devices == MILLI)
         self._version[n] += 1
         if self._metric_tp is not None:
+            value = self._metric_of(n)
+            self._metric_total += value - self._metric_node[n]
+            self._metric_node[n] = value
+            if self._tp is self._metric_tp and self._frag_cache is not None:
+                self._frag_cache.score[n] = value
+                self._frag_cache.version[n] = self._version[n]
+
+    def _metric_of(self, n: int) -> float:
+        """FGD fragmentation of node ``n``, memoised by node state (states repeat a lot)."""
+        devices = self.gpu_free_milli[n]
+        key = (int(self._model_row[n]), int(self.cpu_free_milli[n]), np.sort(devices).tobytes())
+        value = self._metric_memo.get(key)
+        if value is None:
+            assert self._metric_tp is not None
             row = slice(n, n + 1)
             value = float(
                 _frag_milli(
@@ -479,11 +518,8 @@ class Placer:
                     self._metric_tp,
                 )[0]
             )
-            self._metric_total += value - self._metric_node[n]
-            self._metric_node[n] = value
-            if self._tp is self._metric_tp and self._frag_cache is not None:
-                self._frag_cache.score[n] = value
-                self._frag_cache.version[n] = self._version[n]
+            self._metric_memo[key] = value
+        return value
 
     # ----------------------------------------------------------------------------------- devices
     def _devices_default(self, pod: PodRequest, node: int) -> tuple[int, ...]:
