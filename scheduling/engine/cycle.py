@@ -24,7 +24,7 @@ Steps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -334,6 +334,10 @@ class _Cycle:
                 placement_failure = placement_reason(self.cluster.n, fitting, counts)
                 self.explained[ekey] = placement_failure
         if placement_failure is not None:
+            if invalid:
+                placement_failure = replace(
+                    placement_failure, message=f"{placement_failure.message} ({'; '.join(invalid)})"
+                )
             return _Attempt(reason=placement_failure)
         if quota_reasons:
             if len(quota_reasons) == 1:

@@ -8,8 +8,9 @@ For one replica of a shape (see ``scorers.Shape``):
    with enough free share (fractions), a MIG slice at a valid start (MIG), CPU and memory.
 3. Score the feasible nodes: the placement scorer chosen for the node's pool, plus preferred-affinity
    weights, plus topology (for multi-replica jobs: the same node, rack, zone as replicas already placed;
-   for the first replica, the tightest rack that can hold the whole gang). Highest wins; ties go to the
-   node first in name order.
+   for the first replica, the tightest node, rack or zone that can hold the whole gang; for multi-GPU
+   replicas, a node with a contiguous block of free devices). Highest wins; ties go to the node first
+   in name order.
 4. Pick devices inside the node (the scorer's device picker, or the default packing one).
 
 Scorers are plugins (``scorers.PLUGINS``; the FGD paper's policies are in ``fragplugins``).
@@ -34,6 +35,7 @@ TOPOLOGY_WEIGHT = 2.0
 AFFINITY_WEIGHT = 1.0
 SOFT_TAINT_WEIGHT = 0.5
 GPU_AVOID_WEIGHT = 1.0
+CONTIGUOUS_WEIGHT = 0.2
 
 # Explanation codes, in filter order: each node is counted once, under the first filter it fails.
 FIT = 0
@@ -336,36 +338,48 @@ class Placer:
             total -= GPU_AVOID_WEIGHT * (self.cluster.gpu_count[cand] > 0)
         if remaining > 1 or gang_nodes:
             total += TOPOLOGY_WEIGHT * self._topology(shape, cand, gang_nodes, remaining, eligible)
+        if shape.gpus > 1:
+            total += CONTIGUOUS_WEIGHT * self._contiguous(shape, cand)
         return total
 
     def _topology(
         self, shape: Shape, cand: np.ndarray, gang_nodes: list[int], remaining: int, eligible: np.ndarray
     ) -> np.ndarray:
-        """Keep a gang together: same node, then rack, then zone; first replica: tightest whole rack."""
+        """Keep a gang together, in tiers: same node 1, same rack 0.6, same zone 0.3 as replicas already
+        placed. For the first replica: a node, else a rack, else a zone that can hold the whole gang, and
+        within a tier the tightest such domain (keeps big free blocks for big gangs)."""
         score = np.zeros(len(cand), dtype=np.float64)
         rack, zone = self.rack, self.zone
         if gang_nodes:
             used = np.array(gang_nodes)
-            score += 0.5 * (cand[:, None] == used[None, :]).any(axis=1)
-            for weight, codes in ((0.3, rack), (0.2, zone)):
+            for weight, codes in ((0.3, zone), (0.6, rack)):
                 seen = np.zeros(int(codes.max(initial=-1)) + 2, dtype=bool)
                 seen[codes[used] + 1] = True
                 seen[0] = False  # nodes without the label share nothing
-                score += weight * seen[codes[cand] + 1]
-            return score
-        # First replica: prefer a node whose capacity, else rack, else zone, holds the whole gang, and
-        # among those the one with the least spare room (keeps big contiguous blocks for big gangs).
+                score = np.where(seen[codes[cand] + 1], weight, score)
+            return np.where((cand[:, None] == used[None, :]).any(axis=1), 1.0, score)
         cap = self.replica_capacity(shape, eligible)
-        node_cap = self.replica_capacity(shape, cand)
-        score += 0.5 * (node_cap >= remaining)
-        for weight, codes in ((0.3, rack), (0.2, zone)):
+        for weight, codes in ((0.3, zone), (0.6, rack)):
             if (codes[eligible] >= 0).any():
-                domain_cap = np.bincount(codes[eligible] + 1, weights=cap, minlength=codes.max() + 2)
+                domain_cap = np.bincount(codes[eligible] + 1, weights=cap, minlength=int(codes.max()) + 2)
                 cand_cap = domain_cap[codes[cand] + 1]
                 holds = (codes[cand] >= 0) & (cand_cap >= remaining)
-                tight = np.where(holds, remaining / np.maximum(cand_cap, 1), 0.0)
-                score += weight * (holds + 0.5 * tight) / 1.5
-        return score
+                tight = remaining / np.maximum(cand_cap, 1)
+                score = np.where(holds, weight + 0.1 * tight, score)
+        node_cap = self.replica_capacity(shape, cand)
+        holds = node_cap >= remaining
+        return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
+
+    def _contiguous(self, shape: Shape, cand: np.ndarray) -> np.ndarray:
+        """1 where the node has ``shape.gpus`` fully free devices with consecutive indices (NVLink
+        neighbours on most boards), else 0."""
+        free = (self.cluster.dev_free[cand] == FULL) & (self.cluster.mig_mask[cand] == 0)
+        run = np.zeros(len(cand), dtype=np.int32)
+        best = np.zeros(len(cand), dtype=np.int32)
+        for d in range(free.shape[1]):
+            run = np.where(free[:, d], run + 1, 0)
+            best = np.maximum(best, run)
+        return (best >= shape.gpus).astype(np.float64)
 
     # -- placing ----------------------------------------------------------------------------------
 

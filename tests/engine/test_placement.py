@@ -1,0 +1,226 @@
+"""Placement: filters (model, selector, taints, cordon, MIG, GPU memory), scores (bin-pack, spread,
+affinity, topology, pools, the FGD paper's policies) and determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.engine.cycle import run_cycle
+from scheduling.engine.model import Policy, Taint, Toleration, labels_of
+
+from .builders import RACK, ZONE, admitted_ids, cq, job, lq, node, reason_of, running, snapshot
+
+NOW = 1000.0
+QUEUES = ([cq("q", {"A100-80GB": 1000, "H100-80GB": 1000, "L40S": 1000})], [lq("a", "q")])
+
+
+def place(nodes, jobs, policy=None, **snap_kwargs):
+    snap = snapshot(nodes, *QUEUES, jobs, **snap_kwargs)
+    return run_cycle(snap, policy or Policy(), NOW)
+
+
+def nodes_of(plan, workload_id):
+    for a in plan.admissions:
+        if a.workload_id == workload_id:
+            return [p.node for p in a.placements]
+    raise AssertionError(f"{workload_id} not admitted")
+
+
+def test_required_node_selector():
+    nodes = [node("n1", labels={"disk": "hdd"}), node("n2", labels={"disk": "ssd"})]
+    plan = place(
+        nodes,
+        [
+            job("ssd", "a", gpu=1, node_selector=labels_of({"disk": "ssd"})),
+            job("nvme", "a", gpu=1, node_selector=labels_of({"disk": "nvme"}), created=1),
+        ],
+    )
+    assert nodes_of(plan, "ssd") == ["n2"]
+    assert reason_of(plan, "nvme") == "placement: 0 of 2 nodes fit: 2 node selector does not match"
+
+
+def test_taints_need_tolerations():
+    spot = node("spot1", taints=(Taint("spot", "true"),))
+    plan = place(
+        [spot],
+        [
+            job("plain", "a", gpu=1),
+            job("tolerant", "a", gpu=1, tolerations=(Toleration("spot", "Exists"),), created=1),
+        ],
+    )
+    assert admitted_ids(plan) == ["tolerant"]
+    assert reason_of(plan, "plain") == "placement: 0 of 1 nodes fit: 1 untolerated taint"
+
+
+def test_prefer_no_schedule_taint_is_only_avoided():
+    soft = node("a-soft", taints=(Taint("busy", "", "PreferNoSchedule"),))
+    plan = place([soft, node("b-plain")], [job("j", "a", gpu=1)])
+    assert nodes_of(plan, "j") == ["b-plain"]
+
+
+def test_cordoned_nodes_and_gpu_models_are_counted_in_the_reason():
+    nodes = [node("c1", cordoned=True), node("h1", "H100-80GB", 1), node("cpu", None), node("a1", gpus=1)]
+    plan = place(
+        nodes,
+        [running("r", "a", [("a1", (0,))]), job("j", "a", gpu=1, allowed_gpu_models=("A100-80GB",))],
+    )
+    assert reason_of(plan, "j") == (
+        "placement: 0 of 4 nodes fit: 2 GPU model not allowed, 1 cordoned, 1 too few free GPUs"
+    )
+
+
+def test_whole_gpus_of_one_replica_are_on_one_node_and_contiguous():
+    nodes = [node("n1", gpus=4), node("n2", gpus=4)]
+    plan = place(
+        nodes,
+        [running("r", "a", [("n1", (1,)), ("n2", (0,))]), job("j", "a", gpu=3)],
+    )
+    (p,) = next(a for a in plan.admissions if a.workload_id == "j").placements
+    assert p.node == "n2"
+    assert p.gpu_indices == (1, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("requests", "placed_slots"),
+    [
+        (["3g.40gb", "3g.40gb", "1g.10gb"], [0, 4, None]),
+        (["4g.40gb", "3g.40gb"], [0, 4]),
+        (["7g.80gb", "1g.10gb"], [0, None]),
+        (["1g.10gb"] * 8, [0, 1, 2, 3, 4, 5, 6, None]),
+        (["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb", "1g.10gb"], [0, 2, 4, 6, None]),
+    ],
+)
+def test_mig_slices_follow_the_real_geometry(requests, placed_slots):
+    jobs = [job(f"m{i}", "a", mig=p, created=i, cpu=0, mem=0) for i, p in enumerate(requests)]
+    plan = place([node("m1", "A100-80GB", 1, mig=True)], jobs)
+    slots = []
+    by_id = {a.workload_id: a for a in plan.admissions}
+    for i in range(len(requests)):
+        a = by_id.get(f"m{i}")
+        slots.append(a.placements[0].mig_slot if a else None)
+    assert slots == placed_slots
+
+
+def test_mig_profiles_are_per_gpu_model_and_mig_nodes_take_no_fractions():
+    nodes = [node("m1", "A100-80GB", 1, mig=True)]
+    plan = place(
+        nodes,
+        [
+            job("ok", "a", mig="1g.10gb"),
+            job("unknown", "a", mig="5g.50gb", created=1),
+            job("fraction", "a", milli=500, created=2),
+        ],
+        mig_profiles=(("A100-80GB", ("1g.10gb", "3g.40gb", "7g.80gb")),),
+    )
+    assert admitted_ids(plan) == ["ok"]
+    assert reason_of(plan, "unknown") == (
+        "placement: 0 of 1 nodes fit: 1 GPU model not allowed (A100-80GB does not offer MIG profile 5g.50gb; "
+        "MIG profile 5g.50gb does not exist on L40S)"
+    )
+    assert reason_of(plan, "fraction") == "placement: 0 of 1 nodes fit: 1 MIG mode does not match"
+
+
+@pytest.mark.parametrize(("model", "memory", "devices"), [("A100-80GB", 80, 2), ("L40S", 48, 3)])
+def test_gpu_memory_becomes_a_device_count_per_model(model, memory, devices):
+    plan = place(
+        [node("n1", model, 8, gpu_memory_gib=memory)],
+        [job("llm-70b", "a", gpu_mem=140, allowed_gpu_models=(model,))],
+    )
+    (p,) = plan.admissions[0].placements
+    assert len(p.gpu_indices) == devices
+
+
+def test_binpack_fills_the_busier_node_and_spread_the_emptier():
+    nodes = [node("n1", gpus=4), node("n2", gpus=4)]
+    base = [running("r", "a", [("n2", (0, 1))])]
+    assert nodes_of(place(nodes, [*base, job("j", "a", gpu=1)], Policy(placement="binpack")), "j") == ["n2"]
+    assert nodes_of(place(nodes, [*base, job("j", "a", gpu=1)], Policy(placement="spread")), "j") == ["n1"]
+
+
+def test_preferred_affinity_weights_pick_the_node():
+    nodes = [node("n1", labels={ZONE: "z1"}), node("n2", labels={ZONE: "z2"})]
+    plan = place(nodes, [job("j", "a", gpu=1, preferred_labels=((ZONE, "z2", 50),))])
+    assert nodes_of(plan, "j") == ["n2"]
+
+
+def test_gang_replicas_stay_within_one_rack_when_one_can_hold_them():
+    # Rack r1 has two empty 8-GPU nodes (room for 4 replicas of 4 GPUs); rack r0 has fuller nodes
+    # that bin-packing alone would pick first, but they hold only 3 replicas.
+    nodes = [
+        node("a0", labels={RACK: "r0"}),
+        node("a1", labels={RACK: "r0"}),
+        node("b0", labels={RACK: "r1"}),
+        node("b1", labels={RACK: "r1"}),
+    ]
+    base = [running("r", "a", [("a0", (0, 1, 2, 3)), ("a1", (0, 1, 2, 3, 4))])]
+    plan = place(nodes, [*base, job("gang", "a", gpu=4, replicas=4)])
+    assert sorted(nodes_of(plan, "gang")) == ["b0", "b0", "b1", "b1"]
+
+
+def test_multi_replica_jobs_share_a_node_when_they_can():
+    nodes = [node("n1", gpus=8), node("n2", gpus=8)]
+    plan = place(nodes, [job("pair", "a", gpu=4, replicas=2)], Policy(placement="spread"))
+    assert len(set(nodes_of(plan, "pair"))) == 1
+
+
+def test_pools_choose_their_own_placement_policy():
+    nodes = [
+        node("m1", gpus=4, labels={"pool": "main"}),
+        node("m2", gpus=4, labels={"pool": "main"}),
+        node("s1", gpus=4, labels={"pool": "spot"}),
+        node("s2", gpus=4, labels={"pool": "spot"}),
+    ]
+    base = [running("rm", "a", [("m2", (0,))]), running("rs", "a", [("s2", (0,))])]
+    policy = Policy(placement="binpack", pool_label="pool", pool_placement=(("spot", "spread"),))
+    sel_main = labels_of({"pool": "main"})
+    sel_spot = labels_of({"pool": "spot"})
+    plan = place(
+        nodes,
+        [*base, job("jm", "a", gpu=1, node_selector=sel_main), job("js", "a", gpu=1, node_selector=sel_spot)],
+        policy,
+    )
+    assert nodes_of(plan, "jm") == ["m2"]
+    assert nodes_of(plan, "js") == ["s1"]
+
+
+POLICIES = ["binpack", "spread", "fgd", "random", "dotprod", "clustering", "packing", "bestfit"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_placement_policy_is_selectable_and_deterministic(policy):
+    nodes = [node(f"n{i}", gpus=4) for i in range(8)]
+    jobs = [job(f"f{i}", "a", milli=300 + 100 * (i % 4), created=i) for i in range(10)] + [
+        job(f"w{i}", "a", gpu=1 + i % 2, created=20 + i) for i in range(5)
+    ]
+    first = place(nodes, jobs, Policy(placement=policy, seed=3))
+    again = place(nodes, jobs, Policy(placement=policy, seed=3))
+    assert first == again
+    assert len(first.admissions) == 15
+
+
+def test_fgd_packs_fractions_to_keep_whole_gpus_free():
+    # Typical mix: many 1-GPU jobs. A 0.5 GPU job should go next to the existing half, not onto a
+    # fresh device, so that whole devices stay available.
+    nodes = [node("n1", gpus=2), node("n2", gpus=2)]
+    base = [running("half", "a", [("n1", (0,))], gpu_milli=500)]
+    jobs = [*base, job("new-half", "a", milli=500)] + [
+        job(f"w{i}", "a", gpu=1, created=10 + i, allowed_gpu_models=("none",)) for i in range(6)
+    ]
+    plan = place(nodes, jobs, Policy(placement="fgd"))
+    placement = next(a for a in plan.admissions if a.workload_id == "new-half").placements[0]
+    assert (placement.node, placement.gpu_indices) == ("n1", (0,))
+
+
+def test_unknown_placement_policy_is_an_error():
+    with pytest.raises(ValueError, match="unknown placement policy 'tetris'"):
+        place([node("n1")], [job("j", "a", gpu=1)], Policy(placement="tetris"))
+
+
+def test_random_depends_on_the_seed_only():
+    nodes = [node(f"n{i}", gpus=8) for i in range(20)]
+    jobs = [job(f"j{i}", "a", gpu=1, created=i) for i in range(10)]
+    a = place(nodes, jobs, Policy(placement="random", seed=1))
+    b = place(nodes, jobs, Policy(placement="random", seed=1))
+    c = place(nodes, jobs, Policy(placement="random", seed=2))
+    assert a == b
+    assert a != c
