@@ -1,0 +1,112 @@
+"""Reasons with numbers, queue positions, the budget stop, invalid requests and estimated starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.engine.cycle import run_cycle
+from scheduling.engine.model import Policy, ReasonKind
+
+from .builders import admitted_ids, cq, job, lq, node, pending_info, reason_of, running, snapshot
+
+NOW = 1000.0
+QUEUE = [cq("q", {"A100-80GB": 64})]
+
+
+def test_a_blocked_team_may_not_start_new_jobs_and_says_why():
+    snap = snapshot(
+        [node("n1")],
+        QUEUE,
+        [lq("vision", "q"), lq("nlp", "q")],
+        [job("v", "vision", gpu=1), job("n", "nlp", gpu=1)],
+        teams_blocked=(("vision", "monthly budget of $5,000 used up"),),
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert admitted_ids(plan) == ["n"]
+    info = pending_info(plan, "v")
+    assert info.reason.kind == ReasonKind.BUDGET
+    assert info.reason.message == "budget: team vision may not start new jobs: monthly budget of $5,000 used up"
+    assert info.estimated_start is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"gpu": 1, "milli": 500},
+            "invalid: ask for whole GPUs, a GPU fraction, a MIG profile or GPU memory, not several",
+        ),
+        ({"milli": 1500}, "invalid: gpu_milli must be between 1 and 999, got 1500"),
+        ({"gpu": 1, "replicas": 2, "min_available": 3}, "invalid: replicas=2, min_available=3"),
+    ],
+)
+def test_invalid_requests_are_explained(kwargs, message):
+    snap = snapshot([node("n1")], QUEUE, [lq("a", "q")], [job("j", "a", **kwargs)])
+    assert reason_of(run_cycle(snap, Policy(), NOW), "j") == message
+
+
+def test_unknown_queue_is_invalid():
+    snap = snapshot([node("n1")], QUEUE, [lq("a", "q")], [job("j", "nope", gpu=1)])
+    assert reason_of(run_cycle(snap, Policy(), NOW), "j") == "invalid: local queue nope does not exist"
+
+
+def test_placement_reason_counts_each_node_once_by_its_first_failing_filter():
+    nodes = (
+        [node(f"full{i}", gpus=1) for i in range(3)]
+        + [node(f"h{i}", "H100-80GB", 8) for i in range(2)]
+        + [node("small-mem", gpus=8, mem=1000)]
+    )
+    work = [running(f"r{i}", "a", [(f"full{i}", (0,))]) for i in range(3)]
+    snap = snapshot(
+        nodes,
+        [cq("q", {"A100-80GB": 64, "H100-80GB": 0})],
+        [lq("a", "q")],
+        [*work, job("j", "a", gpu=1, mem=4096, allowed_gpu_models=("A100-80GB",))],
+    )
+    info = pending_info(run_cycle(snap, Policy(), NOW), "j")
+    assert info.reason.message == (
+        "placement: 0 of 6 nodes fit: 3 too few free GPUs, 2 GPU model not allowed, 1 not enough memory"
+    )
+    assert dict(info.reason.details)["too few free GPUs"] == 3
+
+
+def test_estimated_start_follows_running_jobs_and_queue_order():
+    # One 2-GPU node: r0 ends at 1000+100, r1 at 1000+500. Pending: a (2 GPUs, 300 s), b (1 GPU).
+    snap = snapshot(
+        [node("n1", gpus=2)],
+        QUEUE,
+        [lq("a", "q")],
+        [
+            running("r0", "a", [("n1", (0,))], started=NOW - 3500, runtime=3600),
+            running("r1", "a", [("n1", (1,))], started=NOW - 3100, runtime=3600),
+            job("first", "a", gpu=2, runtime_s=300, created=1),
+            job("second", "a", gpu=1, runtime_s=60, created=2),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    first = pending_info(plan, "first")
+    second = pending_info(plan, "second")
+    assert first.estimated_start == NOW + 500
+    assert second.estimated_start == NOW + 500 + 300
+    assert (first.position, second.position) == (1, 2)
+
+
+def test_a_job_larger_than_the_cluster_has_no_estimated_start():
+    snap = snapshot([node("n1", gpus=2)], QUEUE, [lq("a", "q")], [job("huge", "a", gpu=4)])
+    info = pending_info(run_cycle(snap, Policy(), NOW), "huge")
+    assert info.estimated_start is None
+
+
+def test_quota_bound_jobs_wait_for_their_queue_to_drain():
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        [cq("q", {"A100-80GB": 2})],
+        [lq("a", "q")],
+        [
+            running("r", "a", [("n1", (0, 1))], started=NOW, runtime=1000),
+            job("j", "a", gpu=2, runtime_s=10),
+        ],
+    )
+    info = pending_info(run_cycle(snap, Policy(), NOW), "j")
+    assert info.reason.kind == ReasonKind.QUOTA
+    assert info.estimated_start == NOW + 1000
