@@ -12,6 +12,7 @@ A tiny kubelet lives here too: ``auto_run`` starts bound pods at once, and ``run
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import threading
@@ -64,7 +65,8 @@ class FakeKubeApi:
 
     def __post_init__(self) -> None:
         self.rv = 1000
-        self.log: list[tuple[int, str, str, dict]] = []  # (rv, kind, type, object)
+        self.log: list[tuple[int, str, str, dict]] = []  # (rv, kind, type, object), rv ascending
+        self.log_rvs: list[int] = []  # the log's versions, for bisecting
         self.oldest_rv = self.rv  # watches from before this get 410 Gone
         self.cond = threading.Condition()
         self.faults: list[Fault] = []
@@ -156,6 +158,7 @@ class FakeKubeApi:
         gets 410 Gone (as after etcd compaction), so clients must relist."""
         with self.cond:
             self.log.clear()
+            self.log_rvs.clear()
             self.oldest_rv = self.rv + 1
             self.epoch += 1
             self.cond.notify_all()
@@ -166,6 +169,7 @@ class FakeKubeApi:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.log.append((self.rv, kind, kind_type, json.loads(json.dumps(obj))))
+        self.log_rvs.append(self.rv)
         self.cond.notify_all()
         return obj
 
@@ -233,9 +237,11 @@ class FakeKubeApi:
             self.pods[(namespace, name)] = pod
             return self._write("Pod", "ADDED", pod)
 
-    def _set_pod(self, namespace: str, name: str, change) -> dict:
+    def _set_pod(self, namespace: str, name: str, change) -> dict | None:
         with self.cond:
-            pod = self.pods[(namespace, name)]
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                return None  # deleted meanwhile
             change(pod)
             return self._write("Pod", "MODIFIED", pod)
 
@@ -291,6 +297,24 @@ class FakeKubeApi:
             )
 
         return self._set_pod(namespace, name, change)
+
+    def kubelet_tick(self, *, runtime_s: float, now: datetime | None = None) -> int:
+        """What the nodes' kubelets do: start bound pods, finish those that ran ``runtime_s``."""
+        now = now or datetime.now(UTC)
+        changed = 0
+        with self.cond:
+            pods = [(key, pod) for key, pod in self.pods.items() if pod["spec"].get("nodeName")]
+        for (namespace, name), pod in pods:
+            phase = pod["status"].get("phase")
+            if phase == "Pending":
+                self.run(namespace, name, at=now)
+                changed += 1
+            elif phase == "Running":
+                started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+                if (now - datetime.fromisoformat(started.replace("Z", "+00:00"))).total_seconds() >= runtime_s:
+                    self.succeed(namespace, name, at=now)
+                    changed += 1
+        return changed
 
     def remove_pod(self, namespace: str, name: str) -> None:
         with self.cond:
@@ -428,7 +452,10 @@ class FakeKubeApi:
                 with self.cond:
                     if self.epoch != epoch:
                         return
-                    batch = [(rv, t, o) for rv, k, t, o in self.log if rv > since and k == kind]
+                    start = bisect.bisect_right(self.log_rvs, since)
+                    batch = [(rv, t, o) for rv, k, t, o in self.log[start:] if k == kind]
+                    if not batch and start < len(self.log):
+                        since = self.log_rvs[-1]  # only other kinds changed
                     if not batch:
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
