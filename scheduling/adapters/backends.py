@@ -49,6 +49,13 @@ class ClusterBackend(Protocol):
         """Report job state changes seen in the cluster since the jobs were admitted."""
 
 
+# Optional hooks a backend may add (``cluster_sync`` and ``manage.py audit`` look for them):
+#   reconcile(*, now) -> dict   converge the cluster on the database after the observations
+#                               (create missing pods, delete orphans); called under the cycle lock
+#   sync() -> None              bring cached cluster state up to date before reading it
+#   raw_pods() -> list[dict]    the cluster's pods, for the pod/job invariants of the audit
+
+
 def cluster_backend() -> ClusterBackend:
     if settings.CLUSTER_BACKEND == "kubernetes":
         from scheduling.adapters.kubernetes import KubernetesBackend
