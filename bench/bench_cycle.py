@@ -15,6 +15,7 @@ work, with running jobs already holding about ``--running`` of the GPUs.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import resource
 import sys
@@ -203,7 +204,7 @@ def main() -> None:
         profiler.enable()
         run_cycle(snapshot, policy, 5000.0)
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(30)
         return
     times = []
     cpu_times = []

@@ -57,11 +57,15 @@ class FairShare:
         self.lq_pool = {lq.name: nominal.get(lq.cluster_queue, {}) for lq in local_queues}
         self.cq_usage: dict[str, dict[str, int]] = {}
         self.lq_usage: dict[str, dict[str, int]] = {}
+        self._cq_cache: dict[str, float] = {}
+        self._lq_cache: dict[str, float] = {}
 
     def add(self, lq: str, cq: str, request: dict[str, int], sign: int = 1) -> None:
         for usage in (self.cq_usage.setdefault(cq, {}), self.lq_usage.setdefault(lq, {})):
             for key, amount in request.items():
                 usage[key] = usage.get(key, 0) + sign * amount
+        self._cq_cache.pop(cq, None)
+        self._lq_cache.pop(lq, None)
 
     def _share(self, usage: dict[str, int], pool: dict[str, int], weight: float) -> float:
         best = 0.0
@@ -72,10 +76,18 @@ class FairShare:
         return best / weight
 
     def cq_share(self, cq: str) -> float:
-        return self._share(self.cq_usage.get(cq, {}), self.cq_pool.get(cq, {}), self.cq_weight.get(cq, 1.0))
+        share = self._cq_cache.get(cq)
+        if share is None:
+            share = self._share(self.cq_usage.get(cq, {}), self.cq_pool.get(cq, {}), self.cq_weight.get(cq, 1.0))
+            self._cq_cache[cq] = share
+        return share
 
     def lq_share(self, lq: str) -> float:
-        return self._share(self.lq_usage.get(lq, {}), self.lq_pool.get(lq, {}), self.lq_weight.get(lq, 1.0))
+        share = self._lq_cache.get(lq)
+        if share is None:
+            share = self._share(self.lq_usage.get(lq, {}), self.lq_pool.get(lq, {}), self.lq_weight.get(lq, 1.0))
+            self._lq_cache[lq] = share
+        return share
 
 
 class AdmissionOrder:

@@ -64,6 +64,10 @@ class Cluster:
         self.full_free = np.where(self.mig_node, 0, self.gpu_count).astype(np.int32)
         self.max_share = np.where(self.mig_node | (self.gpu_count == 0), 0, FULL).astype(np.int32)
         self.gpu_free_total = (self.gpu_count.astype(np.int64)) * FULL
+        # Bit d set when device d is fully free (non-MIG nodes): contiguity tests are shifts and ands.
+        self.free_bits = np.where(self.mig_node, 0, (np.int64(1) << self.gpu_count.astype(np.int64)) - 1)
+        self.inv_gpu_total = 1.0 / np.maximum(self.gpu_count * FULL, 1)
+        self.inv_cpu_total = 1.0 / np.maximum(self.cpu_total, 1)
         self._mig_cache: dict[tuple[str, int], MigGeometry | None] = {}
         # Called as listener(node_index, placement, sign) after every change (stateful scorers).
         self.listeners: list[Callable[[int, ReplicaPlacement, int], None]] = []
@@ -134,7 +138,13 @@ class Cluster:
             self.gpu_free_total[i] = (count * 8 - used) * FULL // 8
             return
         row = self.dev_free[i, :count].tolist()
-        self.full_free[i] = sum(1 for v in row if v == FULL)
+        masks = self.mig_mask[i, :count].tolist()
+        bits = 0
+        for d, v in enumerate(row):
+            if v == FULL and not masks[d]:
+                bits |= 1 << d
+        self.free_bits[i] = bits
+        self.full_free[i] = bits.bit_count()
         self.max_share[i] = max(0, *row) if row else 0
         self.gpu_free_total[i] = sum(v for v in row if v > 0)
 

@@ -513,7 +513,8 @@ class _Cycle:
             started = w.started_at if w.started_at is not None else self.now
             end = self.now if w.id in victims else max(self.now, started + w.runtime_s)
             for key, amount in self._estimate_request(holder.cq, holder.request).items():
-                estimator.release(key, end, amount)
+                estimator.preload(key, end, amount)
+        estimator.seal()
         out: dict[str, float | None] = {}
         for job in self.considered:
             if job.id not in self.pending or self.pending[job.id][1] is not None:

@@ -100,6 +100,15 @@ class StartEstimator:
     head: dict[str, int] = field(default_factory=dict)
     clock: dict[str, float] = field(default_factory=dict)
 
+    def preload(self, resource: str, at: float, amount: int) -> None:
+        """A release known before the simulation starts; call :meth:`seal` after the last one."""
+        if amount:
+            self.events.setdefault(resource, []).append((max(at, self.now), amount))
+
+    def seal(self) -> None:
+        for events in self.events.values():
+            events.sort()
+
     def release(self, resource: str, at: float, amount: int) -> None:
         if amount:
             bisect.insort(

@@ -99,7 +99,7 @@ class Placer:
         self.policy = policy
         self.mig_profiles = mig_profiles or {}
         self._labels = [dict(node.labels) for node in cluster.nodes]
-        self._static: dict[tuple[object, ...], np.ndarray] = {}
+        self._static: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._all = np.arange(cluster.n)
         self.rack, _ = cluster.label_codes(policy.rack_label)
         self.zone, _ = cluster.label_codes(policy.zone_label)
@@ -127,6 +127,7 @@ class Placer:
         self._soft_taint = np.array(
             [any(t.effect == "PreferNoSchedule" for t in node.taints) for node in cluster.nodes], dtype=bool
         )
+        self._soft_taint_any = bool(self._soft_taint.any())
 
     # -- shapes -----------------------------------------------------------------------------------
 
@@ -219,13 +220,11 @@ class Placer:
 
     def eligible(self, workload: Workload, shape: Shape) -> np.ndarray:
         """Node indices that pass every static filter (cached per shape-relevant key)."""
-        key = (
-            shape.gpu_model,
-            shape.kind,
-            shape.mig,
-            workload.node_selector,
-            workload.tolerations,
-        )
+        return self._eligible(workload, shape)[1]
+
+    def _eligible(self, workload: Workload, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
+        """(boolean mask over all nodes, node indices) of the nodes passing every static filter."""
+        key = (shape.gpu_model, shape.kind, shape.mig, workload.node_selector, workload.tolerations)
         cached = self._static.get(key)
         if cached is None:
             if shape.gpu_model is None:
@@ -234,9 +233,27 @@ class Placer:
                 code = self.cluster.model_code.get(shape.gpu_model, -2)
                 pool = np.flatnonzero(self.cluster.node_model == code)
             codes = self._static_codes(workload, shape, pool)
-            cached = pool[codes == FIT]
+            idx = pool[codes == FIT]
+            mask = np.zeros(self.cluster.n, dtype=bool)
+            mask[idx] = True
+            cached = (mask, idx)
             self._static[key] = cached
         return cached
+
+    def _feasible_mask(self, shape: Shape, mask: np.ndarray) -> np.ndarray:
+        """Feasible node indices, computed on whole arrays (cheaper than gathering a subset)."""
+        cluster = self.cluster
+        if shape.kind == "whole":
+            ok = mask & (cluster.full_free >= shape.gpus)
+        elif shape.kind == "fraction":
+            ok = mask & (cluster.max_share >= shape.milli)
+        else:
+            ok = mask
+        if shape.cpu_milli:
+            ok = ok & (cluster.cpu_free >= shape.cpu_milli)
+        if shape.memory_mib:
+            ok = ok & (cluster.mem_free >= shape.memory_mib)
+        return np.flatnonzero(ok)
 
     def _dynamic_codes(self, shape: Shape, idx: np.ndarray) -> np.ndarray:
         cluster = self.cluster
@@ -304,6 +321,18 @@ class Placer:
         remaining: int,
         eligible: np.ndarray,
     ) -> np.ndarray:
+        plain = (
+            len(self.scorer_names) == 1
+            and not workload.preferred_labels
+            and not self._soft_taint_any
+            and shape.kind != "cpu"
+            and remaining <= 1
+            and not gang_nodes
+            and shape.gpus <= 1
+        )
+        if plain:  # one vote only: its own scale is as good as any
+            ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
+            return np.asarray(self.plugins[0].score(ctx), dtype=np.float64)
         total = np.zeros(len(cand), dtype=np.float64)
         scorer_of = self._pool_scorer[cand]
         for s in range(len(self.scorer_names)):
@@ -321,7 +350,7 @@ class Placer:
             for key, value, weight in workload.preferred_labels:
                 weights += weight * self._selected(((key, value),))[cand]
             total += AFFINITY_WEIGHT * _unit(weights)
-        if self._soft_taint.any():
+        if self._soft_taint_any:
             soft = self._soft_taint[cand] & np.array(
                 [
                     not all(
@@ -372,14 +401,13 @@ class Placer:
 
     def _contiguous(self, shape: Shape, cand: np.ndarray) -> np.ndarray:
         """1 where the node has ``shape.gpus`` fully free devices with consecutive indices (NVLink
-        neighbours on most boards), else 0."""
-        free = (self.cluster.dev_free[cand] == FULL) & (self.cluster.mig_mask[cand] == 0)
-        run = np.zeros(len(cand), dtype=np.int32)
-        best = np.zeros(len(cand), dtype=np.int32)
-        for d in range(free.shape[1]):
-            run = np.where(free[:, d], run + 1, 0)
-            best = np.maximum(best, run)
-        return (best >= shape.gpus).astype(np.float64)
+        neighbours on most boards), else 0. A run of g ones in the free-device bitmask survives g-1
+        shift-and-ands."""
+        bits = self.cluster.free_bits[cand]
+        run = bits.copy()
+        for k in range(1, shape.gpus):
+            run &= bits >> k
+        return (run != 0).astype(np.float64)
 
     # -- placing ----------------------------------------------------------------------------------
 
@@ -391,10 +419,10 @@ class Placer:
         gang_nodes: list[int],
         remaining: int,
     ) -> ReplicaPlacement | None:
-        eligible = self.eligible(workload, shape)
+        mask, eligible = self._eligible(workload, shape)
         if len(eligible) == 0:
             return None
-        cand = self.feasible(shape, eligible)
+        cand = self.feasible(shape, eligible) if shape.kind == "mig" else self._feasible_mask(shape, mask)
         if len(cand) == 0:
             return None
         if len(cand) == 1:

@@ -119,23 +119,18 @@ def register_scorer(name: str, spread: bool = False) -> Callable[[Scorer], Score
     return decorate
 
 
-def _utilisation_after(ctx: ScoreContext) -> np.ndarray:
-    """Fraction of the node in use once the replica is placed (GPU if it wants one, else CPU)."""
-    cluster, shape, idx = ctx.cluster, ctx.shape, ctx.idx
-    if shape.kind == "cpu":
-        total = np.maximum(cluster.cpu_total[idx], 1)
-        return 1.0 - (cluster.cpu_free[idx] - shape.cpu_milli) / total
-    total = np.maximum(cluster.gpu_count[idx] * FULL, 1)
-    free_after = cluster.free_gpu_milli(idx) - shape.quota_milli
-    return 1.0 - free_after / total
-
-
 @register_scorer("binpack")
 def score_binpack(ctx: ScoreContext) -> np.ndarray:
-    """Fill the fullest node first; CPU and memory break ties among equally busy GPU nodes."""
+    """Fill the fullest node first; CPU breaks ties among equally busy GPU nodes.
+
+    Up to a constant per request: ``-(free GPU share of the node) - 0.01 * (free CPU share)``.
+    """
     cluster, idx = ctx.cluster, ctx.idx
-    cpu_used = 1.0 - cluster.cpu_free[idx] / np.maximum(cluster.cpu_total[idx], 1)
-    return _utilisation_after(ctx) + 0.01 * cpu_used
+    if ctx.shape.kind == "cpu":
+        return -cluster.cpu_free[idx] * cluster.inv_cpu_total[idx]
+    return -(cluster.gpu_free_total[idx] * cluster.inv_gpu_total[idx]) - 0.01 * (
+        cluster.cpu_free[idx] * cluster.inv_cpu_total[idx]
+    )
 
 
 @register_scorer("spread", spread=True)
