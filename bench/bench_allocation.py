@@ -170,9 +170,33 @@ def fill(*, records: int, namespaces: int) -> None:
         ) as copy:
             for key, values in increments.items():
                 copy.write_row((*key, *values))
-        cursor.execute("ANALYZE billing_usagerecord")
-        cursor.execute("ANALYZE billing_usagehourly")
     print(f"{len(increments)} hourly rollup rows in {time.perf_counter() - t0:.1f} s", flush=True)
+    derived_rollups()
+
+
+def derived_rollups() -> None:
+    """The per-model allocation and the priced per-team rollup, from the hourly rollup (as metering does)."""
+    from django.db import connection, transaction
+
+    from billing.services import cost_rollup_reprice
+
+    t0 = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM billing_gpuallocationhourly")
+        cursor.execute(
+            "INSERT INTO billing_gpuallocationhourly (epoch_hour, gpu_model, capacity_type, gpu_usage)"
+            " SELECT epoch_hour, gpu_model, capacity_type, SUM(gpu_usage) FROM billing_usagehourly"
+            " GROUP BY epoch_hour, gpu_model, capacity_type"
+        )
+        rows = cost_rollup_reprice()
+        for table in (
+            "billing_usagerecord",
+            "billing_usagehourly",
+            "billing_gpuallocationhourly",
+            "billing_teamcosthourly",
+        ):
+            cursor.execute(f"ANALYZE {table}")
+    print(f"{rows} priced team-hours in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def main() -> None:
@@ -194,12 +218,14 @@ def main() -> None:
 
     from billing.api import allocation_json
     from billing.models import UsageRecord
-    from billing.selectors import AllocationQuery, cost_allocation
+    from billing.selectors import AllocationQuery, cost_allocation, cost_rollup_current
     from billing.services import price_book_seed_defaults
 
     price_book_seed_defaults()
     if args.rebuild or UsageRecord.objects.count() != args.records:
         fill(records=args.records, namespaces=args.namespaces)
+    elif not cost_rollup_current():
+        derived_rollups()
 
     step_hours = {"1h": 1, "1d": 24}[args.step]
     query = AllocationQuery(start=START, end=END, step_hours=step_hours, aggregate="namespace", show_idle=True)

@@ -105,6 +105,71 @@ class UsageHourly(models.Model):
         return f"hour {self.epoch_hour} team {self.team_id} {self.gpu_model or 'CPU'} {self.capacity_type}"
 
 
+class TeamCostHourly(models.Model):
+    """Usage and its exact cost per team and hour, priced with the price book of ``CostRollupState``.
+
+    What the namespace and team allocation reads: one row per team-hour, so a 30-day hourly query
+    returns rows without aggregating. Cost numerators are exact integers (usage × price in 10^-6 USD).
+    A price book change makes the whole table stale; queries then price ``UsageHourly`` themselves until
+    the next metering run re-prices it (``billing.services.cost_rollup_reprice``).
+    """
+
+    epoch_hour = models.PositiveIntegerField()
+    team = models.ForeignKey("tenants.Team", on_delete=models.CASCADE, related_name="+")
+    gpu_usage = models.BigIntegerField(default=0)
+    cpu_milli_us = models.BigIntegerField(default=0)
+    memory_mib_us = models.BigIntegerField(default=0)
+    gpu_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
+    cpu_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
+    memory_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
+    gpu_util_usage = models.FloatField(default=0.0)
+    gpu_util_measured_usage = models.BigIntegerField(default=0)
+    # The same figures divided into hours and dollars, as floats for charts (set from the exact ones by
+    # ``billing.services.TEAM_COST_FLOATS``): reading them needs no arithmetic per row.
+    gpu_hours = models.FloatField(db_default=0.0)
+    gpu_cost_usd = models.FloatField(db_default=0.0)
+    cpu_core_hours = models.FloatField(db_default=0.0)
+    cpu_cost_usd = models.FloatField(db_default=0.0)
+    ram_gib_hours = models.FloatField(db_default=0.0)
+    ram_cost_usd = models.FloatField(db_default=0.0)
+    total_cost_usd = models.FloatField(db_default=0.0)
+    gpu_efficiency = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["epoch_hour", "team"], name="uniq_team_cost_hourly")]
+        verbose_name_plural = "team cost hourly rollups"
+
+    def __str__(self) -> str:
+        return f"hour {self.epoch_hour} team {self.team_id}"
+
+
+class GpuAllocationHourly(models.Model):
+    """All tenants' GPU usage per hour, model and capacity type: what idle capacity is measured against."""
+
+    epoch_hour = models.PositiveIntegerField()
+    gpu_model = models.CharField(max_length=64, blank=True)
+    capacity_type = models.CharField(max_length=20)
+    gpu_usage = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["epoch_hour", "gpu_model", "capacity_type"], name="uniq_gpu_alloc_hourly")
+        ]
+
+    def __str__(self) -> str:
+        return f"hour {self.epoch_hour} {self.gpu_model} {self.capacity_type}"
+
+
+class CostRollupState(models.Model):
+    """Which price book ``TeamCostHourly`` was priced with (one row)."""
+
+    price_version = models.CharField(max_length=64)
+    repriced_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"priced with {self.price_version[:12]} at {self.repriced_at:%Y-%m-%d %H:%M}"
+
+
 class PriceBookEntry(models.Model):
     """A list price from ``effective_from`` on, until the next entry for the same item.
 

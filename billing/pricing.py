@@ -63,6 +63,17 @@ class Price:
     usd_per_hour: Decimal
 
 
+def price_version(prices: Iterable[Price]) -> str:
+    """A fingerprint of the whole price book: any added, removed or changed entry changes it."""
+    import hashlib
+
+    items = sorted(
+        f"{p.resource}|{p.gpu_model}|{p.capacity_type}|{p.effective_from.timestamp():.0f}|{p.usd_per_hour.normalize()}"
+        for p in prices
+    )
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()
+
+
 def default_prices(effective_from: datetime) -> list[Price]:
     """The seed price book: every GPU model, CPU and memory at each capacity type."""
     prices = []
@@ -599,19 +610,26 @@ def allocation_assemble_fast(
     aggregate: str,
     step_hours: int,
     show_idle: bool,
+    group_names: dict | None = None,
 ) -> Allocation:
     """``allocation_assemble`` without idle sharing, for large results: step rows arrive as
     ``(group, bucket, *Figures fields)`` in floating point (summed and priced by the database), window
     totals as exact sums. ``extra_rows`` (running jobs' open intervals) and idle rows are added to both.
+    With ``group_names``, a row's group is a key into it (e.g. a team id) rather than the name.
 
     Step figures stay unrounded floats: rounding 72,000 steps × 8 figures costs more than the query.
     """
     step_figures: list[dict[str, Figures]] = [{} for _ in windows]
     count = len(step_figures)
-    for row in step_rows:
-        bucket = row[1]
-        if 0 <= bucket < count:
-            step_figures[bucket][row[0]] = Figures._make(row[2:])
+    make = Figures._make
+    if group_names is None:
+        for row in step_rows:
+            if 0 <= row[1] < count:
+                step_figures[row[1]][row[0]] = make(row[2:])
+    else:
+        for row in step_rows:
+            if 0 <= row[1] < count:
+                step_figures[row[1]][group_names[row[0]]] = make(row[2:])
 
     def merge(group: str, bucket: int, sums: UsageSums) -> None:
         if not 0 <= bucket < count:

@@ -25,7 +25,14 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing import pricing
-from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry, UsageRecord
+from billing.models import (
+    Budget,
+    BudgetAlert,
+    CapacitySnapshot,
+    CostRollupState,
+    PriceBookEntry,
+    UsageRecord,
+)
 from portal.jobs.models import GpuModel, Job, JobTransition
 from portal.jobs.states import JobState
 from portal.tenants.models import Team
@@ -45,6 +52,12 @@ def price_list() -> list[pricing.Price]:
         pricing.Price(e.resource, e.gpu_model, e.capacity_type, e.effective_from, e.usd_per_hour)
         for e in PriceBookEntry.objects.all()
     ]
+
+
+def cost_rollup_current() -> bool:
+    """Whether ``TeamCostHourly`` is priced with the price book as it is now."""
+    state = CostRollupState.objects.first()
+    return state is not None and state.price_version == pricing.price_version(price_list())
 
 
 def _known_gpu_models() -> set[str]:
@@ -153,14 +166,14 @@ def _rollup_rows(
     return out
 
 
-def _rollup_filter(query: AllocationQuery) -> tuple[str, list] | None:
+def _rollup_filter(query: AllocationQuery, alias: str = "r") -> tuple[str, list] | None:
     """WHERE clause of the window and the visible teams; None when no team is visible."""
-    where = "r.epoch_hour >= %s AND r.epoch_hour < %s"
+    where = f"{alias}.epoch_hour >= %s AND {alias}.epoch_hour < %s"
     params: list = [pricing.epoch_hour(query.start), pricing.epoch_hour(query.end)]
     if query.team_ids is not None:
         if not query.team_ids:
             return None
-        where += " AND r.team_id IN (" + ", ".join(["%s"] * len(query.team_ids)) + ")"
+        where += f" AND {alias}.team_id IN (" + ", ".join(["%s"] * len(query.team_ids)) + ")"
         params += sorted(query.team_ids)
     return where, params
 
@@ -275,6 +288,34 @@ def _rollup_step_rows(query: AllocationQuery, segments: list[pricing.PriceSegmen
             GROUP BY {cols}, bucket
         ) x {join_team}
     """
+    return _fetch_binary(sql, [*params, pricing.epoch_hour(query.start), query.step_hours, *where_params])
+
+
+def _team_cost_step_rows(query: AllocationQuery) -> list[tuple]:
+    """Per (team id, step) chart figures from the priced per-team rollup, in ``Figures`` field order.
+
+    With a 1-hour step every row already is one figure: the query reads stored floats and computes
+    nothing; the caller names the team. Longer steps sum them.
+    """
+    found = _rollup_filter(query, alias="c")
+    if found is None:
+        return []
+    where, where_params = found
+    if query.step_hours == 1:
+        sql = f"""SELECT c.team_id, c.epoch_hour - %s, c.gpu_hours, c.gpu_cost_usd, c.cpu_core_hours, c.cpu_cost_usd,
+                c.ram_gib_hours, c.ram_cost_usd, CAST(0 AS DOUBLE PRECISION), c.total_cost_usd, c.gpu_efficiency
+            FROM billing_teamcosthourly c WHERE {where}"""
+        return _fetch_binary(sql, [pricing.epoch_hour(query.start), *where_params])
+    sql = f"""SELECT c.team_id, (c.epoch_hour - %s) / %s AS bucket, SUM(c.gpu_hours), SUM(c.gpu_cost_usd),
+            SUM(c.cpu_core_hours), SUM(c.cpu_cost_usd), SUM(c.ram_gib_hours), SUM(c.ram_cost_usd),
+            CAST(0 AS DOUBLE PRECISION), SUM(c.total_cost_usd),
+            CASE WHEN SUM(c.gpu_util_measured_usage) > 0
+                THEN SUM(c.gpu_util_usage) / CAST(SUM(c.gpu_util_measured_usage) AS DOUBLE PRECISION) / 100 END
+        FROM billing_teamcosthourly c WHERE {where} GROUP BY c.team_id, bucket"""
+    return _fetch_binary(sql, [pricing.epoch_hour(query.start), query.step_hours, *where_params])
+
+
+def _fetch_binary(sql: str, params: list) -> list[tuple]:
     with _large_aggregate(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             import psycopg
@@ -282,12 +323,36 @@ def _rollup_step_rows(query: AllocationQuery, segments: list[pricing.PriceSegmen
             # Binary results (Django's client-side cursors send text): parsing 800,000 floats from
             # text costs about as much as the aggregation itself.
             with psycopg.Cursor(connection.connection) as raw:
-                raw.execute(
-                    sql, [*params, pricing.epoch_hour(query.start), query.step_hours, *where_params], binary=True
-                )
+                raw.execute(sql, params, binary=True)
                 return raw.fetchall()
-        cursor.execute(sql, [*params, pricing.epoch_hour(query.start), query.step_hours, *where_params])
+        cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def _team_cost_totals(query: AllocationQuery, teams: dict[int, Team]) -> dict[str, pricing.UsageSums]:
+    """Exact window totals per namespace or team from the priced per-team rollup."""
+    found = _rollup_filter(query, alias="c")
+    if found is None:
+        return {}
+    where, params = found
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT c.team_id, SUM(c.gpu_usage), SUM(c.cpu_milli_us), SUM(c.memory_mib_us), SUM(c.gpu_cost_units),
+                SUM(c.cpu_cost_units), SUM(c.memory_cost_units), SUM(c.gpu_util_usage), SUM(c.gpu_util_measured_usage)
+            FROM billing_teamcosthourly c WHERE {where} GROUP BY c.team_id""",
+            params,
+        )
+        rows = cursor.fetchall()
+    totals = {}
+    for team_id, gpu, cpu, memory, gpu_cost, cpu_cost, memory_cost, util, measured in rows:
+        team = teams.get(team_id)
+        name = (team.namespace if query.aggregate == "namespace" else team.slug) if team else str(team_id)
+        totals[name] = pricing.UsageSums(
+            gpu_usage=int(gpu), gpu_cost_units=int(gpu_cost), cpu_milli_us=int(cpu), cpu_cost_units=int(cpu_cost),
+            memory_mib_us=int(memory), memory_cost_units=int(memory_cost), util_usage=float(util or 0),
+            util_measured_usage=int(measured or 0),
+        )  # fmt: skip
+    return totals
 
 
 def _record_group(record: UsageRecord, aggregate: str, teams: dict[int, Team]) -> str:
@@ -384,8 +449,8 @@ def _idle_rows(
     allocated: dict[tuple[int, str, str], int] = defaultdict(int)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT epoch_hour, gpu_model, capacity_type, SUM(gpu_usage) FROM billing_usagehourly"
-            " WHERE epoch_hour >= %s AND epoch_hour < %s GROUP BY epoch_hour, gpu_model, capacity_type",
+            "SELECT epoch_hour, gpu_model, capacity_type, gpu_usage FROM billing_gpuallocationhourly"
+            " WHERE epoch_hour >= %s AND epoch_hour < %s",
             [hour_from, hour_to],
         )
         for hour, model, ctype, usage in cursor.fetchall():
@@ -416,8 +481,12 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> p
     teams = {t.pk: t for t in Team.objects.all()}
     share_idle = query.share_idle
     fast = query.aggregate in ROLLUP_AGGREGATES and not share_idle
+    # Namespace and team: the priced per-team rollup, unless the price book changed since it was priced.
+    team_costs = fast and query.aggregate in ("namespace", "team") and cost_rollup_current()
     totals: dict[str, pricing.UsageSums] = {}
-    if fast:
+    if team_costs:
+        totals = _team_cost_totals(query, teams)
+    elif fast:
         totals, unpriced = _rollup_totals(query, segments, teams)
         if unpriced - {""}:  # models absent from the catalogue: price them by the fallback entries
             segments = pricing.price_segments(prices_listed, known_models | unpriced, hour_from, hour_to)
@@ -449,7 +518,12 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> p
     windows = pricing.step_windows(query.start, query.end, query.step_hours)
     if fast:
         return pricing.allocation_assemble_fast(
-            step_rows=_rollup_step_rows(query, segments),
+            step_rows=_team_cost_step_rows(query) if team_costs else _rollup_step_rows(query, segments),
+            group_names=(
+                {t.pk: (t.namespace if query.aggregate == "namespace" else t.slug) for t in teams.values()}
+                if team_costs
+                else None
+            ),
             totals=totals,
             extra_rows=running_rows,
             idle_rows=idle_rows,

@@ -27,7 +27,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, OuterRef, Q, Subquery
+from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -36,10 +36,14 @@ from billing.models import (
     Budget,
     BudgetAlert,
     CapacitySnapshot,
+    CostRollupState,
+    GpuAllocationHourly,
     PriceBookEntry,
+    TeamCostHourly,
     UsageHourly,
     UsageRecord,
 )
+from billing.selectors import _known_gpu_models, _segments_cte, cost_rollup_current, price_list
 from billing.utilization import UNKNOWN, Utilization, UtilizationSource, utilization_source
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import JobState
@@ -193,6 +197,8 @@ def metering_run(*, job_ids: list[int] | None = None, source: UtilizationSource 
             if (job.pk, interval.start) not in metered
         )
     if not candidates:
+        if not cost_rollup_current():  # the price book changed since the cost rollup was priced
+            cost_rollup_reprice()
         return 0
     records = []
     for job, interval in candidates:
@@ -262,20 +268,165 @@ ON CONFLICT (epoch_hour, team_id, local_queue, cluster_queue, gpu_model, capacit
 """
 
 
-def rollup_add(records: list[UsageRecord]) -> int:
-    """Add new records to the hourly rollup (the caller holds the metering lock and a transaction)."""
-    increments = rollup_increments(records)
-    params = [(*key, *values) for key, values in increments.items()]
+ALLOCATION_UPSERT = """
+INSERT INTO billing_gpuallocationhourly (epoch_hour, gpu_model, capacity_type, gpu_usage) VALUES (%s, %s, %s, %s)
+ON CONFLICT (epoch_hour, gpu_model, capacity_type) DO UPDATE SET
+    gpu_usage = billing_gpuallocationhourly.gpu_usage + EXCLUDED.gpu_usage
+"""
+
+TEAM_COST_UPSERT = """
+INSERT INTO billing_teamcosthourly
+    (epoch_hour, team_id, gpu_usage, cpu_milli_us, memory_mib_us, gpu_cost_units, cpu_cost_units,
+     memory_cost_units, gpu_util_usage, gpu_util_measured_usage)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (epoch_hour, team_id) DO UPDATE SET
+    gpu_usage = billing_teamcosthourly.gpu_usage + EXCLUDED.gpu_usage,
+    cpu_milli_us = billing_teamcosthourly.cpu_milli_us + EXCLUDED.cpu_milli_us,
+    memory_mib_us = billing_teamcosthourly.memory_mib_us + EXCLUDED.memory_mib_us,
+    gpu_cost_units = billing_teamcosthourly.gpu_cost_units + EXCLUDED.gpu_cost_units,
+    cpu_cost_units = billing_teamcosthourly.cpu_cost_units + EXCLUDED.cpu_cost_units,
+    memory_cost_units = billing_teamcosthourly.memory_cost_units + EXCLUDED.memory_cost_units,
+    gpu_util_usage = billing_teamcosthourly.gpu_util_usage + EXCLUDED.gpu_util_usage,
+    gpu_util_measured_usage = billing_teamcosthourly.gpu_util_measured_usage + EXCLUDED.gpu_util_measured_usage
+"""
+
+
+def _double(number: int) -> str:
+    return f"CAST({number} AS DOUBLE PRECISION)"
+
+
+_GPU_H, _CPU_H, _MEM_H = _double(pricing.GPU_HOUR), _double(pricing.CPU_CORE_HOUR), _double(pricing.MEMORY_GIB_HOUR)
+_MICRO = 10**pricing.PLACES
+_GPU_USD, _CPU_USD = _double(pricing.GPU_HOUR * _MICRO), _double(pricing.CPU_CORE_HOUR * _MICRO)
+_MEM_USD = _double(pricing.MEMORY_GIB_HOUR * _MICRO)
+
+# Chart figures of TeamCostHourly from its exact columns (the right-hand sides read the row's values).
+TEAM_COST_FLOATS = f"""
+UPDATE billing_teamcosthourly SET
+    gpu_hours = CAST(gpu_usage AS DOUBLE PRECISION) / {_GPU_H},
+    gpu_cost_usd = CAST(gpu_cost_units AS DOUBLE PRECISION) / {_GPU_USD},
+    cpu_core_hours = CAST(cpu_milli_us AS DOUBLE PRECISION) / {_CPU_H},
+    cpu_cost_usd = CAST(cpu_cost_units AS DOUBLE PRECISION) / {_CPU_USD},
+    ram_gib_hours = CAST(memory_mib_us AS DOUBLE PRECISION) / {_MEM_H},
+    ram_cost_usd = CAST(memory_cost_units AS DOUBLE PRECISION) / {_MEM_USD},
+    total_cost_usd = CAST(gpu_cost_units AS DOUBLE PRECISION) / {_GPU_USD}
+        + CAST(cpu_cost_units AS DOUBLE PRECISION) / {_CPU_USD}
+        + CAST(memory_cost_units AS DOUBLE PRECISION) / {_MEM_USD},
+    gpu_efficiency = CASE WHEN gpu_util_measured_usage > 0
+        THEN gpu_util_usage / CAST(gpu_util_measured_usage AS DOUBLE PRECISION) / 100 END
+WHERE epoch_hour >= %s AND epoch_hour <= %s
+"""
+
+
+def _executemany(sql: str, params: list[tuple]) -> None:
     with connection.cursor() as cursor:
         for start in range(0, len(params), 1000):
-            cursor.executemany(ROLLUP_UPSERT, params[start : start + 1000])
-    return len(params)
+            cursor.executemany(sql, params[start : start + 1000])
+
+
+def rollup_add(records: list[UsageRecord]) -> int:
+    """Add new records to the hourly rollups (the caller holds the metering lock and a transaction).
+
+    ``UsageHourly`` and ``GpuAllocationHourly`` always; ``TeamCostHourly`` when it is priced with the
+    current price book, otherwise it is re-priced as a whole.
+    """
+    increments = rollup_increments(records)
+    _executemany(ROLLUP_UPSERT, [(*key, *values) for key, values in increments.items()])
+    allocated: dict[tuple[int, str, str], int] = defaultdict(int)
+    for (hour, _team, _lq, _cq, model, ctype), values in increments.items():
+        allocated[(hour, model, ctype)] += values[0]
+    _executemany(ALLOCATION_UPSERT, [(*key, usage) for key, usage in allocated.items()])
+    if increments:
+        cost_rollup_add(increments)
+    return len(increments)
+
+
+def cost_rollup_add(increments: dict) -> None:
+    """Price new hourly increments into ``TeamCostHourly``, or re-price it all if the book changed."""
+    prices = price_list()
+    version = pricing.price_version(prices)
+    state = CostRollupState.objects.first()
+    if state is None or state.price_version != version:
+        cost_rollup_reprice()
+        return
+    hours = [key[0] for key in increments]
+    models = {key[4] for key in increments} | {p.gpu_model for p in prices}
+    lookup = pricing.PriceLookup(pricing.price_segments(prices, models, min(hours), max(hours) + 1))
+    units = pricing.decimal_units
+    per_team: dict[tuple[int, int], list] = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0.0, 0])
+    for (hour, team_id, _lq, _cq, model, ctype), (gpu, cpu, memory, util, measured) in increments.items():
+        gpu_usd, cpu_usd, memory_usd = lookup.at(model, ctype, hour)
+        row = per_team[(hour, team_id)]
+        row[0] += gpu
+        row[1] += cpu
+        row[2] += memory
+        row[3] += gpu * units(gpu_usd)
+        row[4] += cpu * units(cpu_usd)
+        row[5] += memory * units(memory_usd)
+        row[6] += util
+        row[7] += measured
+    rows = [
+        (hour, team, g, c, m, Decimal(gc), Decimal(cc), Decimal(mc), u, um)
+        for (hour, team), (g, c, m, gc, cc, mc, u, um) in per_team.items()
+    ]
+    _executemany(TEAM_COST_UPSERT, rows)
+    with connection.cursor() as cursor:
+        cursor.execute(TEAM_COST_FLOATS, [min(hours), max(hours)])
+
+
+def cost_rollup_reprice(*, now: datetime | None = None) -> int:
+    """Recompute ``TeamCostHourly`` from ``UsageHourly`` with the current price book (caller holds the
+    metering lock in a transaction, or this takes it). Returns the rows written."""
+    with transaction.atomic(), metering_lock():
+        prices = price_list()
+        version = pricing.price_version(prices)
+        TeamCostHourly.objects.all().delete()
+        span = UsageHourly.objects.aggregate(lo=Min("epoch_hour"), hi=Max("epoch_hour"))
+        written = 0
+        if span["lo"] is not None:
+            models = _known_gpu_models() | set(UsageHourly.objects.values_list("gpu_model", flat=True).distinct())
+            segments = pricing.price_segments(prices, models, span["lo"], span["hi"] + 1)
+            exact = [
+                pricing.PriceSegment(
+                    s.gpu_model, s.capacity_type, s.hour_from, s.hour_to,
+                    Decimal(pricing.decimal_units(s.gpu_usd)), Decimal(pricing.decimal_units(s.cpu_usd)),
+                    Decimal(pricing.decimal_units(s.memory_usd)),
+                )
+                for s in segments
+            ]  # fmt: skip
+            cte, params = _segments_cte(exact)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"""
+                    WITH {cte}
+                    INSERT INTO billing_teamcosthourly
+                        (epoch_hour, team_id, gpu_usage, cpu_milli_us, memory_mib_us, gpu_cost_units,
+                         cpu_cost_units, memory_cost_units, gpu_util_usage, gpu_util_measured_usage)
+                    SELECT r.epoch_hour, r.team_id, SUM(r.gpu_usage), SUM(r.cpu_milli_us), SUM(r.memory_mib_us),
+                        SUM(r.gpu_usage * COALESCE(p.gpu_usd, 0)), SUM(r.cpu_milli_us * COALESCE(p.cpu_usd, 0)),
+                        SUM(r.memory_mib_us * COALESCE(p.memory_usd, 0)), SUM(r.gpu_util_usage),
+                        SUM(r.gpu_util_measured_usage)
+                    FROM billing_usagehourly r
+                    LEFT JOIN p ON p.gpu_model = r.gpu_model AND p.capacity_type = r.capacity_type
+                        AND r.epoch_hour >= p.h0 AND r.epoch_hour < p.h1
+                    GROUP BY r.epoch_hour, r.team_id
+                    """,
+                    params,
+                )
+                written = cursor.rowcount
+                cursor.execute(TEAM_COST_FLOATS, [span["lo"], span["hi"]])
+        CostRollupState.objects.all().delete()
+        CostRollupState.objects.create(price_version=version, repriced_at=now or timezone.now())
+    logger.info("cost rollup re-priced: %d team-hours", written)
+    return written
 
 
 def rollup_rebuild() -> int:
-    """Recompute the whole hourly rollup from the usage records (repair; also used by the benchmark)."""
+    """Recompute every rollup from the usage records (repair after manual edits)."""
     with transaction.atomic(), metering_lock():
         UsageHourly.objects.all().delete()
+        GpuAllocationHourly.objects.all().delete()
+        CostRollupState.objects.all().delete()  # re-priced as a whole by the first rollup_add
         written = 0
         batch: list[UsageRecord] = []
         for record in UsageRecord.objects.order_by("id").iterator(chunk_size=5000):
@@ -284,6 +435,7 @@ def rollup_rebuild() -> int:
                 written += rollup_add(batch)
                 batch = []
         written += rollup_add(batch)
+        cost_rollup_reprice()
     return written
 
 
