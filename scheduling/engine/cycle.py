@@ -528,6 +528,12 @@ class _Cycle:
                 shape = self.placer.shape_for(job, model)
                 if isinstance(shape, str):
                     continue
+                eligible = self.placer.eligible(job, shape)
+                if (
+                    shape.kind != "cpu"
+                    and int(cluster.gpu_count[eligible].sum()) * FULL < shape.quota_milli * job.gang_size
+                ):
+                    continue  # the nodes this job may use could never hold it on this model
                 request = self._estimate_request(lq.cluster_queue, request_of(shape, job.gang_size))
                 start = _peek(estimator, request)
                 if start is not None and (best is None or start < best[0]):

@@ -108,3 +108,18 @@ def test_schedule_file_rejects_a_bad_policy(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(SnapshotFormatError, match="policy: unknown field"):
         schedule_file(path)
+
+
+def test_the_documented_example_parses_and_schedules(tmp_path):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "snapshot-format.md").read_text()
+    example = doc.split("## Example", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    path = tmp_path / "example.json"
+    path.write_text(example)
+    out = schedule_file(path)
+    assert [a["workload_id"] for a in out["admissions"]] == ["train-1"]
+    assert out["now"] == 1732170000
+    (waiting,) = out["pending"]
+    assert waiting["reason"]["message"] == ("placement: 0 of 2 nodes fit: 1 too few free GPUs, 1 untolerated taint")
+    assert waiting["estimated_start"] == 1732170000 + 7200  # when train-1 ends
