@@ -295,10 +295,9 @@ class _Cycle:
                 continue
             fitting_shapes.append(shape)
             pkey = (shape, job.node_selector, job.tolerations, job.gang_size)
-            known = self.placement_failed.get(pkey, False)
-            if known is not False:
+            if pkey in self.placement_failed:
                 self.stats["cache_hits"] += 1
-                placement_failure = placement_failure or known
+                placement_failure = placement_failure or self.placement_failed[pkey]
                 continue
             stmt = Statement(self.cluster)
             self.stats["placement_attempts"] += 1
@@ -524,8 +523,8 @@ class _Cycle:
                 continue
             lq = self.lq_by_name[job.local_queue]
             best: tuple[float, dict[str, int]] | None = None
-            for model in self._models(job, lq.cluster_queue):
-                shape = self.placer.shape_for(job, model)
+            for gpu_model in self._models(job, lq.cluster_queue):
+                shape = self.placer.shape_for(job, gpu_model)
                 if isinstance(shape, str):
                     continue
                 eligible = self.placer.eligible(job, shape)

@@ -10,6 +10,8 @@ by bin-packing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from . import frag
@@ -111,8 +113,15 @@ class FragPlugin:
         return pick_devices(cluster, i, shape)
 
 
+def _frag_factory(name: str) -> Callable[[PluginSetup], FragPlugin]:
+    def build(setup: PluginSetup) -> FragPlugin:
+        return FragPlugin(name, setup)
+
+    return build
+
+
 for _name in ("fgd", "portal", "dotprod", "clustering", "packing", "bestfit"):
-    register_plugin(_name, lambda setup, name=_name: FragPlugin(name, setup))
+    register_plugin(_name, _frag_factory(_name))
 
 
 class RandomPlugin:

@@ -28,7 +28,7 @@ import numpy as np
 from . import fragplugins  # noqa: F401  (registers the FGD paper's policies)
 from .capacity import FULL, Cluster, Statement
 from .mig import COMPUTE_SLICES, devices_for_memory
-from .model import Policy, ReplicaPlacement, Toleration, Workload
+from .model import Policy, ReplicaPlacement, Taint, Toleration, Workload
 from .scorers import PLUGINS, PluginSetup, ScoreContext, ScorerPlugin, Shape, pick_devices
 
 TOPOLOGY_WEIGHT = 2.0
@@ -117,7 +117,7 @@ class Placer:
                 raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(PLUGINS))}")
         setup = PluginSetup(cluster, policy.seed, typical)
         self.plugins: list[ScorerPlugin] = [PLUGINS[name](setup) for name in self.scorer_names]
-        self._taint_groups: dict[tuple[object, ...], list[int]] = {}
+        self._taint_groups: dict[tuple[Taint, ...], list[int]] = {}
         for i, node in enumerate(cluster.nodes):
             self._taint_groups.setdefault(node.taints, []).append(i)
         self._tainted = np.array([bool(node.taints) for node in cluster.nodes], dtype=bool)
