@@ -123,3 +123,26 @@ def test_the_documented_example_parses_and_schedules(tmp_path):
     (waiting,) = out["pending"]
     assert waiting["reason"]["message"] == ("placement: 0 of 2 nodes fit: 1 too few free GPUs, 1 untolerated taint")
     assert waiting["estimated_start"] == 1732170000 + 7200  # when train-1 ends
+
+
+def test_the_management_command_prints_the_plan(tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(snapshot_to_json(sample())))
+    out = StringIO()
+    call_command("schedule_snapshot", str(path), "--placement", "spread", "--now", "50", stdout=out)
+    plan = json.loads(out.getvalue())
+    assert plan["now"] == 50.0
+    assert {"admissions", "preemptions", "pending", "stats"} <= set(plan)
+
+
+def test_the_management_command_reports_a_bad_file(tmp_path):
+    from django.core.management import CommandError, call_command
+
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"nodes": []}))
+    with pytest.raises(CommandError, match="missing field cluster_queues"):
+        call_command("schedule_snapshot", str(path))
