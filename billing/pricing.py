@@ -621,15 +621,15 @@ def allocation_assemble_fast(
     """
     step_figures: list[dict[str, Figures]] = [{} for _ in windows]
     count = len(step_figures)
-    make = Figures._make
+    new = tuple.__new__  # Figures._make without its length check: the rows come in Figures' shape
     if group_names is None:
         for row in step_rows:
             if 0 <= row[1] < count:
-                step_figures[row[1]][row[0]] = make(row[2:])
+                step_figures[row[1]][row[0]] = new(Figures, row[2:])
     else:
         for row in step_rows:
             if 0 <= row[1] < count:
-                step_figures[row[1]][group_names[row[0]]] = make(row[2:])
+                step_figures[row[1]][group_names[row[0]]] = new(Figures, row[2:])
 
     def merge(group: str, bucket: int, sums: UsageSums) -> None:
         if not 0 <= bucket < count:

@@ -227,3 +227,37 @@ def test_running_jobs_count_up_to_now(world, api):
     body = get_json(api("alice"), window="1d", idle="false")
     hours = Decimal(body["totals"]["team-vision"]["gpuHours"])
     assert Decimal(6) <= hours < Decimal("6.01")
+
+
+@pytest.mark.django_db
+def test_the_priced_team_rollup_and_pricing_at_query_time_agree_and_a_new_price_reprices(world, api):
+    from billing.models import CostRollupState
+    from billing.selectors import cost_rollup_current
+
+    generated_month(world, seed=11)
+    metering_run()
+    assert cost_rollup_current()
+    admin = api("admin")
+    params = {"window": OCTOBER, "aggregate": "namespace", "step": "1d", "idle": "false"}
+    from_rollup = get_json(admin, **params)
+    CostRollupState.objects.all().delete()  # stale: the query prices the hourly usage itself
+    assert not cost_rollup_current()
+    at_query_time = get_json(admin, **params)
+    assert from_rollup["totals"] == at_query_time["totals"]
+    for day_rollup, day_query in zip(from_rollup["data"], at_query_time["data"], strict=True):
+        assert day_rollup.keys() == day_query.keys()
+        for name, figures in day_rollup.items():
+            assert float(figures["totalCost"]) == pytest.approx(float(day_query[name]["totalCost"]), rel=1e-9)
+
+    metering_run()  # nothing new to meter, but the rollup is re-priced
+    assert cost_rollup_current()
+    PriceBookEntry.objects.create(
+        resource="gpu", gpu_model="A100-80GB", capacity_type="spot",
+        effective_from=utc(2026, 10, 15), usd_per_hour=Decimal("9.99"),
+    )  # fmt: skip
+    assert not cost_rollup_current()
+    changed = get_json(admin, **params)["totals"]
+    metering_run()
+    assert cost_rollup_current()
+    assert get_json(admin, **params)["totals"] == changed
+    assert changed != from_rollup["totals"]
