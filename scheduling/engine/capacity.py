@@ -26,7 +26,9 @@ class Cluster:
     """Mutable free-capacity view of a snapshot's nodes. Built once per cycle."""
 
     def __init__(self, snapshot: Snapshot) -> None:
-        nodes = sorted(snapshot.nodes, key=lambda n: n.name)
+        # GPU model, then name: each model's nodes are one contiguous slice, so per-model feasibility
+        # works on array views instead of gathered copies.
+        nodes = sorted(snapshot.nodes, key=lambda n: (n.gpu_model is None, n.gpu_model or "", n.name))
         self.nodes: tuple[GpuNode, ...] = tuple(nodes)
         self.index: dict[str, int] = {n.name: i for i, n in enumerate(nodes)}
         n = len(nodes)
@@ -40,6 +42,11 @@ class Cluster:
         self.node_model = np.array(
             [model_code[node.gpu_model] if node.gpu_model else -1 for node in nodes], dtype=np.int32
         )
+        self.model_slice: dict[str, tuple[int, int]] = {}
+        for i, node in enumerate(nodes):
+            if node.gpu_model:
+                lo, _ = self.model_slice.get(node.gpu_model, (i, i))
+                self.model_slice[node.gpu_model] = (lo, i + 1)
         self.gpu_count = np.array([node.gpu_count for node in nodes], dtype=np.int32)
         self.cpu_total = np.array([node.cpu_milli for node in nodes], dtype=np.int64)
         self.mem_total = np.array([node.memory_mib for node in nodes], dtype=np.int64)
@@ -91,8 +98,11 @@ class Cluster:
 
     # -- applying placements --------------------------------------------------------------------
 
-    def apply(self, placement: ReplicaPlacement, sign: int) -> bool:
-        """Take (``sign=1``) or give back (``sign=-1``) one replica's resources. False if node unknown."""
+    def apply(self, placement: ReplicaPlacement, sign: int, refresh: bool = True) -> bool:
+        """Take (``sign=1``) or give back (``sign=-1``) one replica's resources. False if node unknown.
+
+        ``refresh=False`` skips the per-node summaries; call :meth:`refresh_all` after a bulk load.
+        """
         i = self.index.get(placement.node)
         if i is None:
             return False
@@ -114,12 +124,13 @@ class Cluster:
                 for d in placement.gpu_indices:
                     if d < self.width:
                         self.dev_free[i, d] -= sign * placement.gpu_milli
-            self._refresh(i)
+            if refresh:
+                self._refresh(i)
         for listener in self.listeners:
             listener(i, placement, sign)
         return True
 
-    def apply_foreign(self, usage: ForeignUsage) -> None:
+    def apply_foreign(self, usage: ForeignUsage, refresh: bool = True) -> None:
         self.apply(
             ReplicaPlacement(
                 node=usage.node,
@@ -129,6 +140,7 @@ class Cluster:
                 memory_mib=usage.memory_mib,
             ),
             1,
+            refresh,
         )
 
     def _refresh(self, i: int) -> None:
@@ -147,6 +159,20 @@ class Cluster:
         self.full_free[i] = bits.bit_count()
         self.max_share[i] = max(0, *row) if row else 0
         self.gpu_free_total[i] = sum(v for v in row if v > 0)
+
+    def refresh_all(self) -> None:
+        """Recompute every per-node summary from the device arrays (vectorised)."""
+        exists = np.arange(self.width)[None, :] < self.gpu_count[:, None]
+        free = exists & (self.dev_free == FULL) & (self.mig_mask == 0)
+        plain = ~self.mig_node
+        self.full_free = np.where(plain, free.sum(axis=1), 0).astype(np.int32)
+        self.max_share = np.where(plain & (self.gpu_count > 0), np.clip(self.dev_free.max(axis=1), 0, None), 0)
+        self.max_share = self.max_share.astype(np.int32)
+        weights = np.left_shift(np.int64(1), np.arange(self.width, dtype=np.int64))
+        self.free_bits = np.where(plain, free.astype(np.int64) @ weights, 0)
+        used_slices = np.unpackbits(self.mig_mask.astype(np.uint8)[..., None], axis=-1).sum(axis=(1, 2))
+        mig_free = (self.gpu_count.astype(np.int64) * 8 - used_slices) * FULL // 8
+        self.gpu_free_total = np.where(plain, np.clip(self.dev_free, 0, None).sum(axis=1), mig_free).astype(np.int64)
 
     # -- summaries ------------------------------------------------------------------------------
 

@@ -96,7 +96,7 @@ class _Cycle:
         self.blocked = dict(snapshot.teams_blocked)
         self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), _typical_shapes(snapshot))
         for usage in snapshot.foreign:
-            self.cluster.apply_foreign(usage)
+            self.cluster.apply_foreign(usage, refresh=False)
         nominal = {
             cq: {key: limit.nominal for key, limit in limits.items()} for cq, limits in self.quota.limits.items()
         }
@@ -106,13 +106,14 @@ class _Cycle:
             if w.state == WorkloadState.PENDING:
                 continue
             for p in w.placements:
-                self.cluster.apply(p, 1)
+                self.cluster.apply(p, 1, refresh=False)
             lq = self.lq_by_name.get(w.local_queue)
             cq = lq.cluster_queue if lq is not None else ""
             request = self._held(w)
             self.quota.add(cq, request)
             self.fair.add(w.local_queue, cq, request)
             self.holders.append(Holder(w, w.local_queue, cq, request, w.placements))
+        self.cluster.refresh_all()
         self.victim_index = VictimIndex(self.holders, self.cohort_of)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []

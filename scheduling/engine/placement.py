@@ -99,7 +99,7 @@ class Placer:
         self.policy = policy
         self.mig_profiles = mig_profiles or {}
         self._labels = [dict(node.labels) for node in cluster.nodes]
-        self._static: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._static: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, int]] = {}
         self._all = np.arange(cluster.n)
         self.rack, _ = cluster.label_codes(policy.rack_label)
         self.zone, _ = cluster.label_codes(policy.zone_label)
@@ -222,38 +222,38 @@ class Placer:
         """Node indices that pass every static filter (cached per shape-relevant key)."""
         return self._eligible(workload, shape)[1]
 
-    def _eligible(self, workload: Workload, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
-        """(boolean mask over all nodes, node indices) of the nodes passing every static filter."""
+    def _eligible(self, workload: Workload, shape: Shape) -> tuple[np.ndarray, np.ndarray, int]:
+        """(boolean mask over the model's node slice, node indices, slice start) of the nodes passing
+        every static filter. A GPU model's nodes are one contiguous slice (see ``Cluster``)."""
         key = (shape.gpu_model, shape.kind, shape.mig, workload.node_selector, workload.tolerations)
         cached = self._static.get(key)
         if cached is None:
             if shape.gpu_model is None:
-                pool = self._all
+                lo, hi = 0, self.cluster.n
             else:
-                code = self.cluster.model_code.get(shape.gpu_model, -2)
-                pool = np.flatnonzero(self.cluster.node_model == code)
+                lo, hi = self.cluster.model_slice.get(shape.gpu_model, (0, 0))
+            pool = np.arange(lo, hi)
             codes = self._static_codes(workload, shape, pool)
             idx = pool[codes == FIT]
-            mask = np.zeros(self.cluster.n, dtype=bool)
-            mask[idx] = True
-            cached = (mask, idx)
+            cached = (codes == FIT, idx, lo)
             self._static[key] = cached
         return cached
 
-    def _feasible_mask(self, shape: Shape, mask: np.ndarray) -> np.ndarray:
-        """Feasible node indices, computed on whole arrays (cheaper than gathering a subset)."""
+    def _feasible_mask(self, shape: Shape, mask: np.ndarray, lo: int) -> np.ndarray:
+        """Feasible node indices, computed on array views of the model's slice (no gathering)."""
         cluster = self.cluster
+        hi = lo + len(mask)
         if shape.kind == "whole":
-            ok = mask & (cluster.full_free >= shape.gpus)
+            ok = mask & (cluster.full_free[lo:hi] >= shape.gpus)
         elif shape.kind == "fraction":
-            ok = mask & (cluster.max_share >= shape.milli)
+            ok = mask & (cluster.max_share[lo:hi] >= shape.milli)
         else:
             ok = mask
         if shape.cpu_milli:
-            ok = ok & (cluster.cpu_free >= shape.cpu_milli)
+            ok = ok & (cluster.cpu_free[lo:hi] >= shape.cpu_milli)
         if shape.memory_mib:
-            ok = ok & (cluster.mem_free >= shape.memory_mib)
-        return np.flatnonzero(ok)
+            ok = ok & (cluster.mem_free[lo:hi] >= shape.memory_mib)
+        return np.flatnonzero(ok) + lo
 
     def _dynamic_codes(self, shape: Shape, idx: np.ndarray) -> np.ndarray:
         cluster = self.cluster
@@ -419,10 +419,10 @@ class Placer:
         gang_nodes: list[int],
         remaining: int,
     ) -> ReplicaPlacement | None:
-        mask, eligible = self._eligible(workload, shape)
+        mask, eligible, lo = self._eligible(workload, shape)
         if len(eligible) == 0:
             return None
-        cand = self.feasible(shape, eligible) if shape.kind == "mig" else self._feasible_mask(shape, mask)
+        cand = self.feasible(shape, eligible) if shape.kind == "mig" else self._feasible_mask(shape, mask, lo)
         if len(cand) == 0:
             return None
         if len(cand) == 1:
