@@ -78,3 +78,26 @@ def test_a_team_invoice_in_html_and_csv(world, logged_in):
 def test_another_teams_invoice_is_not_found(world, logged_in):
     assert logged_in("bob").get("/cost/invoice/vision/2026-10/").status_code == 404
     assert logged_in("admin").get("/cost/invoice/vision/2026-10/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_the_budget_banner_context_shows_the_highest_alert_of_the_users_teams(world, rf, settings):
+    from django.template.loader import render_to_string
+
+    from billing.context import budget_alerts
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    now = timezone.now()
+    start = max(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), now - timedelta(hours=3))
+    run_job(world, gpu=4, runs=[Run(start, start + timedelta(hours=1))])
+    metering_run()
+    Budget.objects.create(team=world.teams["vision"], monthly_gpu_usd=Decimal(1), hard_stop=True)
+    budget_check()
+    request = rf.get("/")
+    request.user = world.users["alice"]
+    context = budget_alerts(request)
+    assert [a.threshold_pct for a in context["budget_alerts"]] == [100]
+    html = render_to_string("billing/_budget_alerts.html", context)
+    assert "new jobs will not start" in html
+    request.user = world.users["bob"]
+    assert budget_alerts(request)["budget_alerts"] == []
