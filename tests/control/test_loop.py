@@ -6,6 +6,7 @@ import uuid
 
 import psycopg
 import pytest
+from celery.exceptions import Retry
 from django.db import connection
 from django.test import TestCase
 from django.utils import timezone
@@ -118,3 +119,33 @@ def test_metrics_are_exposed_in_kueue_style(world, client, settings):
     settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_a_task_retries_kubernetes_api_errors_then_gives_up(db, kube, settings, tmp_path):
+    from scheduling.adapters.kubernetes import ClusterApiError, KubernetesBackend
+    from scheduling.tasks import cluster_sync
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kube.kubeconfig())
+    settings.CLUSTER_BACKEND = "kubernetes"
+    settings.KUBECONFIG = str(kubeconfig)
+    settings.K8S_API_RETRIES = 2
+    settings.K8S_API_BACKOFF_S = 0.01
+    KubernetesBackend._instances = {}
+    kube.fail("GET", r"^/api/v1/nodes$", status=503, times=1000)
+    try:
+        with pytest.raises(Retry) as retry:
+            cluster_sync.apply()
+        assert isinstance(retry.value.exc, ClusterApiError)
+        assert retry.value.when == 2  # backoff: 2, 4, 8, ... s
+        with pytest.raises(Retry) as retry:
+            cluster_sync.apply(retries=3)
+        assert retry.value.when == 16
+        with pytest.raises(ClusterApiError):
+            cluster_sync.apply(retries=cluster_sync.max_retries + 1)  # gives up
+    finally:
+        for backend in KubernetesBackend._instances.values():
+            backend.close()
+        KubernetesBackend._instances = {}
+    lists = [p for m, p in kube.requests if m == "GET" and p.startswith("/api/v1/nodes")]
+    assert len(lists) == 3 * 2  # each run made K8S_API_RETRIES attempts
