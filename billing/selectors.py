@@ -2,13 +2,17 @@
 
 ``cost_allocation`` steps:
 1. Prices: the price book's entries become piecewise-constant segments per (GPU model, capacity type)
-   over the window (``billing.pricing.price_segments``).
-2. Usage: aggregates the hourly rollup can answer (namespace, team, queue, cluster_queue, gpu_model,
-   capacity_type) are summed in SQL, joined with the price segments hour by hour, so cost is exact
-   and a price change applies from its hour on only. Job and label aggregates read the usage records
-   and cut them at hour boundaries in Python. Running jobs' open intervals are added up to ``now``.
-3. Idle: recorded capacity per model and hour minus all tenants' allocation, clamped at zero.
-4. ``billing.pricing.allocation_assemble`` builds steps and exact totals.
+   over the window (``billing.pricing.price_segments``); a price applies from its hour on only.
+2. Usage, by aggregate:
+   a. namespace, team: ``TeamCostHourly``, one priced row per team-hour (exact cost numerators for the
+      totals, stored floats for the steps), when it is priced with the current price book;
+   b. otherwise queue, cluster_queue, gpu_model, capacity_type (and a. with a stale price book):
+      ``UsageHourly`` joined with the price segments hour by hour in SQL;
+   c. job, label:<key>: the usage records, cut at hour boundaries and priced in Python.
+   Running jobs' open intervals are added up to ``now`` in every case.
+3. Idle: recorded capacity per model and hour minus all tenants' allocation (``GpuAllocationHourly``),
+   clamped at zero.
+4. ``billing.pricing`` assembles steps and exact window totals.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def cost_rollup_current() -> bool:
     return state is not None and state.price_version == pricing.price_version(price_list())
 
 
-def _known_gpu_models() -> set[str]:
+def gpu_model_names() -> set[str]:
     models = set(GpuModel.objects.values_list("name", flat=True))
     models |= set(PriceBookEntry.objects.exclude(gpu_model="").values_list("gpu_model", flat=True))
     return models
@@ -78,7 +82,7 @@ class AllocationQuery:
     include_running: bool = True
 
 
-def _segments_cte(segments: list[pricing.PriceSegment], *, money: str = "NUMERIC") -> tuple[str, list]:
+def price_segments_sql(segments: list[pricing.PriceSegment], *, money: str = "NUMERIC") -> tuple[str, list]:
     """The price segments as a VALUES table ``p``; ``money`` is the SQL type of the prices (NUMERIC for
     exact sums, DOUBLE PRECISION for chart figures)."""
     rows, params = [], []
@@ -118,7 +122,7 @@ def _rollup_rows(
     group_cols = list(ROLLUP_AGGREGATES.get(query.aggregate, ()))
     extra = ["r.gpu_model", "r.capacity_type"] if by_model else []
     cols = group_cols + [c for c in extra if c not in group_cols]
-    cte, params = _segments_cte(segments)
+    cte, params = price_segments_sql(segments)
     where = "r.epoch_hour >= %s AND r.epoch_hour < %s"
     where_params: list = [hour_from, hour_to]
     if query.team_ids is not None:
@@ -198,7 +202,7 @@ def _rollup_totals(
     where, where_params = found
     group_cols = list(ROLLUP_AGGREGATES[query.aggregate])
     cols = ", ".join(group_cols)
-    cte, params = _segments_cte(segments)
+    cte, params = price_segments_sql(segments)
     sql = f"""
         WITH {cte}
         SELECT {cols}, r.gpu_model, r.capacity_type, p.h0,
@@ -268,7 +272,7 @@ def _rollup_step_rows(query: AllocationQuery, segments: list[pricing.PriceSegmen
     group_cols = list(ROLLUP_AGGREGATES[query.aggregate])
     cols = ", ".join(group_cols)
     inner_cols = ", ".join(f"{c} AS {c.removeprefix('r.')}" for c in group_cols)
-    cte, params = _segments_cte(segments, money="DOUBLE PRECISION")
+    cte, params = price_segments_sql(segments, money="DOUBLE PRECISION")
     join_team = "JOIN tenants_team t ON t.id = x.team_id" if "r.team_id" in group_cols else ""
     sql = f"""
         WITH {cte}
@@ -476,7 +480,7 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> p
     now = now or timezone.now()
     hour_from, hour_to = pricing.epoch_hour(query.start), pricing.epoch_hour(query.end)
     prices_listed = price_list()
-    known_models = _known_gpu_models()
+    known_models = gpu_model_names()
     segments = pricing.price_segments(prices_listed, known_models, hour_from, hour_to)
     teams = {t.pk: t for t in Team.objects.all()}
     share_idle = query.share_idle
@@ -748,7 +752,7 @@ def invoice_lines(*, team: Team, month: datetime, now: datetime) -> list[Invoice
         include_running=start <= now < end,
     )
     hour_from, hour_to = pricing.epoch_hour(start), pricing.epoch_hour(end)
-    segments = pricing.price_segments(price_list(), _known_gpu_models(), hour_from, hour_to)
+    segments = pricing.price_segments(price_list(), gpu_model_names(), hour_from, hour_to)
     per_line: dict[tuple[str, str], pricing.UsageSums] = defaultdict(pricing.UsageSums)
     for _key, _bucket, model, ctype, sums in _rollup_rows(query, segments, by_model=True):
         per_line[(model, ctype)].add(sums)

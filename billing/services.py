@@ -11,7 +11,10 @@ budget alerts.
    (recorded at admission), so a later requeue on another model cannot rewrite the past.
 4. Ask the utilization source for each new interval (outside any lock: it may be a network call).
 5. Under a lock, insert the records not yet present and add them, cut at hour boundaries, to the
-   hourly rollup, in one transaction: the rollup is always exactly the sum of the records.
+   rollups in the same transaction, so they are always exactly the sum of the records:
+   ``UsageHourly`` (per hour, team, queue, model, capacity type), ``GpuAllocationHourly`` (per hour and
+   model: what idle is measured against) and ``TeamCostHourly`` (per hour and team, priced; re-priced
+   as a whole when the price book has changed since it was priced).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from billing.models import (
     UsageHourly,
     UsageRecord,
 )
-from billing.selectors import _known_gpu_models, _segments_cte, cost_rollup_current, price_list
+from billing.selectors import cost_rollup_current, gpu_model_names, price_list, price_segments_sql
 from billing.utilization import UNKNOWN, Utilization, UtilizationSource, utilization_source
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import JobState
@@ -93,7 +96,6 @@ def job_labels(job: Job) -> dict[str, str]:
         "kind": job.kind,
         "priority-class": job.priority_class.name,
         "owner": job.owner.get_username(),
-        "capacity-type": job.capacity_type or "on-demand",
     }
     labels.update({str(k): str(v) for k, v in (getattr(job, "labels", None) or {}).items()})
     return labels
@@ -111,6 +113,7 @@ def usage_for_interval(job: Job, interval: RunInterval, utilization: Utilization
     gpu_usage = share * micros
     cpu_milli_us = job.cpu_milli * replicas * micros
     memory_mib_us = job.memory_mib * replicas * micros
+    capacity_type = detail.get("capacity_type") or "on-demand"
     return UsageRecord(
         job=job,
         team_id=job.team_id,
@@ -118,7 +121,7 @@ def usage_for_interval(job: Job, interval: RunInterval, utilization: Utilization
         local_queue=job.local_queue.name,
         cluster_queue=job.local_queue.cluster_queue.name,
         gpu_model=detail.get("gpu_model") or "",
-        capacity_type=detail.get("capacity_type") or "on-demand",
+        capacity_type=capacity_type,
         start=interval.start,
         end=interval.end,
         gpus=(Decimal(share) / pricing.GPU_SHARE_DENOMINATOR).quantize(MICRO),
@@ -132,7 +135,7 @@ def usage_for_interval(job: Job, interval: RunInterval, utilization: Utilization
         memory_mib_us=memory_mib_us,
         gpu_util_pct=utilization.gpu_util_pct if share else None,
         gpu_fb_used_mib=utilization.fb_used_mib if share else None,
-        labels=job_labels(job),
+        labels=job_labels(job) | {"capacity-type": capacity_type},
     )
 
 
@@ -384,7 +387,7 @@ def cost_rollup_reprice(*, now: datetime | None = None) -> int:
         span = UsageHourly.objects.aggregate(lo=Min("epoch_hour"), hi=Max("epoch_hour"))
         written = 0
         if span["lo"] is not None:
-            models = _known_gpu_models() | set(UsageHourly.objects.values_list("gpu_model", flat=True).distinct())
+            models = gpu_model_names() | set(UsageHourly.objects.values_list("gpu_model", flat=True).distinct())
             segments = pricing.price_segments(prices, models, span["lo"], span["hi"] + 1)
             exact = [
                 pricing.PriceSegment(
@@ -394,7 +397,7 @@ def cost_rollup_reprice(*, now: datetime | None = None) -> int:
                 )
                 for s in segments
             ]  # fmt: skip
-            cte, params = _segments_cte(exact)
+            cte, params = price_segments_sql(exact)
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"""
