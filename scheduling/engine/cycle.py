@@ -378,10 +378,7 @@ class _Cycle:
 
     def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
         def fits() -> bool:
-            stmt = Statement(self.cluster)
-            result = self.placer.place_gang(job, shape, stmt, job.gang_size, job.gang_size, explain=False)
-            stmt.discard()
-            return result.explanation is None
+            return self.placer.can_place(job, shape, job.gang_size)
 
         eligible = np.zeros(self.cluster.n, dtype=bool)
         eligible[self.placer.eligible(job, shape)] = True
@@ -535,6 +532,9 @@ class _Cycle:
                 ):
                     continue  # the nodes this job may use could never hold it on this model
                 request = self._estimate_request(lq.cluster_queue, request_of(shape, job.gang_size))
+                if shape.kind != "cpu":  # GPUs bind a GPU job; pooled CPU/memory would only add walks
+                    request.pop(CPU, None)
+                    request.pop(MEMORY, None)
                 start = _peek(estimator, request)
                 if start is not None and (best is None or start < best[0]):
                     best = (start, request)

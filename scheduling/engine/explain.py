@@ -99,11 +99,13 @@ class StartEstimator:
     events: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     head: dict[str, int] = field(default_factory=dict)
     clock: dict[str, float] = field(default_factory=dict)
+    pending_total: dict[str, int] = field(default_factory=dict)  # sum of releases not yet consumed
 
     def preload(self, resource: str, at: float, amount: int) -> None:
         """A release known before the simulation starts; call :meth:`seal` after the last one."""
         if amount:
             self.events.setdefault(resource, []).append((max(at, self.now), amount))
+            self.pending_total[resource] = self.pending_total.get(resource, 0) + amount
 
     def seal(self) -> None:
         for events in self.events.values():
@@ -111,6 +113,7 @@ class StartEstimator:
 
     def release(self, resource: str, at: float, amount: int) -> None:
         if amount:
+            self.pending_total[resource] = self.pending_total.get(resource, 0) + amount
             bisect.insort(
                 self.events.setdefault(resource, []),
                 (max(at, self.now), amount),
@@ -124,6 +127,8 @@ class StartEstimator:
         at = self.clock.get(resource, self.now)
         if free >= need:
             return at
+        if free + self.pending_total.get(resource, 0) < need:
+            return None  # even every known release is not enough: no walk
         events = self.events.get(resource, [])
         for j in range(self.head.get(resource, 0), len(events)):
             when, amount = events[j]
@@ -145,9 +150,12 @@ class StartEstimator:
             events = self.events.get(resource, [])
             j = self.head.get(resource, 0)
             free = self.free.get(resource, 0)
+            consumed = 0
             while j < len(events) and events[j][0] <= start:
-                free += events[j][1]
+                consumed += events[j][1]
                 j += 1
+            free += consumed
+            self.pending_total[resource] = self.pending_total.get(resource, 0) - consumed
             self.head[resource] = j
             self.free[resource] = free - need
             self.clock[resource] = start

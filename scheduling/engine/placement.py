@@ -10,7 +10,8 @@ For one replica of a shape (see ``scorers.Shape``):
    weights, plus topology (for multi-replica jobs: the same node, rack, zone as replicas already placed;
    for the first replica, the tightest node, rack or zone that can hold the whole gang; for multi-GPU
    replicas, a node with a contiguous block of free devices). Highest wins; ties go to the node first
-   in name order.
+   in node order (GPU model, then name). A gang's next replica first tries the node the previous one
+   went to.
 4. Pick devices inside the node (the scorer's device picker, or the default packing one).
 
 Scorers are plugins (``scorers.PLUGINS``; the FGD paper's policies are in ``fragplugins``).
@@ -418,11 +419,16 @@ class Placer:
         stmt: Statement,
         gang_nodes: list[int],
         remaining: int,
+        node: int | None = None,
     ) -> ReplicaPlacement | None:
-        mask, eligible, lo = self._eligible(workload, shape)
-        if len(eligible) == 0:
-            return None
-        cand = self.feasible(shape, eligible) if shape.kind == "mig" else self._feasible_mask(shape, mask, lo)
+        """Place one replica (on ``node`` only, when given: it must already be eligible)."""
+        if node is not None:
+            cand = eligible = self.feasible(shape, np.array([node]))
+        else:
+            mask, eligible, lo = self._eligible(workload, shape)
+            if len(eligible) == 0:
+                return None
+            cand = self.feasible(shape, eligible) if shape.kind == "mig" else self._feasible_mask(shape, mask, lo)
         if len(cand) == 0:
             return None
         if len(cand) == 1:
@@ -465,17 +471,51 @@ class Placer:
                 return GangResult((), explanation, capacity)
         placements: list[ReplicaPlacement] = []
         gang_nodes: list[int] = []
-        for k in range(wanted):
-            placement = self.place_one(workload, shape, stmt, gang_nodes, wanted - k)
+        last: int | None = None
+        while len(placements) < wanted:
+            # Fill the node the previous replica went to before scoring again: replicas of a gang
+            # on one node talk over NVLink/shared memory, and it saves a scoring pass per replica.
+            placement = None
+            if last is not None and self._fits_node(shape, last):
+                placement = self.place_one(workload, shape, stmt, gang_nodes, wanted - len(placements), last)
+            if placement is None:
+                placement = self.place_one(workload, shape, stmt, gang_nodes, wanted - len(placements))
             if placement is None:
                 break
             placements.append(placement)
-            gang_nodes.append(self.cluster.index[placement.node])
+            last = self.cluster.index[placement.node]
+            gang_nodes.append(last)
         if len(placements) >= needed:
             return GangResult(tuple(placements), None)
         explanation = self.explain(workload, [shape]) if explain else (0, ())
         stmt.discard()
         return GangResult((), explanation, len(placements))
+
+    def can_place(self, workload: Workload, shape: Shape, needed: int) -> bool:
+        """Whether ``needed`` replicas fit now, without placing them (exact; MIG by a trial)."""
+        if shape.kind == "mig":
+            trial = Statement(self.cluster)
+            ok = self.place_gang(workload, shape, trial, needed, needed, explain=False).explanation is None
+            trial.discard()
+            return ok
+        mask, eligible, lo = self._eligible(workload, shape)
+        if len(eligible) == 0:
+            return False
+        cand = self._feasible_mask(shape, mask, lo)
+        if needed <= 1 or len(cand) >= needed:
+            return len(cand) >= needed
+        return int(self.replica_capacity(shape, cand).sum()) >= needed
+
+    def _fits_node(self, shape: Shape, i: int) -> bool:
+        """Scalar pre-check that one more replica fits node ``i`` (MIG: leave it to the full test)."""
+        c = self.cluster
+        if c.cpu_free[i] < shape.cpu_milli or c.mem_free[i] < shape.memory_mib:
+            return False
+        if shape.kind == "whole":
+            return bool(c.full_free[i] >= shape.gpus)
+        if shape.kind == "fraction":
+            return bool(c.max_share[i] >= shape.milli)
+        return True
 
     def _explain_after(
         self, workload: Workload, shape: Shape, stmt: Statement, count: int
@@ -484,7 +524,7 @@ class Placer:
         trial = Statement(self.cluster)
         gang_nodes: list[int] = []
         for k in range(count):
-            placement = self.place_one(workload, shape, trial, gang_nodes, count - k)
+            placement = self.place_one(workload, shape, trial, gang_nodes, count - k)  # no same-node fill
             if placement is None:
                 break
             gang_nodes.append(self.cluster.index[placement.node])

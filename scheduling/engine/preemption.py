@@ -24,6 +24,7 @@ queue cannot reclaim from it (it is not borrowing).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -119,35 +120,48 @@ def select_victims(
     candidates = candidates[:MAX_CANDIDATES]
     stmt = Statement(cluster)
     chosen: list[Victim] = []
+    on_nodes: set[int] = set()  # ids of chosen victims whose placements are given back in ``stmt``
 
-    def remove(victim: Victim) -> None:
+    def remove(victim: Victim, nodes_too: bool) -> None:
+        quota.add(victim.holder.cq, victim.holder.request, -1)
+        if nodes_too:
+            give_back(victim)
+
+    def give_back(victim: Victim) -> None:
         for p in victim.holder.placements:
             stmt.give_back(p)
-        quota.add(victim.holder.cq, victim.holder.request, -1)
+        on_nodes.add(id(victim))
 
     def restore(victim: Victim) -> None:
         for p in victim.holder.placements:
             stmt.take(p)
+        on_nodes.discard(id(victim))
         quota.add(victim.holder.cq, victim.holder.request, 1)
+
+    def trial() -> bool:
+        for victim in chosen:  # the quota phase only touched quota; free their nodes now
+            if id(victim) not in on_nodes:
+                give_back(victim)
+        return fits()
 
     def still_useful(victim: Victim) -> bool:
         return victim.kind != "reclaim" or any(quota.borrowing(victim.holder.cq, k) for k in keys)
 
-    # Quota first (cheap): the fewest candidates, in order, that make the request fit the queue.
-    remaining = list(candidates)
+    # Quota first (cheap, no node changes): the fewest candidates, in order, that make the request fit.
+    remaining = deque(candidates)
     while not quota.fits(cq, request) and remaining:
-        victim = remaining.pop(0)
+        victim = remaining.popleft()
         if still_useful(victim):
-            remove(victim)
+            remove(victim, nodes_too=False)
             chosen.append(victim)
-    found = quota.fits(cq, request) and fits()
+    found = quota.fits(cq, request) and trial()
     # Then placement: only candidates on nodes the job could use, and a full trial only when freeing
     # this one made some of its nodes fit a replica.
     while not found and remaining and quota.fits(cq, request):
-        victim = remaining.pop(0)
+        victim = remaining.popleft()
         if not still_useful(victim) or not on_useful_node(victim.holder):
             continue
-        remove(victim)
+        remove(victim, nodes_too=True)
         chosen.append(victim)
         found = frees_a_node(victim.holder) and fits()
     if found:
@@ -156,7 +170,7 @@ def select_victims(
             if quota.fits(cq, request) and fits():
                 chosen = [v for v in chosen if v is not victim]
             else:
-                remove(victim)
+                remove(victim, nodes_too=True)
     # Undo: victims hold their resources until an adapter has evicted them.
     for victim in chosen:
         quota.add(victim.holder.cq, victim.holder.request, 1)
