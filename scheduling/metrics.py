@@ -8,8 +8,9 @@ worker processes report the same figures without a multiprocess registry:
 - ``portal_admitted_gpus{cluster_queue, local_queue, gpu_model}``: GPUs (shares) those jobs hold;
 - ``portal_admission_wait_time_seconds{cluster_queue}``: histogram of time from (re)queueing to
   admission, over the admissions of the last ``METRICS_WAIT_WINDOW_S``;
-- ``portal_scheduling_cycle_duration_seconds``: histogram of the recorded cycles' durations, with
-  ``portal_scheduling_cycle_admitted_total`` and ``portal_cluster_gpus``.
+- ``portal_admitted_workloads_total{cluster_queue}``: admissions so far;
+- ``portal_scheduling_cycle_duration_seconds``: histogram of the last 1000 cycles' durations, and
+  ``portal_cluster_gpus``.
 """
 
 from __future__ import annotations
@@ -125,23 +126,28 @@ class PortalCollector:
             waits,
         )
 
-        runs = list(
-            CycleRun.objects.order_by("-started_at").values_list("duration_ms", "admitted", "total_gpus")[:1000]
-        )
+        runs = list(CycleRun.objects.order_by("-started_at").values_list("duration_ms", "total_gpus")[:1000])
         yield _histogram(
             "portal_scheduling_cycle_duration_seconds",
             "Duration of the last 1000 scheduling cycles.",
             [],
             CYCLE_BUCKETS_S,
-            {(): [ms / 1000 for ms, _, _ in runs]} if runs else {},
+            {(): [ms / 1000 for ms, _ in runs]} if runs else {},
         )
         admitted = CounterMetricFamily(
-            "portal_scheduling_cycle_admitted", "Jobs admitted by the last 1000 scheduling cycles."
+            "portal_admitted_workloads", "Admissions so far (a requeued job counts again).", labels=["cluster_queue"]
         )
-        admitted.add_metric([], sum(a for _, a, _ in runs))
+        for cq, count in sorted(
+            Counter(
+                JobTransition.objects.filter(to_state=JobState.ADMITTED).values_list(
+                    "job__local_queue__cluster_queue__name", flat=True
+                )
+            ).items()
+        ):
+            admitted.add_metric([cq], count)
         yield admitted
         total = GaugeMetricFamily("portal_cluster_gpus", "GPUs in the cluster at the last cycle.")
-        total.add_metric([], runs[0][2] if runs else 0)
+        total.add_metric([], runs[0][1] if runs else 0)
         yield total
 
 

@@ -116,6 +116,7 @@ def test_metrics_are_exposed_in_kueue_style(world, client, settings):
     assert "portal_admission_wait_time_seconds_bucket" in body
     assert "portal_scheduling_cycle_duration_seconds_count 1.0" in body
     assert "portal_admitted_active_workloads" in body
+    assert 'portal_admitted_workloads_total{cluster_queue="cq-vision"} 3.0' in body
     settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
