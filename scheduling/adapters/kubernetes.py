@@ -148,6 +148,7 @@ class Informer:
         self.relists = 0
         self.watch_errors = 0
         self.last_contact = 0.0  # monotonic time of the last successful list, watch event or watch end
+        self._generation = 0  # bumped by every relist; a watch started before it stops applying events
 
     @property
     def resource_version(self) -> str | None:
@@ -170,6 +171,7 @@ class Informer:
         with self._cond:
             self._items = {_key(item): item for item in body.get("items") or []}
             self._rv = (body.get("metadata") or {}).get("resourceVersion")
+            self._generation += 1
             self.relists += 1
             self.last_contact = time.monotonic()
             self._cond.notify_all()
@@ -178,6 +180,7 @@ class Informer:
         # return_type "object" keeps events as plain dicts (no model deserialization).
         watcher = watch.Watch(return_type="object")
         timeout = (self.options.timeout_s, self.options.watch_timeout_s + self.options.timeout_s)
+        generation = self._generation
         for event in watcher.stream(
             self.list_fn,
             resource_version=self._rv,
@@ -191,6 +194,11 @@ class Informer:
             obj = event["raw_object"]
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             with self._cond:
+                if self._generation != generation:
+                    # Relisted meanwhile (a cycle found the cache stale): this stream is older than
+                    # the cache now; resume from the list's version instead.
+                    watcher.stop()
+                    break
                 if event["type"] in ("ADDED", "MODIFIED"):
                     self._items[_key(obj)] = obj
                 elif event["type"] == "DELETED":

@@ -361,3 +361,19 @@ def test_a_second_backend_converges_on_the_same_cluster_without_duplicates(kworl
         fresh.close()
     for job in jobs:
         assert kube.created_pods.count(f"team-vision/job-{job.pk}-a1-r0") == 1
+
+
+def test_a_cache_whose_watch_died_is_relisted_before_it_is_read(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    settle(backend, kube)
+    backend.node_informer.stop()
+    deadline = time.monotonic() + 10
+    while backend.node_informer._thread.is_alive():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    kube.add_node("a100-1", gpus=8)  # no watch is running to see it
+    relists = backend.node_informer.relists
+    backend.sync()
+    assert backend.node_informer.relists == relists + 1
+    assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
+    assert backend.node_informer._thread.is_alive()  # watching again
