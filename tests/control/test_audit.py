@@ -157,3 +157,14 @@ def test_cluster_check_prints_nodes_models_problems_and_rbac_gaps(kworld, kube, 
         assert "cannot create pods in team-vision" in out.getvalue()
     finally:
         KubernetesBackend._instances = {}
+
+
+def test_cluster_check_on_the_simulated_cluster_lists_its_nodes(world):
+    world.submit(gpu=2)
+    run_cycles(SimulatedCluster(), 1)
+    out = io.StringIO()
+    call_command("cluster_check", stdout=out)
+    text = out.getvalue()
+    assert "cluster backend: simulated" in text
+    assert "GPU models: A100-80GB ×16, T4 ×4" in text
+    assert "3 nodes, 20 GPUs" in text
