@@ -505,13 +505,21 @@ class _Cycle:
                 ceiling[qkey] = ceiling_q
         estimator = StartEstimator(self.now, free, ceiling)
         victims = self.taken
+        events: dict[str, list[tuple[float, int]]] = {}
         for holder in self.holders:
             w = holder.workload
             started = w.started_at if w.started_at is not None else self.now
             end = self.now if w.id in victims else max(self.now, started + w.runtime_s)
-            for key, amount in self._estimate_request(holder.cq, holder.request).items():
-                estimator.preload(key, end, amount)
+            limits = self.quota.limits.get(holder.cq, {})
+            for key, amount in holder.request.items():
+                if amount:
+                    events.setdefault(key, []).append((end, amount))
+                    if key in limits:
+                        events.setdefault(f"{holder.cq}|{key}", []).append((end, amount))
+        for key, items in events.items():
+            estimator.preload_many(key, items)
         estimator.seal()
+        requests: dict[tuple[object, ...], list[dict[str, int]]] = {}
         out: dict[str, float | None] = {}
         for job in self.considered:
             if job.id not in self.pending or self.pending[job.id][1] is not None:
@@ -519,22 +527,20 @@ class _Cycle:
             if self.pending[job.id][0].kind in (ReasonKind.BUDGET, ReasonKind.INVALID):
                 out[job.id] = None
                 continue
-            lq = self.lq_by_name[job.local_queue]
+            cq = self.lq_by_name[job.local_queue].cluster_queue
+            signature = (
+                cq,
+                job.resources,
+                job.gang_size,
+                job.allowed_gpu_models,
+                job.node_selector,
+                job.tolerations,
+            )
+            options = requests.get(signature)
+            if options is None:
+                options = requests[signature] = self._estimate_options(job, cq)
             best: tuple[float, dict[str, int]] | None = None
-            for gpu_model in self._models(job, lq.cluster_queue):
-                shape = self.placer.shape_for(job, gpu_model)
-                if isinstance(shape, str):
-                    continue
-                eligible = self.placer.eligible(job, shape)
-                if (
-                    shape.kind != "cpu"
-                    and int(cluster.gpu_count[eligible].sum()) * FULL < shape.quota_milli * job.gang_size
-                ):
-                    continue  # the nodes this job may use could never hold it on this model
-                request = self._estimate_request(lq.cluster_queue, request_of(shape, job.gang_size))
-                if shape.kind != "cpu":  # GPUs bind a GPU job; pooled CPU/memory would only add walks
-                    request.pop(CPU, None)
-                    request.pop(MEMORY, None)
+            for request in options:
                 start = _peek(estimator, request)
                 if start is not None and (best is None or start < best[0]):
                     best = (start, request)
@@ -543,6 +549,24 @@ class _Cycle:
                 continue
             out[job.id] = estimator.start(best[1], job.runtime_s)
         return out
+
+    def _estimate_options(self, job: Workload, cq: str) -> list[dict[str, int]]:
+        """The pooled request of ``job`` on each GPU model it may use, in flavor order."""
+        options = []
+        for gpu_model in self._models(job, cq):
+            shape = self.placer.shape_for(job, gpu_model)
+            if isinstance(shape, str):
+                continue
+            eligible = self.placer.eligible(job, shape)
+            capacity = int(self.cluster.gpu_count[eligible].sum()) * FULL
+            if shape.kind != "cpu" and capacity < shape.quota_milli * job.gang_size:
+                continue  # the nodes this job may use could never hold it on this model
+            request = self._estimate_request(cq, request_of(shape, job.gang_size))
+            if shape.kind != "cpu":  # GPUs bind a GPU job; pooled CPU/memory would only add walks
+                request.pop(CPU, None)
+                request.pop(MEMORY, None)
+            options.append(request)
+        return options
 
     def _estimate_request(self, cq: str, request: dict[str, int]) -> dict[str, int]:
         out = dict(request)

@@ -107,6 +107,12 @@ class StartEstimator:
             self.events.setdefault(resource, []).append((max(at, self.now), amount))
             self.pending_total[resource] = self.pending_total.get(resource, 0) + amount
 
+    def preload_many(self, resource: str, items: list[tuple[float, int]]) -> None:
+        """Many releases of one resource at once (``(at, amount)``); call :meth:`seal` after."""
+        now = self.now
+        self.events.setdefault(resource, []).extend((at if at > now else now, amount) for at, amount in items)
+        self.pending_total[resource] = self.pending_total.get(resource, 0) + sum(a for _, a in items)
+
     def seal(self) -> None:
         for events in self.events.values():
             events.sort()

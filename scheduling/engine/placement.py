@@ -129,6 +129,16 @@ class Placer:
             [any(t.effect == "PreferNoSchedule" for t in node.taints) for node in cluster.nodes], dtype=bool
         )
         self._soft_taint_any = bool(self._soft_taint.any())
+        self._fast_policy = (
+            policy.placement
+            if self.scorer_names == [policy.placement]
+            and policy.placement
+            in (
+                "binpack",
+                "spread",
+            )
+            else None
+        )
 
     # -- shapes -----------------------------------------------------------------------------------
 
@@ -240,6 +250,51 @@ class Placer:
             self._static[key] = cached
         return cached
 
+    def _plain(
+        self, workload: Workload, shape: Shape, gang_nodes: list[int], remaining: int, multi_gpu: bool = False
+    ) -> bool:
+        """Only the placement policy votes (see :meth:`_score`); ``multi_gpu``: also the contiguity one."""
+        return (
+            len(self.scorer_names) == 1
+            and not workload.preferred_labels
+            and not self._soft_taint_any
+            and shape.kind != "cpu"
+            and remaining <= 1
+            and not gang_nodes
+            and (shape.gpus <= 1 or multi_gpu)
+        )
+
+    def _fast_pick(self, shape: Shape, mask: np.ndarray, lo: int) -> int | None:
+        """``binpack``/``spread`` with a single vote (plus contiguity for multi-GPU replicas), as a
+        masked argmax over the model's slice: no gathering, no index arrays.
+
+        Same scores as ``scorers.score_binpack`` (negated for spread), same tie-break (lowest index).
+        """
+        cluster = self.cluster
+        hi = lo + len(mask)
+        if shape.kind == "whole":
+            ok = mask & (cluster.full_free[lo:hi] >= shape.gpus)
+        else:
+            ok = mask & (cluster.max_share[lo:hi] >= shape.milli)
+        if shape.cpu_milli:
+            ok &= cluster.cpu_free[lo:hi] >= shape.cpu_milli
+        if shape.memory_mib:
+            ok &= cluster.mem_free[lo:hi] >= shape.memory_mib
+        if not ok.any():
+            return None
+        score = -(cluster.gpu_free_total[lo:hi] * cluster.inv_gpu_total[lo:hi]) - 0.01 * (
+            cluster.cpu_free[lo:hi] * cluster.inv_cpu_total[lo:hi]
+        )
+        if self._fast_policy == "spread":
+            score = -score
+        if shape.gpus > 1:  # the contiguity vote, on the binpack scale (about one unit wide)
+            bits = cluster.free_bits[lo:hi]
+            run = bits.copy()
+            for k in range(1, shape.gpus):
+                run &= bits >> k
+            score = score + CONTIGUOUS_WEIGHT * (run != 0)
+        return lo + int(np.argmax(np.where(ok, score, -np.inf)))
+
     def _feasible_mask(self, shape: Shape, mask: np.ndarray, lo: int) -> np.ndarray:
         """Feasible node indices, computed on array views of the model's slice (no gathering)."""
         cluster = self.cluster
@@ -322,16 +377,7 @@ class Placer:
         remaining: int,
         eligible: np.ndarray,
     ) -> np.ndarray:
-        plain = (
-            len(self.scorer_names) == 1
-            and not workload.preferred_labels
-            and not self._soft_taint_any
-            and shape.kind != "cpu"
-            and remaining <= 1
-            and not gang_nodes
-            and shape.gpus <= 1
-        )
-        if plain:  # one vote only: its own scale is as good as any
+        if self._plain(workload, shape, gang_nodes, remaining):  # one vote only: its own scale is as good as any
             ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
             return np.asarray(self.plugins[0].score(ctx), dtype=np.float64)
         total = np.zeros(len(cand), dtype=np.float64)
@@ -424,6 +470,16 @@ class Placer:
         """Place one replica (on ``node`` only, when given: it must already be eligible)."""
         if node is not None:
             cand = eligible = self.feasible(shape, np.array([node]))
+        elif (
+            self._fast_policy is not None
+            and shape.kind in ("whole", "fraction")
+            and self._plain(workload, shape, gang_nodes, remaining)
+        ):
+            mask, eligible, lo = self._eligible(workload, shape)
+            best_or_none = self._fast_pick(shape, mask, lo)
+            if best_or_none is None:
+                return None
+            cand = np.array([best_or_none])
         else:
             mask, eligible, lo = self._eligible(workload, shape)
             if len(eligible) == 0:
