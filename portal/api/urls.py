@@ -12,7 +12,7 @@ router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
 
 urlpatterns = [
-    path("cluster-queues/", views.ClusterQueueView.as_view(), name="cluster-queue-list"),
-    path("cluster-queues/<str:name>/", views.ClusterQueueView.as_view(), name="cluster-queue-detail"),
+    path("cluster-queues/", views.ClusterQueueListView.as_view(), name="cluster-queue-list"),
+    path("cluster-queues/<str:name>/", views.ClusterQueueDetailView.as_view(), name="cluster-queue-detail"),
     *router.urls,
 ]

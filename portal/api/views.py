@@ -94,21 +94,26 @@ class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_field = "name"
 
 
-class ClusterQueueView(APIView):
-    """Cluster queues with quotas and current usage. PATCH (platform admins only) edits quotas."""
+class ClusterQueueListView(APIView):
+    """Cluster queues with their quotas and current usage per GPU model."""
 
     @extend_schema(responses={200: dict})
-    def get(self, request, name=None):
-        rows = cluster_queue_list()
-        if name is None:
-            return Response({"results": rows})
-        for row in rows:
-            if row["name"] == name:
-                return Response(row)
-        return Response({"detail": f"no cluster queue {name!r}"}, status=status.HTTP_404_NOT_FOUND)
+    def get(self, request):
+        return Response({"results": cluster_queue_list()})
+
+
+class ClusterQueueDetailView(APIView):
+    """One cluster queue. PATCH (platform admins only) edits its quotas; every change is recorded."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request, name):
+        row = next((r for r in cluster_queue_list() if r["name"] == name), None)
+        if row is None:
+            return Response({"detail": f"no cluster queue {name!r}"}, status=status.HTTP_404_NOT_FOUND)
+        return Response(row)
 
     @extend_schema(request=QuotaUpdateSerializer, responses={200: dict})
-    def patch(self, request, name=None):
+    def patch(self, request, name):
         if not request.user.is_staff:
             raise PermissionDenied("only platform admins edit quotas")
         cq = ClusterQueue.objects.filter(name=name).first()

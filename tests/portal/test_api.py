@@ -192,6 +192,10 @@ def test_read_endpoints_for_notebooks(api, world):
     assert models == ["A100-80GB", "T4"]
     cqs = alice.get("/api/v1/cluster-queues/").json()["results"]
     assert {cq["name"] for cq in cqs} == {"cq-vision", "cq-nlp"}
+    one = alice.get("/api/v1/cluster-queues/cq-nlp/").json()
+    assert [f["gpu_model"] for f in one["flavors"]] == ["A100-80GB", "T4"]
+    assert alice.get("/api/v1/cluster-queues/nope/").status_code == 404
+    assert api("admin").patch("/api/v1/cluster-queues/", {}, format="json").status_code == 405
 
 
 def test_openapi_schema_and_docs_are_served(client, world):
