@@ -434,15 +434,16 @@ class Placer:
                 seen[0] = False  # nodes without the label share nothing
                 score = np.where(seen[codes[cand] + 1], weight, score)
             return np.where((cand[:, None] == used[None, :]).any(axis=1), 1.0, score)
-        cap = self.replica_capacity(shape, eligible)
-        for weight, codes in ((0.3, zone), (0.6, rack)):
-            if (codes[eligible] >= 0).any():
-                domain_cap = np.bincount(codes[eligible] + 1, weights=cap, minlength=int(codes.max()) + 2)
-                cand_cap = domain_cap[codes[cand] + 1]
-                holds = (codes[cand] >= 0) & (cand_cap >= remaining)
-                tight = remaining / np.maximum(cand_cap, 1)
-                score = np.where(holds, weight + 0.1 * tight, score)
+        # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
         node_cap = self.replica_capacity(shape, cand)
+        for weight, codes in ((0.3, zone), (0.6, rack)):
+            cand_codes = codes[cand]
+            if (cand_codes >= 0).any():
+                domain_cap = np.bincount(cand_codes + 1, weights=node_cap, minlength=int(codes.max()) + 2)
+                cap_here = domain_cap[cand_codes + 1]
+                holds = (cand_codes >= 0) & (cap_here >= remaining)
+                tight = remaining / np.maximum(cap_here, 1)
+                score = np.where(holds, weight + 0.1 * tight, score)
         holds = node_cap >= remaining
         return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
 

@@ -15,7 +15,7 @@ A ClusterQueue may only use GPU models it lists as flavors. CPU or memory withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .model import ClusterQueue
 
@@ -32,14 +32,12 @@ class _Limit:
     nominal: int
     borrowing_limit: int | None
     lending_limit: int | None
+    lendable: int = field(init=False)  # goes into the cohort pool
+    guaranteed: int = field(init=False)  # never lent
 
-    @property
-    def lendable(self) -> int:
-        return self.nominal if self.lending_limit is None else min(self.nominal, self.lending_limit)
-
-    @property
-    def guaranteed(self) -> int:
-        return self.nominal - self.lendable
+    def __post_init__(self) -> None:
+        self.lendable = self.nominal if self.lending_limit is None else min(self.nominal, self.lending_limit)
+        self.guaranteed = self.nominal - self.lendable
 
 
 class QuotaBook:
