@@ -94,7 +94,10 @@ class _Cycle:
         self.lq_by_name = {lq.name: lq for lq in snapshot.local_queues}
         self.cohort_of = {cq.name: cq.cohort for cq in snapshot.cluster_queues}
         self.blocked = dict(snapshot.teams_blocked)
-        self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), _typical_shapes(snapshot))
+        # The workload mix only matters to fragmentation-aware scorers; it costs a pass over all jobs.
+        names = {policy.placement, *(name for _, name in policy.pool_placement)}
+        typical = _typical_shapes(snapshot) if names - {"binpack", "spread", "random"} else ()
+        self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), typical)
         for usage in snapshot.foreign:
             self.cluster.apply_foreign(usage, refresh=False)
         nominal = {
@@ -127,6 +130,7 @@ class _Cycle:
         self.explained: dict[tuple[object, ...], Reason] = {}
         self.preemption_failed: set[tuple[object, ...]] = set()
         self.preemptors: dict[str, int] = {}
+        self._requests: dict[tuple[Shape, int], dict[str, int]] = {}
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
 
     # -- setup helpers ----------------------------------------------------------------------------
@@ -285,7 +289,7 @@ class _Cycle:
             if isinstance(shape, str):
                 invalid.append(shape)
                 continue
-            minimum = request_of(shape, job.gang_size)
+            minimum = self._request(shape, job.gang_size)
             if not borrow and self.quota.would_borrow(cq, minimum):
                 deferrable = True
                 continue
@@ -305,7 +309,7 @@ class _Cycle:
             result = self.placer.place_gang(job, shape, stmt, needed, job.gang_size, explain=job.gang_size > 1)
             if result.explanation is None:
                 stmt.commit()
-                request = request_of(shape, len(result.placements))
+                request = self._request(shape, len(result.placements))
                 borrowed = self.quota.would_borrow(cq, request)
                 return _Attempt(admission=Admission(job.id, model, result.placements, borrowed), request=request)
             failure = None
@@ -346,11 +350,19 @@ class _Cycle:
             return _Attempt(reason=Reason(ReasonKind.QUOTA, "quota: " + message, quota_reasons[0].details))
         return _Attempt(reason=Reason(ReasonKind.INVALID, "invalid: " + "; ".join(invalid)))
 
+    def _request(self, shape: Shape, count: int) -> dict[str, int]:
+        """``request_of`` memoised for the cycle (callers never mutate the result)."""
+        key = (shape, count)
+        request = self._requests.get(key)
+        if request is None:
+            request = self._requests[key] = request_of(shape, count)
+        return request
+
     def _quota_count(self, cq: str, shape: Shape, gang: int, replicas: int, borrow: bool) -> int:
         """How many replicas (up to ``replicas``) the queue's quota allows now (within nominal unless
         ``borrow``)."""
         count = replicas
-        for key, amount in request_of(shape, 1).items():
+        for key, amount in self._request(shape, 1).items():
             if key.startswith("gpu/") and not self.quota.allows(cq, key):
                 return 0
             available = self.quota.available(cq, key)

@@ -100,6 +100,7 @@ class Placer:
         self.policy = policy
         self.mig_profiles = mig_profiles or {}
         self._labels = [dict(node.labels) for node in cluster.nodes]
+        self._shapes: dict[tuple[object, ...], Shape | str] = {}
         self._static: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, int]] = {}
         self._all = np.arange(cluster.n)
         self.rack, _ = cluster.label_codes(policy.rack_label)
@@ -144,6 +145,13 @@ class Placer:
 
     def shape_for(self, workload: Workload, model: str | None) -> Shape | str:
         """The replica shape on GPU ``model``, or why the request cannot exist on that model."""
+        key = (workload.resources, model)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = self._shape_for(workload, model)
+        return shape
+
+    def _shape_for(self, workload: Workload, model: str | None) -> Shape | str:
         res = workload.resources
         base = {"gpu_model": model, "cpu_milli": res.cpu_milli, "memory_mib": res.memory_mib}
         if not res.wants_gpu:
