@@ -21,6 +21,7 @@ API (stable; pure: stdlib + numpy only, no clock, all randomness from a caller-s
                                        no node fits (CPU, memory, GPU model, free devices).
     ``.bind(pod, choice)``             take the capacity; ``.release(pod, choice)`` gives it back.
     ``.place(pod)``                    select + bind; returns the choice or ``None``.
+    ``.invalidate()``                  drop cached scores after editing the arrays below directly.
     ``.cpu_free_milli / .memory_free_mib / .gpu_free_milli``  live free-capacity arrays (read only);
                                        ``gpu_free_milli`` is ``(nodes, max_gpus)``; -1 pads absent devices.
     ``.frag_milli()``                  cluster GPU fragmentation (milli-GPU) w.r.t. the typical pods.
@@ -67,6 +68,7 @@ DEFAULT_POPULARITY = 0.95  # the paper's typical-pod coverage threshold
 PORTAL_POPULARITY = 0.95  # portal's typical-pod coverage
 PORTAL_MEMORY = False  # whether portal's table keys shapes by memory too
 _MAX_AFFINITY = 9  # clustering tags: 0 = sharing pod, k = pod of k whole GPUs (k <= 8)
+_LEX = 1e6  # weight of the primary (integer) score in portal's lexicographic key
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +104,15 @@ class TypicalPod:
 class PortalTuning:
     """Knobs of the ``portal`` policy; the defaults are the measured best (docs/simulator.md)."""
 
-    demand_weighted: bool = True  # weight typical pods by GPU demand instead of by count
+    demand_weighted: bool = False  # weight typical pods by GPU demand instead of by count
     exact: bool = True  # rank nodes by the exact fragmentation decrease (False: FGD's integer sigmoid)
     tie: str = "bestfit"  # among (near-)ties: "bestfit" (least free GPU, then CPU) or "rank" (node order)
     near_milli: float = 1e-6  # decreases within this many milli-GPU of the best count as ties
     measure: str = "stranded"  # "stranded" (copies that still fit, CPU-aware) or "fgd"
+    primary: str = "fgd"  # "fgd": FGD's integer score decides first, the measure breaks its ties; "none"
+    primary_gpu_weight: float = 0.0  # the reference's GpuResWeight for the primary table (0 = FGD's)
+    primary_slack: int = 0  # FGD scores within this many points of the best count as tied
+    device_tie: str = "first"  # sharing pods, equally good devices: "first" index or "bestfit" (fullest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,11 +230,24 @@ class _TypicalArrays:
     uidx: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (T,) index into umilli
 
     @classmethod
-    def build(cls, typical: Sequence[TypicalPod], models: tuple[str, ...], demand_weighted: bool) -> _TypicalArrays:
+    def build(
+        cls,
+        typical: Sequence[TypicalPod],
+        models: tuple[str, ...],
+        demand_weighted: bool,
+        gpu_weight: float = 0.0,
+    ) -> _TypicalArrays:
         gpu = [t for t in typical if t.gpu_milli > 0]
         weights = {
             id(t): t.frequency * (t.gpu_milli * t.gpu_count / MILLI if demand_weighted else 1.0) for t in typical
         }
+        if gpu_weight > 0:
+            # The reference's GpuResWeight: a whole-GPU shape counts 1 + gpu_count * weight times.
+            for t in typical:
+                if t.gpu_milli >= MILLI:
+                    weights[id(t)] *= 1.0 + t.gpu_count * gpu_weight
+            norm = sum(weights.values()) or 1.0
+            weights = {k: v / norm for k, v in weights.items()}
         if demand_weighted:
             # CPU-only pods strand no GPU: weight them like a small share so they still count a little.
             for t in typical:
@@ -280,6 +299,36 @@ def _frag_milli(
         satisfied &= mem[:, None] >= tp.mem[None, :]
     per_type = np.where(satisfied, small, total[:, None])  # too-small devices only, or everything
     return out + per_type @ tp.freq
+
+
+def _frag_and_stranded(
+    cpu: np.ndarray, mem: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: _TypicalArrays
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(_frag_milli, _stranded_milli)`` of the same candidates in one pass (shared device work)."""
+    free = np.maximum(gpu, 0)
+    total = free.sum(axis=1).astype(np.float64)
+    out = total * tp.cpu_only_freq
+    if tp.milli.size == 0:
+        return out, out.copy()
+    per_device = free[:, :, None] // tp.umilli[None, None, :]  # (C, D, U) copies per device
+    fits = per_device > 0  # gpu_milli <= 1000, so one copy fits iff the device has the milli
+    count = fits.sum(axis=1)[:, tp.uidx]  # (C, T)
+    small = (total[:, None] - np.einsum("cd,cdu->cu", free.astype(np.float64), fits))[:, tp.uidx]
+    cpu_ok = cpu[:, None] >= tp.cpu[None, :]
+    satisfied = (count >= tp.num[None, :]) & cpu_ok
+    copies = per_device.sum(axis=1)[:, tp.uidx]
+    copies = np.where((tp.milli < MILLI)[None, :], copies, copies // tp.num[None, :])
+    copies = np.minimum(copies, np.maximum(cpu, 0)[:, None] // np.maximum(tp.cpu, 1)[None, :])
+    if not tp.any_access:
+        access = tp.access[model_row]
+        satisfied &= access
+        copies = np.where(access, copies, 0)
+    if tp.uses_memory:
+        satisfied &= mem[:, None] >= tp.mem[None, :]
+        copies = np.minimum(copies, np.maximum(mem, 0)[:, None] // np.maximum(tp.mem, 1)[None, :])
+    frag = out + np.where(satisfied, small, total[:, None]) @ tp.freq
+    stranded = out + (total[:, None] - copies * (tp.milli * tp.num)[None, :]) @ tp.freq
+    return frag, stranded
 
 
 def _stranded_milli(
@@ -353,6 +402,9 @@ class Placer:
     _metric_total: float = field(init=False)
     _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
     _tp_memory: bool = field(init=False)
+    _lexicographic: bool = field(init=False)
+    _primary_tp: _TypicalArrays | None = field(init=False)
+    _primary_cache: _ScoreCache | None = field(init=False)
     _gpu_max: np.ndarray = field(init=False)  # (N,) largest free milli on one device
     _gpu_full: np.ndarray = field(init=False)  # (N,) fully free devices
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
@@ -390,12 +442,24 @@ class Placer:
             if self.policy == "fgd":
                 self._tp = self._metric_tp
             elif self.policy == "portal":
-                self._tp = _TypicalArrays.build(
-                    self.target or self.typical, self.nodes.models, demand_weighted=self.tuning.demand_weighted
+                same = not self.target or tuple(self.target) == tuple(self.typical)
+                self._tp = (
+                    self._metric_tp
+                    if same and not self.tuning.demand_weighted
+                    else _TypicalArrays.build(
+                        self.target or self.typical, self.nodes.models, demand_weighted=self.tuning.demand_weighted
+                    )
                 )
             if self._tp is not None:
                 self._frag_cache = _new_cache(n)
         self._tp_memory = self._tp is not None and self._tp.uses_memory
+        self._lexicographic = self.policy == "portal" and self.tuning.primary == "fgd"
+        self._primary_tp = self._primary_cache = None
+        if self._lexicographic and self.tuning.primary_gpu_weight > 0:
+            self._primary_tp = _TypicalArrays.build(
+                self.typical, self.nodes.models, demand_weighted=False, gpu_weight=self.tuning.primary_gpu_weight
+            )
+            self._primary_cache = _new_cache(n)
         self._measure = (
             _stranded_milli if self.policy == "portal" and self.tuning.measure == "stranded" else _frag_milli
         )
@@ -443,6 +507,11 @@ class Placer:
             score = self._baseline_scores(pod, idx)
             device = None
         if self.policy == "portal":
+            if self._lexicographic and self.tuning.primary_slack > 0:
+                # Nodes within ``primary_slack`` points of FGD's best all compete on the measure.
+                primary = np.round(score / _LEX)
+                near = primary >= primary.max() - self.tuning.primary_slack
+                score = np.where(near, score - _LEX * primary, -np.inf)
             best = score.max()
             cand = idx[score >= best - self.tuning.near_milli]
             if cand.size > 1 and self.tuning.tie == "bestfit":
@@ -457,6 +526,21 @@ class Placer:
         if pod.is_sharing and device is not None:
             return Choice(pick, (int(device[pick]),), node_score)
         return Choice(pick, self._devices_default(pod, pick), node_score)
+
+    def invalidate(self) -> None:
+        """Forget every cached score (call after changing the free-capacity arrays directly)."""
+        self._score_caches.clear()
+        for cache in (self._frag_cache, self._primary_cache):
+            if cache is not None:
+                cache.version[:] = -1
+        if self._metric_tp is not None:
+            self._metric_memo.clear()
+            for n in range(len(self.nodes)):
+                self._metric_node[n] = self._metric_of(n)
+            self._metric_total = float(self._metric_node.sum())
+        self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._gpu_max = self.gpu_free_milli.max(axis=1)
+        self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
 
     def _tie_break(self, cand: np.ndarray) -> int:
         if cand.size == 1:
@@ -497,9 +581,33 @@ class Placer:
             value = self._metric_of(n)
             self._metric_total += value - self._metric_node[n]
             self._metric_node[n] = value
-            if self._tp is self._metric_tp and self._frag_cache is not None:
+            if self._measure is _frag_milli and self._tp is self._metric_tp and self._frag_cache is not None:
                 self._frag_cache.score[n] = value
                 self._frag_cache.version[n] = self._version[n]
+
+    @property
+    def _primary(self) -> _TypicalArrays:
+        tp = self._primary_tp or self._metric_tp
+        assert tp is not None
+        return tp
+
+    def _primary_before(self, idx: np.ndarray) -> np.ndarray:
+        """Current FGD fragmentation of nodes ``idx`` under portal's primary table."""
+        if self._primary_tp is None:
+            return self._metric_node[idx]
+        cache = self._primary_cache
+        assert cache is not None
+        stale = idx[cache.version[idx] != self._version[idx]]
+        if stale.size:
+            cache.score[stale] = _frag_milli(
+                self.cpu_free_milli[stale],
+                self.memory_free_mib[stale],
+                self.gpu_free_milli[stale],
+                self._model_row[stale],
+                self._primary_tp,
+            )
+            cache.version[stale] = self._version[stale]
+        return cache.score[idx]
 
     def _metric_of(self, n: int) -> float:
         """FGD fragmentation of node ``n``, memoised by node state (states repeat a lot)."""
@@ -600,21 +708,44 @@ class Placer:
             diag = np.arange(d)
             cand[:, diag, diag] -= pod.gpu_milli
             valid = gpu >= pod.gpu_milli  # (k, d)
-            after = self._measure(
+            after, primary_after = self._after(
                 np.repeat(cpu, d), np.repeat(mem, d), cand.reshape(k * d, d), np.repeat(rows, d), tp
-            ).reshape(k, d)
-            delta = before[:, None] - after
+            )
+            delta = before[:, None] - after.reshape(k, d)
             if fgd:
                 delta = _sigmoid_score(delta)
+            if primary_after is not None:
+                delta = delta + _LEX * _sigmoid_score(self._primary_before(idx)[:, None] - primary_after.reshape(k, d))
             delta = np.where(valid, delta, -np.inf)
             device = np.argmax(delta, axis=1)  # first best device
-            return delta[np.arange(k), device], device
+            best = delta[np.arange(k), device]
+            if self.policy == "portal" and self.tuning.device_tie == "bestfit":
+                # Among equally good devices, the fullest one (keeps emptier devices whole).
+                tied = delta >= best[:, None] - self.tuning.near_milli
+                device = np.argmin(np.where(tied, gpu, MILLI + 1), axis=1)
+            return best, device
         if pod.gpu_count > 0:
             whole = gpu >= MILLI
             take = whole & (np.cumsum(whole, axis=1) <= pod.gpu_count)
             gpu = gpu - take * pod.gpu_milli
-        delta = before - self._measure(cpu, mem, gpu, rows, tp)
-        return (_sigmoid_score(delta) if fgd else delta), np.zeros(k, dtype=np.int64)
+        after, primary_after = self._after(cpu, mem, gpu, rows, tp)
+        delta = before - after
+        if fgd:
+            delta = _sigmoid_score(delta)
+        if primary_after is not None:
+            delta = delta + _LEX * _sigmoid_score(self._primary_before(idx) - primary_after)
+        return delta, np.zeros(k, dtype=np.int64)
+
+    def _after(
+        self, cpu: np.ndarray, mem: np.ndarray, gpu: np.ndarray, rows: np.ndarray, tp: _TypicalArrays
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The policy's measure of candidate states, and FGD's (portal's primary key) when used."""
+        if not self._lexicographic:
+            return self._measure(cpu, mem, gpu, rows, tp), None
+        if tp is self._primary and self._measure is _stranded_milli:
+            frag_after, stranded_after = _frag_and_stranded(cpu, mem, gpu, rows, tp)
+            return stranded_after, frag_after
+        return self._measure(cpu, mem, gpu, rows, tp), _frag_milli(cpu, mem, gpu, rows, self._primary)
 
     # ---------------------------------------------------------------------------------- baselines
     def _baseline_scores(self, pod: PodRequest, idx: np.ndarray) -> np.ndarray:

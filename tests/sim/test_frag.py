@@ -206,3 +206,23 @@ def test_frag_module_imports_only_stdlib_numpy_and_the_engine():
     assert roots <= {"__future__", "math", "collections", "dataclasses", "numpy"} | {
         r for r in roots if r.startswith("scheduling.engine")
     }
+
+
+@settings(max_examples=10, deadline=None)
+@given(policy=st.sampled_from(("fgd", "portal")), pods=st.lists(pod_strategy, min_size=2, max_size=25))
+def test_cached_scores_choose_like_a_fresh_placer(policy, pods):
+    """Score caches (per shape, per node version) never change a decision."""
+    nodes = nodes_of(("a", "T4", 2, 16000, 65536), ("b", "A10", 8, 64000, 131072), ("c", "V100", 4, 32000, 65536))
+    typical = typical_pods([(1000, 500, 1, ()), (2000, 1000, 1, ()), (8000, 1000, 4, ()), (4000, 0, 0, ())])
+    live = placer(nodes, policy, typical)
+    history: list[tuple[PodRequest, frag.Choice]] = []
+    for pod in pods:
+        fresh = placer(nodes, policy, typical)
+        for done, choice in history:
+            fresh.bind(done, choice)
+        fresh.invalidate()  # recompute everything from the free-capacity arrays
+        expected = fresh.select(pod)
+        got = live.place(pod)
+        assert got == expected
+        if got is not None:
+            history.append((pod, got))
