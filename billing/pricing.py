@@ -660,21 +660,33 @@ def allocation_assemble_fast(
     )
 
 
+def _epoch_us(moment: datetime) -> int:
+    return duration_us(EPOCH, moment)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def capacity_usage(changes: Sequence[tuple[datetime, int]], hour_from: int, hour_to: int) -> dict[int, int]:
     """GPU capacity per epoch hour in 1/7000-GPU-µs from (time, GPU count) change points.
 
     A count holds from its time until the next change; before the first change nothing is known (0).
+    Integer arithmetic on epoch microseconds: a month of hours for every model costs next to nothing.
     """
     out: dict[int, int] = {}
     ordered = sorted(changes)
+    lo, hi = hour_from * US_PER_HOUR, hour_to * US_PER_HOUR
     for index, (at, count) in enumerate(ordered):
-        until = ordered[index + 1][0] if index + 1 < len(ordered) else hour_start(hour_to)
-        start = max(at, hour_start(hour_from))
-        end = min(until, hour_start(hour_to))
+        until = _epoch_us(ordered[index + 1][0]) if index + 1 < len(ordered) else hi
+        start, end = max(_epoch_us(at), lo), min(until, hi)
         if count <= 0 or start >= end:
             continue
-        for hour, micros in hour_pieces(start, end):
-            out[hour] = out.get(hour, 0) + count * GPU_SHARE_DENOMINATOR * micros
+        weight = count * GPU_SHARE_DENOMINATOR
+        hour = start // US_PER_HOUR
+        while start < end:
+            boundary = min((hour + 1) * US_PER_HOUR, end)
+            out[hour] = out.get(hour, 0) + weight * (boundary - start)
+            start, hour = boundary, hour + 1
     return out
 
 

@@ -58,10 +58,12 @@ def price_list() -> list[pricing.Price]:
     ]
 
 
-def cost_rollup_current() -> bool:
-    """Whether ``TeamCostHourly`` is priced with the price book as it is now."""
+def cost_rollup_current(prices: list[pricing.Price] | None = None) -> bool:
+    """Whether ``TeamCostHourly`` is priced with the price book as it is now (``prices``, if loaded)."""
     state = CostRollupState.objects.first()
-    return state is not None and state.price_version == pricing.price_version(price_list())
+    return state is not None and state.price_version == pricing.price_version(
+        price_list() if prices is None else prices
+    )
 
 
 def gpu_model_names() -> set[str]:
@@ -309,7 +311,7 @@ def _team_cost_step_rows(query: AllocationQuery) -> list[tuple]:
         sql = f"""SELECT c.team_id, c.epoch_hour - %s, c.gpu_hours, c.gpu_cost_usd, c.cpu_core_hours, c.cpu_cost_usd,
                 c.ram_gib_hours, c.ram_cost_usd, CAST(0 AS DOUBLE PRECISION), c.total_cost_usd, c.gpu_efficiency
             FROM billing_teamcosthourly c WHERE {where}"""
-        return _fetch_binary(sql, [pricing.epoch_hour(query.start), *where_params])
+        return _fetch_binary(sql, [pricing.epoch_hour(query.start), *where_params], aggregate=False)
     sql = f"""SELECT c.team_id, (c.epoch_hour - %s) / %s AS bucket, SUM(c.gpu_hours), SUM(c.gpu_cost_usd),
             SUM(c.cpu_core_hours), SUM(c.cpu_cost_usd), SUM(c.ram_gib_hours), SUM(c.ram_cost_usd),
             CAST(0 AS DOUBLE PRECISION), SUM(c.total_cost_usd),
@@ -319,8 +321,9 @@ def _team_cost_step_rows(query: AllocationQuery) -> list[tuple]:
     return _fetch_binary(sql, [pricing.epoch_hour(query.start), query.step_hours, *where_params])
 
 
-def _fetch_binary(sql: str, params: list) -> list[tuple]:
-    with _large_aggregate(), connection.cursor() as cursor:
+def _fetch_binary(sql: str, params: list, *, aggregate: bool = True) -> list[tuple]:
+    """Rows of a large result; ``aggregate`` when the query hashes many groups (see ``_large_aggregate``)."""
+    with _large_aggregate() if aggregate else contextlib.nullcontext(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             import psycopg
 
@@ -486,7 +489,7 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> p
     share_idle = query.share_idle
     fast = query.aggregate in ROLLUP_AGGREGATES and not share_idle
     # Namespace and team: the priced per-team rollup, unless the price book changed since it was priced.
-    team_costs = fast and query.aggregate in ("namespace", "team") and cost_rollup_current()
+    team_costs = fast and query.aggregate in ("namespace", "team") and cost_rollup_current(prices_listed)
     totals: dict[str, pricing.UsageSums] = {}
     if team_costs:
         totals = _team_cost_totals(query, teams)

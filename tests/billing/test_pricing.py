@@ -144,3 +144,11 @@ def test_alert_thresholds():
     assert pricing.thresholds_crossed(spend_usd=Decimal(79), budget_usd=Decimal(100)) == []
     assert pricing.thresholds_crossed(spend_usd=Decimal(80), budget_usd=Decimal(100)) == [80]
     assert pricing.thresholds_crossed(spend_usd=Decimal(130), budget_usd=Decimal(100)) == [80, 100]
+
+
+def test_capacity_holds_from_each_change_until_the_next():
+    h0 = pricing.epoch_hour(utc(2026, 1, 1))
+    changes = [(utc(2026, 1, 1, 0, 30), 8), (utc(2026, 1, 1, 2), 16), (utc(2026, 1, 1, 3, 15), 0)]
+    usage = pricing.capacity_usage(changes, h0, h0 + 5)
+    gpu_hour = pricing.GPU_HOUR
+    assert usage == {h0: 4 * gpu_hour, h0 + 1: 8 * gpu_hour, h0 + 2: 16 * gpu_hour, h0 + 3: 4 * gpu_hour}

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 from datetime import timedelta
 
