@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
+from scheduling.sim import table
 from scheduling.sim.cli import main, parse_seeds
 from scheduling.sim.report import PLACEMENT_COLUMNS, REPLAY_EXTRA_COLUMNS
 from scheduling.sim.trace import read_nodes, read_pods
@@ -38,6 +39,10 @@ def test_arrival_mode_writes_summary_placements_and_report(trace_files, tmp_path
         assert r[2] == "" or r[2] in node_names
         assert (r[3] == "") == (r[2] == "" or r[4] == "0")
     assert "fgd" in capsys.readouterr().out
+    assert table.main([str(out), str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| FGD |" in printed
+    assert "portal − FGD" in printed
 
 
 def test_replay_mode_reports_delays_and_allocation_over_time(trace_files, tmp_path):
