@@ -70,3 +70,13 @@ def test_parallel_jobs_give_the_same_numbers(trace_files, tmp_path):
     a = json.loads((tmp_path / "a" / "summary.json").read_text())["policies"]["packing"]["headline"]
     b = json.loads((tmp_path / "b" / "summary.json").read_text())["policies"]["packing"]["headline"]
     assert a["per_seed"] == b["per_seed"]
+
+
+def test_the_django_command_passes_its_arguments_to_main(trace_files, tmp_path):
+    from scheduling.management.commands.simulate import Command
+
+    nodes, pods = trace_files
+    out = tmp_path / "django"
+    argv = ["manage.py", "simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(out)]
+    Command().run_from_argv([*argv, "--policy", "bestfit", "--seeds", "5", "--no-progress"])
+    assert json.loads((out / "summary.json").read_text())["seeds"] == [5]
