@@ -649,50 +649,58 @@ class JobEfficiency:
     gpu_util_pct: float | None
     fb_used_mib: float | None
     recommendation: str
-    gpu_usage: int = 0  # exact weight (1/7000 GPU-µs) of the measured utilization
+
+
+def _per_job_sql(team_ids: list[int]) -> str:
+    """Per job: GPU usage, utilization-weighted usage and the measured part, summed in the database."""
+    placeholders = ", ".join(["%s"] * len(team_ids))
+    usage = "CAST(u.gpu_usage AS DOUBLE PRECISION)"
+    return f"""
+        SELECT u.job_id, u.team_id, MAX(u.gpu_model) AS gpu_model, SUM({usage}) AS usage,
+            SUM(CASE WHEN u.gpu_util_pct IS NOT NULL THEN u.gpu_util_pct * {usage} END)
+                / NULLIF(SUM(CASE WHEN u.gpu_util_pct IS NOT NULL THEN {usage} END), 0) AS util,
+            SUM(CASE WHEN u.gpu_fb_used_mib IS NOT NULL THEN u.gpu_fb_used_mib * {usage} END)
+                / NULLIF(SUM(CASE WHEN u.gpu_fb_used_mib IS NOT NULL THEN {usage} END), 0) AS fb,
+            SUM(CASE WHEN u.gpu_util_pct IS NOT NULL THEN {usage} ELSE 0 END) AS measured
+        FROM billing_usagerecord u
+        WHERE u.team_id IN ({placeholders}) AND u."end" > %s AND u.gpu_share_7000ths > 0
+        GROUP BY u.job_id, u.team_id
+    """
 
 
 def job_efficiency_list(*, teams, since: datetime, limit: int = 200) -> list[JobEfficiency]:
-    """GPU-hour-weighted utilization per job over usage since ``since``, worst first."""
-    per_job: dict[int, list] = {}
-    records = (
-        UsageRecord.objects.filter(team__in=teams, end__gt=since, gpu_share_7000ths__gt=0)
-        .select_related("job", "team")
-        .only(
-            "job__id", "job__name", "job__gpu", "job__gpu_milli", "job__mig_profile", "team__slug", "gpu_model",
-            "gpu_usage", "gpu_util_pct", "gpu_fb_used_mib", "gpu_seconds",
+    """Jobs that used GPUs since ``since``, GPU-hour-weighted utilization ascending (least efficient
+    first, unmeasured last), with advice. Aggregated in the database: a month holds ~10^6 records."""
+    team_ids = list(Team.objects.filter(pk__in=[t.pk for t in teams]).values_list("pk", flat=True))
+    if not team_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT job_id, team_id, gpu_model, usage, util, fb FROM ({_per_job_sql(team_ids)}) j"
+            " ORDER BY CASE WHEN util IS NULL THEN 1 ELSE 0 END, util, usage DESC, job_id LIMIT %s",
+            [*team_ids, since, limit],
         )
-    )  # fmt: skip
-    for r in records:
-        entry = per_job.setdefault(r.job_id, [r.job, r.team.slug, r.gpu_model, 0, 0.0, 0, 0.0, 0])
-        usage = int(r.gpu_usage)
-        entry[3] += usage
-        if r.gpu_util_pct is not None:
-            entry[4] += r.gpu_util_pct * usage
-            entry[5] += usage
-        if r.gpu_fb_used_mib is not None:
-            entry[6] += r.gpu_fb_used_mib * usage
-            entry[7] += usage
+        rows = cursor.fetchall()
+    jobs = Job.objects.in_bulk([row[0] for row in rows])
+    slugs = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "slug"))
     out = []
-    for job_id, (job, team, model, usage, util_sum, util_usage, fb_sum, fb_usage) in per_job.items():
-        util = util_sum / util_usage if util_usage else None
+    for job_id, team_id, model, usage, util, fb in rows:
+        job = jobs[job_id]
         out.append(
             JobEfficiency(
                 job_id=job_id,
                 job_name=job.name,
-                team=team,
+                team=slugs[team_id],
                 gpu_model=model,
-                gpu_hours=pricing.ratio_to_decimal(usage, pricing.GPU_HOUR, 3),
+                gpu_hours=Decimal(usage / pricing.GPU_HOUR).quantize(Decimal("0.001")),
                 gpu_util_pct=round(util, 1) if util is not None else None,
-                fb_used_mib=round(fb_sum / fb_usage, 1) if fb_usage else None,
+                fb_used_mib=round(fb, 1) if fb is not None else None,
                 recommendation=pricing.recommendation(
                     util_pct=util, gpus_per_replica=job.gpu_share_per_replica, mig_profile=job.mig_profile
                 ),
-                gpu_usage=util_usage,
             )
         )
-    out.sort(key=lambda e: (e.gpu_util_pct if e.gpu_util_pct is not None else 101, -e.gpu_hours, e.job_id))
-    return out[:limit]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -703,26 +711,34 @@ class TeamEfficiency:
     recommendation: str
 
 
-def team_efficiency_list(*, jobs: list[JobEfficiency]) -> list[TeamEfficiency]:
-    by_team: dict[str, list[JobEfficiency]] = defaultdict(list)
-    for job in jobs:
-        by_team[job.team].append(job)
-    out = []
-    for team, team_jobs in sorted(by_team.items()):
-        measured = [j for j in team_jobs if j.gpu_util_pct is not None]
-        weight = sum(j.gpu_usage for j in measured)
-        util = sum(j.gpu_util_pct * j.gpu_usage for j in measured) / weight if weight else None
-        low = sum(1 for j in measured if j.gpu_util_pct < pricing.LOW_UTILIZATION_PCT)
-        high = sum(1 for j in measured if j.gpu_util_pct > pricing.HIGH_UTILIZATION_PCT)
-        out.append(
-            TeamEfficiency(
-                team=team,
-                gpu_hours=sum((j.gpu_hours for j in team_jobs), Decimal(0)),
-                gpu_util_pct=round(util, 1) if util is not None else None,
-                recommendation=pricing.team_recommendation(util_pct=util, low_jobs=low, high_jobs=high),
-            )
+def team_efficiency_list(*, teams, since: datetime) -> list[TeamEfficiency]:
+    """Per team: GPU-hour-weighted utilization since ``since`` and how many jobs are under 30 % or
+    over 90 %, with advice."""
+    team_ids = list(Team.objects.filter(pk__in=[t.pk for t in teams]).values_list("pk", flat=True))
+    if not team_ids:
+        return []
+    low, high = pricing.LOW_UTILIZATION_PCT, pricing.HIGH_UTILIZATION_PCT
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT team_id, SUM(usage), SUM(util * measured) / NULLIF(SUM(measured), 0),
+                    SUM(CASE WHEN util < %s THEN 1 ELSE 0 END), SUM(CASE WHEN util > %s THEN 1 ELSE 0 END)
+                FROM ({_per_job_sql(team_ids)}) j GROUP BY team_id""",
+            [low, high, *team_ids, since],
         )
-    return out
+        rows = cursor.fetchall()
+    slugs = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "slug"))
+    return sorted(
+        (
+            TeamEfficiency(
+                team=slugs[team_id],
+                gpu_hours=Decimal(usage / pricing.GPU_HOUR).quantize(Decimal("0.001")),
+                gpu_util_pct=round(util, 1) if util is not None else None,
+                recommendation=pricing.team_recommendation(util_pct=util, low_jobs=int(n_low), high_jobs=int(n_high)),
+            )
+            for team_id, usage, util, n_low, n_high in rows
+        ),
+        key=lambda t: t.team,
+    )
 
 
 # --- invoices -------------------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def cost_dashboard(request):
     idle = pricing.IDLE
     namespaces = {n: f for n, f in by_namespace.totals.items() if n != idle}
     model_names = list(by_model.totals)
-    jobs = job_efficiency_list(teams=teams, since=start)
+    jobs = job_efficiency_list(teams=teams, since=start, limit=50)
     charts_html = {
         "gpu_hours": charts.figure_html(
             charts.stacked_over_time(
@@ -127,7 +127,7 @@ def cost_dashboard(request):
             "budgets": budget_status_list(teams=teams, now=now),
             "alerts": budget_alert_list(teams=teams, now=now),
             "jobs": [j for j in jobs if j.recommendation][:25],
-            "team_efficiency": team_efficiency_list(jobs=jobs),
+            "team_efficiency": team_efficiency_list(teams=teams, since=start),
             "teams": teams,
             "months": [this_month, last_month],
             "csv_url": f"{reverse('billing:api-cost-allocation')}?{query_string}&format=csv",

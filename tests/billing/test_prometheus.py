@@ -188,7 +188,7 @@ def test_efficiency_is_read_from_dcgm_metrics_through_prometheus(world, exporter
     assert "request 1 GPU(s) instead of 2" in by_id[idle.job.pk].recommendation
     assert "GPU-bound" in by_id[busy.job.pk].recommendation
     assert by_id[other.job.pk].recommendation == ""
-    teams = {t.team: t for t in team_efficiency_list(jobs=jobs)}
+    teams = {t.team: t for t in team_efficiency_list(teams=[world.teams["vision"]], since=start - timedelta(hours=1))}
     # GPU-hour weighted: 2 GPUs at 20 %, half a GPU at 96 % → 35.2 %.
     assert teams["vision"].gpu_util_pct == pytest.approx(35.2, abs=0.2)
 
