@@ -224,7 +224,8 @@ def main() -> None:
     print(f"cycle CPU time: {', '.join(f'{t:.3f}' for t in cpu_times)} s (best {min(cpu_times):.3f} s)")
     print(
         f"decisions: {decisions} ({len(plan.admissions)} admitted, {len(plan.preemptions)} preemptions, "
-        f"{len(plan.pending)} pending with reasons) -> {decisions / best:,.0f} decisions/s"
+        f"{len(plan.pending)} pending with reasons) -> {decisions / best:,.0f} decisions/s "
+        f"({decisions / min(cpu_times):,.0f} per CPU-second)"
     )
     print(f"placement attempts: {stats.get('placement_attempts')}, shape-cache hits: {stats.get('cache_hits')}")
     print(f"peak memory (max RSS of this process): {peak_mib:,.0f} MiB")

@@ -117,7 +117,8 @@ class _Cycle:
             self.fair.add(w.local_queue, cq, request)
             self.holders.append(Holder(w, w.local_queue, cq, request, w.placements))
         self.cluster.refresh_all()
-        self.victim_index = VictimIndex(self.holders, self.cohort_of)
+        self._victim_index: VictimIndex | None = None  # built on the first preemption attempt
+        self._initial_holders = list(self.holders)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[str, tuple[Reason, float | None]] = {}
@@ -388,6 +389,11 @@ class _Cycle:
                 )
         return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))
 
+    def _victim_index_now(self) -> VictimIndex:
+        if self._victim_index is None:
+            self._victim_index = VictimIndex(self._initial_holders, self.cohort_of)
+        return self._victim_index
+
     def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
         def fits() -> bool:
             return self.placer.can_place(job, shape, job.gang_size)
@@ -413,7 +419,7 @@ class _Cycle:
             cohort=self.cohort_of.get(cq, ""),
             request=request,
             gpu_key=gpu_key(shape.gpu_model) if shape.gpu_model else None,
-            index=self.victim_index,
+            index=self._victim_index_now(),
             taken=self.taken,
             quota=self.quota,
             cluster=self.cluster,

@@ -259,17 +259,21 @@ class Placer:
         return cached
 
     def _plain(
-        self, workload: Workload, shape: Shape, gang_nodes: list[int], remaining: int, multi_gpu: bool = False
+        self, workload: Workload, shape: Shape, gang_nodes: list[int], remaining: int, fast: bool = False
     ) -> bool:
-        """Only the placement policy votes (see :meth:`_score`); ``multi_gpu``: also the contiguity one."""
+        """Only the placement policy votes (see :meth:`_score`); with ``fast``, also the contiguity and
+        GPU-avoidance votes, which :meth:`_fast_pick` adds itself (it does not handle MIG)."""
+        if fast:
+            kind_ok = shape.kind != "mig"
+        else:
+            kind_ok = shape.kind != "cpu" and shape.gpus <= 1
         return (
-            len(self.scorer_names) == 1
+            kind_ok
+            and len(self.scorer_names) == 1
             and not workload.preferred_labels
             and not self._soft_taint_any
-            and shape.kind != "cpu"
             and remaining <= 1
             and not gang_nodes
-            and (shape.gpus <= 1 or multi_gpu)
         )
 
     def _fast_pick(self, shape: Shape, mask: np.ndarray, lo: int) -> int | None:
@@ -282,19 +286,25 @@ class Placer:
         hi = lo + len(mask)
         if shape.kind == "whole":
             ok = mask & (cluster.full_free[lo:hi] >= shape.gpus)
-        else:
+        elif shape.kind == "fraction":
             ok = mask & (cluster.max_share[lo:hi] >= shape.milli)
+        else:
+            ok = mask.copy()
         if shape.cpu_milli:
             ok &= cluster.cpu_free[lo:hi] >= shape.cpu_milli
         if shape.memory_mib:
             ok &= cluster.mem_free[lo:hi] >= shape.memory_mib
         if not ok.any():
             return None
-        score = -(cluster.gpu_free_total[lo:hi] * cluster.inv_gpu_total[lo:hi]) - 0.01 * (
-            cluster.cpu_free[lo:hi] * cluster.inv_cpu_total[lo:hi]
-        )
+        cpu_share = cluster.cpu_free[lo:hi] * cluster.inv_cpu_total[lo:hi]
+        if shape.kind == "cpu":
+            score = -cpu_share
+        else:
+            score = -(cluster.gpu_free_total[lo:hi] * cluster.inv_gpu_total[lo:hi]) - 0.01 * cpu_share
         if self._fast_policy == "spread":
             score = -score
+        if shape.kind == "cpu":  # GPU avoidance, strictly above the policy's range of about one unit
+            score = score - 2 * GPU_AVOID_WEIGHT * (cluster.gpu_count[lo:hi] > 0)
         if shape.gpus > 1:  # the contiguity vote, on the binpack scale (about one unit wide)
             bits = cluster.free_bits[lo:hi]
             run = bits.copy()
@@ -479,11 +489,7 @@ class Placer:
         """Place one replica (on ``node`` only, when given: it must already be eligible)."""
         if node is not None:
             cand = eligible = self.feasible(shape, np.array([node]))
-        elif (
-            self._fast_policy is not None
-            and shape.kind in ("whole", "fraction")
-            and self._plain(workload, shape, gang_nodes, remaining)
-        ):
+        elif self._fast_policy is not None and self._plain(workload, shape, gang_nodes, remaining, fast=True):
             mask, eligible, lo = self._eligible(workload, shape)
             best_or_none = self._fast_pick(shape, mask, lo)
             if best_or_none is None:
