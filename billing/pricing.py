@@ -722,16 +722,16 @@ def recommendation(*, util_pct: float | None, gpus_per_replica: float, mig_profi
     return ""
 
 
-def team_recommendation(*, util_pct: float | None, low_jobs: int, high_jobs: int) -> str:
+def team_recommendation(*, util_pct: float | None) -> str:
     if util_pct is None:
         return ""
     if util_pct < LOW_UTILIZATION_PCT:
         return (
-            f"{util_pct:.0f} % average GPU utilization across the team: {low_jobs} job(s) could use "
+            f"{util_pct:.0f} % average GPU utilization across the team: the jobs listed below could use "
             "fewer or smaller GPUs, fractions or MIG slices"
         )
     if util_pct > HIGH_UTILIZATION_PCT:
-        return f"{util_pct:.0f} % average GPU utilization: {high_jobs} job(s) are GPU-bound and could use more"
+        return f"{util_pct:.0f} % average GPU utilization: the team's jobs are GPU-bound and could use more"
     return ""
 
 

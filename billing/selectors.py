@@ -712,33 +712,33 @@ class TeamEfficiency:
 
 
 def team_efficiency_list(*, teams, since: datetime) -> list[TeamEfficiency]:
-    """Per team: GPU-hour-weighted utilization since ``since`` and how many jobs are under 30 % or
-    over 90 %, with advice."""
+    """Per team: GPU-hour-weighted utilization from the hour of ``since`` on (read from the hourly
+    rollup, so a month costs a few thousand rows), with advice."""
     team_ids = list(Team.objects.filter(pk__in=[t.pk for t in teams]).values_list("pk", flat=True))
     if not team_ids:
         return []
-    low, high = pricing.LOW_UTILIZATION_PCT, pricing.HIGH_UTILIZATION_PCT
+    placeholders = ", ".join(["%s"] * len(team_ids))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""SELECT team_id, SUM(usage), SUM(util * measured) / NULLIF(SUM(measured), 0),
-                    SUM(CASE WHEN util < %s THEN 1 ELSE 0 END), SUM(CASE WHEN util > %s THEN 1 ELSE 0 END)
-                FROM ({_per_job_sql(team_ids)}) j GROUP BY team_id""",
-            [low, high, *team_ids, since],
+            f"""SELECT r.team_id, SUM(r.gpu_usage), SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
+                FROM billing_usagehourly r WHERE r.epoch_hour >= %s AND r.team_id IN ({placeholders})
+                GROUP BY r.team_id""",
+            [pricing.epoch_hour(since), *team_ids],
         )
         rows = cursor.fetchall()
     slugs = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "slug"))
-    return sorted(
-        (
+    out = []
+    for team_id, usage, util_usage, measured in rows:
+        util = float(util_usage) / int(measured) if measured else None
+        out.append(
             TeamEfficiency(
                 team=slugs[team_id],
-                gpu_hours=Decimal(usage / pricing.GPU_HOUR).quantize(Decimal("0.001")),
+                gpu_hours=pricing.ratio_to_decimal(int(usage), pricing.GPU_HOUR, 3),
                 gpu_util_pct=round(util, 1) if util is not None else None,
-                recommendation=pricing.team_recommendation(util_pct=util, low_jobs=int(n_low), high_jobs=int(n_high)),
+                recommendation=pricing.team_recommendation(util_pct=util),
             )
-            for team_id, usage, util, n_low, n_high in rows
-        ),
-        key=lambda t: t.team,
-    )
+        )
+    return sorted(out, key=lambda t: t.team)
 
 
 # --- invoices -------------------------------------------------------------------------------------------
