@@ -75,6 +75,10 @@ class Cluster:
         self.free_bits = np.where(self.mig_node, 0, (np.int64(1) << self.gpu_count.astype(np.int64)) - 1)
         self.inv_gpu_total = 1.0 / np.maximum(self.gpu_count * FULL, 1)
         self.inv_cpu_total = 1.0 / np.maximum(self.cpu_total, 1)
+        # Bin-packing score per node, kept current by ``apply`` (``scorers.score_binpack``'s formula):
+        # GPU replicas -(free GPU share) - 0.01 (free CPU share); CPU-only replicas -(free CPU share).
+        self.pack_score = np.zeros(n, dtype=np.float64)
+        self.cpu_pack_score = np.zeros(n, dtype=np.float64)
         self._mig_cache: dict[tuple[str, int], MigGeometry | None] = {}
         # Called as listener(node_index, placement, sign) after every change (stateful scorers).
         self.listeners: list[Callable[[int, ReplicaPlacement, int], None]] = []
@@ -84,6 +88,7 @@ class Cluster:
                 self.model_memory[node.gpu_model] = int(self.device_memory_gib[i])
         for model, gib in model_memory.items():
             self.model_memory.setdefault(model, gib)
+        self._rescore_all()
 
     # -- geometry -------------------------------------------------------------------------------
 
@@ -126,6 +131,10 @@ class Cluster:
                         self.dev_free[i, d] -= sign * placement.gpu_milli
             if refresh:
                 self._refresh(i)
+        if refresh:
+            cpu_share = self.cpu_free[i] * self.inv_cpu_total[i]
+            self.pack_score[i] = -(self.gpu_free_total[i] * self.inv_gpu_total[i]) - 0.01 * cpu_share
+            self.cpu_pack_score[i] = -cpu_share
         for listener in self.listeners:
             listener(i, placement, sign)
         return True
@@ -173,6 +182,12 @@ class Cluster:
         used_slices = np.unpackbits(self.mig_mask.astype(np.uint8)[..., None], axis=-1).sum(axis=(1, 2))
         mig_free = (self.gpu_count.astype(np.int64) * 8 - used_slices) * FULL // 8
         self.gpu_free_total = np.where(plain, np.clip(self.dev_free, 0, None).sum(axis=1), mig_free).astype(np.int64)
+        self._rescore_all()
+
+    def _rescore_all(self) -> None:
+        cpu_share = self.cpu_free * self.inv_cpu_total
+        self.pack_score = -(self.gpu_free_total * self.inv_gpu_total) - 0.01 * cpu_share
+        self.cpu_pack_score = -cpu_share
 
     # -- summaries ------------------------------------------------------------------------------
 

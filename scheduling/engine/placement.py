@@ -284,6 +284,8 @@ class Placer:
         """
         cluster = self.cluster
         hi = lo + len(mask)
+        if hi == lo:
+            return None
         if shape.kind == "whole":
             ok = mask & (cluster.full_free[lo:hi] >= shape.gpus)
         elif shape.kind == "fraction":
@@ -294,24 +296,24 @@ class Placer:
             ok &= cluster.cpu_free[lo:hi] >= shape.cpu_milli
         if shape.memory_mib:
             ok &= cluster.mem_free[lo:hi] >= shape.memory_mib
-        if not ok.any():
-            return None
-        cpu_share = cluster.cpu_free[lo:hi] * cluster.inv_cpu_total[lo:hi]
         if shape.kind == "cpu":
-            score = -cpu_share
-        else:
-            score = -(cluster.gpu_free_total[lo:hi] * cluster.inv_gpu_total[lo:hi]) - 0.01 * cpu_share
-        if self._fast_policy == "spread":
-            score = -score
-        if shape.kind == "cpu":  # GPU avoidance, strictly above the policy's range of about one unit
+            score = cluster.cpu_pack_score[lo:hi]
+            if self._fast_policy == "spread":
+                score = -score
+            # GPU avoidance, strictly above the policy's range of about one unit.
             score = score - 2 * GPU_AVOID_WEIGHT * (cluster.gpu_count[lo:hi] > 0)
+        else:
+            score = cluster.pack_score[lo:hi]
+            if self._fast_policy == "spread":
+                score = -score
         if shape.gpus > 1:  # the contiguity vote, on the binpack scale (about one unit wide)
             bits = cluster.free_bits[lo:hi]
             run = bits.copy()
             for k in range(1, shape.gpus):
                 run &= bits >> k
             score = score + CONTIGUOUS_WEIGHT * (run != 0)
-        return lo + int(np.argmax(np.where(ok, score, -np.inf)))
+        best = int(np.argmax(np.where(ok, score, -np.inf)))
+        return lo + best if ok[best] else None
 
     def _feasible_mask(self, shape: Shape, mask: np.ndarray, lo: int) -> np.ndarray:
         """Feasible node indices, computed on array views of the model's slice (no gathering)."""

@@ -127,10 +127,8 @@ def score_binpack(ctx: ScoreContext) -> np.ndarray:
     """
     cluster, idx = ctx.cluster, ctx.idx
     if ctx.shape.kind == "cpu":
-        return -cluster.cpu_free[idx] * cluster.inv_cpu_total[idx]
-    return -(cluster.gpu_free_total[idx] * cluster.inv_gpu_total[idx]) - 0.01 * (
-        cluster.cpu_free[idx] * cluster.inv_cpu_total[idx]
-    )
+        return cluster.cpu_pack_score[idx]
+    return cluster.pack_score[idx]  # kept current by Cluster.apply
 
 
 @register_scorer("spread", spread=True)
