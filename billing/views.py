@@ -30,12 +30,25 @@ from portal.tenants.selectors import team_list_for_user
 WINDOWS = {"24h": 1, "7d": 24, "30d": 24, "month": 24, "lastmonth": 24}
 
 
+TOP_GROUPS = 12  # charts show the costliest groups and one "other" series: 100 stacked series are unreadable
+
+
 def _series(allocation: pricing.Allocation, attribute: str, *, skip: tuple[str, ...] = ()) -> dict[str, list[float]]:
-    names = [n for n in allocation.totals if n not in skip]
-    return {
+    """One series per group over the steps: the ``TOP_GROUPS`` costliest, the rest summed as "other"."""
+    ranked = sorted(
+        (n for n in allocation.totals if n not in skip), key=lambda n: (-allocation.totals[n].total_cost, n)
+    )
+    top, rest = ranked[:TOP_GROUPS], set(ranked[TOP_GROUPS:])
+    series = {
         name: [float(getattr(groups[name], attribute)) if name in groups else 0.0 for _, _, groups in allocation.steps]
-        for name in names
+        for name in top
     }
+    if rest:
+        series["other"] = [
+            sum(float(getattr(f, attribute)) for n, f in groups.items() if n in rest)
+            for _, _, groups in allocation.steps
+        ]
+    return series
 
 
 @login_required
