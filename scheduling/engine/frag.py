@@ -704,19 +704,18 @@ class Placer:
         rows = self._model_row[idx]
         k, d = gpu.shape
         if pod.is_sharing:
-            cand = np.repeat(gpu[:, None, :], d, axis=1)  # (k, d, D): candidate j takes device j
-            diag = np.arange(d)
-            cand[:, diag, diag] -= pod.gpu_milli
             valid = gpu >= pod.gpu_milli  # (k, d)
-            after, primary_after = self._after(
-                np.repeat(cpu, d), np.repeat(mem, d), cand.reshape(k * d, d), np.repeat(rows, d), tp
-            )
-            delta = before[:, None] - after.reshape(k, d)
+            ni, di = np.nonzero(valid)  # one candidate state per (node, fitting device)
+            cand = gpu[ni]
+            cand[np.arange(ni.size), di] -= pod.gpu_milli
+            after, primary_after = self._after(cpu[ni], mem[ni], cand, rows[ni], tp)
+            score = before[ni] - after
             if fgd:
-                delta = _sigmoid_score(delta)
+                score = _sigmoid_score(score)
             if primary_after is not None:
-                delta = delta + _LEX * _sigmoid_score(self._primary_before(idx)[:, None] - primary_after.reshape(k, d))
-            delta = np.where(valid, delta, -np.inf)
+                score = score + _LEX * _sigmoid_score(self._primary_before(idx)[ni] - primary_after)
+            delta = np.full((k, d), -np.inf)
+            delta[ni, di] = score
             device = np.argmax(delta, axis=1)  # first best device
             best = delta[np.arange(k), device]
             if self.policy == "portal" and self.tuning.device_tie == "bestfit":
