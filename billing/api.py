@@ -109,7 +109,7 @@ def allocation_json(allocation: pricing.Allocation) -> dict:
     totals = {
         name: {"name": name, **{k: _number(v) for k, v in f.as_dict().items()}} for name, f in allocation.totals.items()
     }
-    return {
+    body = {
         "code": 200,
         "window": {"start": _iso(allocation.start), "end": _iso(allocation.end)},
         "step": f"{allocation.step_hours}h",
@@ -118,6 +118,12 @@ def allocation_json(allocation: pricing.Allocation) -> dict:
         "data": data,
         "totals": totals,
     }
+    if allocation.idle_by_model:
+        body["idleByGpuModel"] = {
+            model: {"gpuHours": _number(f.gpu_hours), "gpuCost": _number(f.gpu_cost)}
+            for model, f in allocation.idle_by_model.items()
+        }
+    return body
 
 
 def allocation_csv(allocation: pricing.Allocation) -> dict:

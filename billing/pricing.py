@@ -506,12 +506,23 @@ class Allocation:
     aggregate: str
     steps: list[tuple[datetime, datetime, dict[str, Figures]]]
     totals: dict[str, Figures]
+    idle_by_model: dict[str, Figures] = field(default_factory=dict)  # GPU model → idle over the window
+
+
+def idle_by_model(idle_rows: Iterable[IdleRow]) -> dict[str, Figures]:
+    """Idle GPU-hours and cost per GPU model over the window (every capacity type together)."""
+    sums: dict[str, UsageSums] = {}
+    for idle in idle_rows:
+        row = sums.setdefault(idle.gpu_model, UsageSums())
+        row.gpu_usage += idle.idle_usage
+        row.gpu_cost_units += idle.idle_cost_units
+    return {model: figures_exact(s) for model, s in sorted(sums.items())}
 
 
 def allocation_assemble(
     *,
     rows: Iterable[UsageRow],
-    idle_rows: Iterable[IdleRow],
+    idle_rows: Sequence[IdleRow],
     windows: Sequence[tuple[datetime, datetime]],
     aggregate: str,
     step_hours: int,
@@ -559,6 +570,7 @@ def allocation_assemble(
         aggregate=aggregate,
         steps=[(w[0], w[1], dict(sorted(f.items()))) for w, f in zip(windows, step_figures, strict=True)],
         totals={group: figures_exact(sums) for group, sums in sorted(per_group.items())},
+        idle_by_model=idle_by_model(idle_rows) if show_idle else {},
     )
 
 
@@ -605,7 +617,7 @@ def allocation_assemble_fast(
     step_rows: Iterable[tuple],
     totals: dict[str, UsageSums],
     extra_rows: Iterable[UsageRow],
-    idle_rows: Iterable[IdleRow],
+    idle_rows: Sequence[IdleRow],
     windows: Sequence[tuple[datetime, datetime]],
     aggregate: str,
     step_hours: int,
@@ -657,6 +669,7 @@ def allocation_assemble_fast(
         aggregate=aggregate,
         steps=[(w[0], w[1], f) for w, f in zip(windows, step_figures, strict=True)],
         totals={group: figures_exact(sums) for group, sums in sorted(totals.items())},
+        idle_by_model=idle_by_model(idle_rows) if show_idle else {},
     )
 
 

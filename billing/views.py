@@ -75,7 +75,9 @@ def cost_dashboard(request):
     times = [s for s, _, _ in by_namespace.steps]
     idle = pricing.IDLE
     namespaces = {n: f for n, f in by_namespace.totals.items() if n != idle}
-    model_names = list(by_model.totals)
+    idle_models = by_namespace.idle_by_model  # admins only (empty for tenants)
+    model_names = sorted(set(by_model.totals) | set(idle_models))
+    zero = pricing.Figures(0, 0, 0, 0, 0, 0, 0, 0, None)
     jobs = job_efficiency_list(teams=teams, since=start, limit=50)
     charts_html = {
         "gpu_hours": charts.figure_html(
@@ -94,8 +96,16 @@ def cost_dashboard(request):
             charts.by_category(
                 model_names,
                 {
-                    "GPU-hours": [float(by_model.totals[m].gpu_hours) for m in model_names],
-                    "GPU cost (USD)": [float(by_model.totals[m].gpu_cost) for m in model_names],
+                    "GPU-hours": [float(by_model.totals.get(m, zero).gpu_hours) for m in model_names],
+                    "GPU cost (USD)": [float(by_model.totals.get(m, zero).gpu_cost) for m in model_names],
+                    **(
+                        {
+                            "idle GPU-hours": [float(idle_models.get(m, zero).gpu_hours) for m in model_names],
+                            "idle cost (USD)": [float(idle_models.get(m, zero).gpu_cost) for m in model_names],
+                        }
+                        if idle_models
+                        else {}
+                    ),
                 },
                 title="By GPU model", y_title="GPU-hours / USD",
             )

@@ -157,6 +157,7 @@ def test_idle_is_capacity_not_allocated_shown_or_shared(world, api):
     a100 = PriceBookEntry.objects.get(resource="gpu", gpu_model="A100-80GB", capacity_type="on-demand").usd_per_hour
     t4 = PriceBookEntry.objects.get(resource="gpu", gpu_model="T4", capacity_type="spot").usd_per_hour
     assert Decimal(idle["gpuCost"]) == 20 * a100 + 8 * t4
+    assert {k: Decimal(v["gpuHours"]) for k, v in body["idleByGpuModel"].items()} == {"A100-80GB": 20, "T4": 8}
     first_hour = body["data"][0]["__idle__"]
     assert Decimal(first_hour["gpuHours"]) == 8 + 4  # 16 − 8 A100 + 4 T4
 
@@ -169,8 +170,10 @@ def test_idle_is_capacity_not_allocated_shown_or_shared(world, api):
     assert Decimal(vision["totalCost"]) == Decimal(vision["gpuCost"]) + Decimal(vision["cpuCost"]) + Decimal(
         vision["ramCost"]
     ) + Decimal(vision["sharedIdleCost"])
-    # Tenants never see the cluster's idle group.
-    assert "__idle__" not in get_json(api("alice"), window=window, idle="true")["totals"]
+    # Tenants never see the cluster's idle capacity.
+    tenant = get_json(api("alice"), window=window, idle="true")
+    assert "__idle__" not in tenant["totals"]
+    assert "idleByGpuModel" not in tenant
 
 
 @pytest.mark.django_db
