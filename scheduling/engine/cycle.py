@@ -521,23 +521,9 @@ class _Cycle:
                     extra = others if limit.borrowing_limit is None else min(others, limit.borrowing_limit)
                     ceiling_q = limit.nominal + max(0, extra)
                 ceiling[qkey] = ceiling_q
-        estimator = StartEstimator(self.now, free, ceiling)
-        victims = self.taken
-        events: dict[str, list[tuple[float, int]]] = {}
-        for holder in self.holders:
-            w = holder.workload
-            started = w.started_at if w.started_at is not None else self.now
-            end = self.now if w.id in victims else max(self.now, started + w.runtime_s)
-            limits = self.quota.limits.get(holder.cq, {})
-            for key, amount in holder.request.items():
-                if amount:
-                    events.setdefault(key, []).append((end, amount))
-                    if key in limits:
-                        events.setdefault(f"{holder.cq}|{key}", []).append((end, amount))
-        for key, items in events.items():
-            estimator.preload_many(key, items)
-        estimator.seal()
+        # Which job waits on what: only those resources need their release events.
         requests: dict[tuple[object, ...], list[dict[str, int]]] = {}
+        waiting: list[tuple[Workload, list[dict[str, int]]]] = []
         out: dict[str, float | None] = {}
         for job in self.considered:
             if job.id not in self.pending or self.pending[job.id][1] is not None:
@@ -557,6 +543,29 @@ class _Cycle:
             options = requests.get(signature)
             if options is None:
                 options = requests[signature] = self._estimate_options(job, cq)
+            waiting.append((job, options))
+        needed = {key for options in requests.values() for request in options for key in request}
+        estimator = StartEstimator(self.now, free, ceiling)
+        victims = self.taken
+        events: dict[str, list[tuple[float, int]]] = {key: [] for key in needed}
+        quota_keys: dict[str, dict[str, str]] = {}
+        for cq, limits in self.quota.limits.items():
+            quota_keys[cq] = {key: f"{cq}|{key}" for key in limits if f"{cq}|{key}" in needed}
+        for holder in self.holders:
+            w = holder.workload
+            started = w.started_at if w.started_at is not None else self.now
+            end = self.now if w.id in victims else max(self.now, started + w.runtime_s)
+            qkeys = quota_keys.get(holder.cq, {})
+            for key, amount in holder.request.items():
+                if key in events:
+                    events[key].append((end, amount))
+                qkey = qkeys.get(key)
+                if qkey is not None:
+                    events[qkey].append((end, amount))
+        for key, items in events.items():
+            estimator.preload_many(key, items)
+        estimator.seal()
+        for job, options in waiting:
             best: tuple[float, dict[str, int]] | None = None
             for request in options:
                 start = _peek(estimator, request)

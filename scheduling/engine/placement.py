@@ -105,6 +105,7 @@ class Placer:
         self._all = np.arange(cluster.n)
         self.rack, _ = cluster.label_codes(policy.rack_label)
         self.zone, _ = cluster.label_codes(policy.zone_label)
+        self._rack_members = {int(code): np.flatnonzero(self.rack == code) for code in np.unique(self.rack)}
         self._pool_scorer = np.zeros(cluster.n, dtype=np.int32)
         self.scorer_names: list[str] = [policy.placement]
         if policy.pool_label:
@@ -501,7 +502,9 @@ class Placer:
             mask, eligible, lo = self._eligible(workload, shape)
             if len(eligible) == 0:
                 return None
-            cand = self.feasible(shape, eligible) if shape.kind == "mig" else self._feasible_mask(shape, mask, lo)
+            cand = self._same_rack(shape, mask, lo, gang_nodes)
+            if cand is None:
+                cand = self.feasible(shape, eligible) if shape.kind == "mig" else self._feasible_mask(shape, mask, lo)
         if len(cand) == 0:
             return None
         if len(cand) == 1:
@@ -578,6 +581,21 @@ class Placer:
         if needed <= 1 or len(cand) >= needed:
             return len(cand) >= needed
         return int(self.replica_capacity(shape, cand).sum()) >= needed
+
+    def _same_rack(self, shape: Shape, mask: np.ndarray, lo: int, gang_nodes: list[int]) -> np.ndarray | None:
+        """Feasible nodes in the rack of the gang's replicas so far, when they share one rack and it
+        still has room; ``None`` otherwise (then every node is a candidate). Keeps a gang in the fewest
+        racks and scores a few dozen nodes instead of thousands."""
+        if not gang_nodes:
+            return None
+        rack = int(self.rack[gang_nodes[0]])
+        if rack < 0 or any(int(self.rack[i]) != rack for i in gang_nodes):
+            return None
+        members = self._rack_members[rack]
+        members = members[(members >= lo) & (members < lo + len(mask))]
+        members = members[mask[members - lo]]
+        cand = self.feasible(shape, members)
+        return cand if len(cand) else None
 
     def _fits_node(self, shape: Shape, i: int) -> bool:
         """Scalar pre-check that one more replica fits node ``i`` (MIG: leave it to the full test)."""
