@@ -559,9 +559,9 @@ class _Cycle:
             for key, amount in holder.request.items():
                 if key in events:
                     events[key].append((end, amount))
-                qkey = qkeys.get(key)
-                if qkey is not None:
-                    events[qkey].append((end, amount))
+                quota_key = qkeys.get(key)
+                if quota_key is not None:
+                    events[quota_key].append((end, amount))
         for key, items in events.items():
             estimator.preload_many(key, items)
         estimator.seal()

@@ -502,9 +502,13 @@ class Placer:
             mask, eligible, lo = self._eligible(workload, shape)
             if len(eligible) == 0:
                 return None
-            cand = self._same_rack(shape, mask, lo, gang_nodes)
-            if cand is None:
-                cand = self.feasible(shape, eligible) if shape.kind == "mig" else self._feasible_mask(shape, mask, lo)
+            in_rack = self._same_rack(shape, mask, lo, gang_nodes)
+            if in_rack is not None:
+                cand = in_rack
+            elif shape.kind == "mig":
+                cand = self.feasible(shape, eligible)
+            else:
+                cand = self._feasible_mask(shape, mask, lo)
         if len(cand) == 0:
             return None
         if len(cand) == 1:
