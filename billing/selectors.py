@@ -51,6 +51,12 @@ ROLLUP_AGGREGATES = {
 }
 
 
+def portable_sql(sql: str) -> str:
+    """SQLite (the demo) stops on integer overflow in SUM; its TOTAL sums in floating point instead.
+    Exact money needs PostgreSQL, whose SUM of integers never overflows."""
+    return sql if connection.vendor == "postgresql" else sql.replace("SUM(", "TOTAL(")
+
+
 def price_list() -> list[pricing.Price]:
     return [
         pricing.Price(e.resource, e.gpu_model, e.capacity_type, e.effective_from, e.usd_per_hour)
@@ -147,7 +153,7 @@ def _rollup_rows(
         GROUP BY {select_cols}, bucket
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, hour_from, query.step_hours, *where_params])
+        cursor.execute(portable_sql(sql), [*params, hour_from, query.step_hours, *where_params])
         fetched = cursor.fetchall()
     n = len(cols)
     model_at = cols.index("r.gpu_model") if by_model else None
@@ -215,7 +221,7 @@ def _rollup_totals(
         GROUP BY {cols}, r.gpu_model, r.capacity_type, p.h0
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *where_params])
+        cursor.execute(portable_sql(sql), [*params, *where_params])
         fetched = cursor.fetchall()
     price = {(s.gpu_model, s.capacity_type, s.hour_from): s for s in segments}
     units = pricing.decimal_units
@@ -332,7 +338,7 @@ def _fetch_binary(sql: str, params: list, *, aggregate: bool = True) -> list[tup
             with psycopg.Cursor(connection.connection) as raw:
                 raw.execute(sql, params, binary=True)
                 return raw.fetchall()
-        cursor.execute(sql, params)
+        cursor.execute(portable_sql(sql), params)
         return cursor.fetchall()
 
 
@@ -344,9 +350,12 @@ def _team_cost_totals(query: AllocationQuery, teams: dict[int, Team]) -> dict[st
     where, params = found
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""SELECT c.team_id, SUM(c.gpu_usage), SUM(c.cpu_milli_us), SUM(c.memory_mib_us), SUM(c.gpu_cost_units),
-                SUM(c.cpu_cost_units), SUM(c.memory_cost_units), SUM(c.gpu_util_usage), SUM(c.gpu_util_measured_usage)
-            FROM billing_teamcosthourly c WHERE {where} GROUP BY c.team_id""",
+            portable_sql(
+                f"""SELECT c.team_id, SUM(c.gpu_usage), SUM(c.cpu_milli_us), SUM(c.memory_mib_us),
+                SUM(c.gpu_cost_units), SUM(c.cpu_cost_units), SUM(c.memory_cost_units), SUM(c.gpu_util_usage),
+                SUM(c.gpu_util_measured_usage)
+            FROM billing_teamcosthourly c WHERE {where} GROUP BY c.team_id"""
+            ),
             params,
         )
         rows = cursor.fetchall()
@@ -676,8 +685,10 @@ def job_efficiency_list(*, teams, since: datetime, limit: int = 200) -> list[Job
         return []
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT job_id, team_id, gpu_model, usage, util, fb FROM ({_per_job_sql(team_ids)}) j"
-            " ORDER BY CASE WHEN util IS NULL THEN 1 ELSE 0 END, util, usage DESC, job_id LIMIT %s",
+            portable_sql(
+                f"SELECT job_id, team_id, gpu_model, usage, util, fb FROM ({_per_job_sql(team_ids)}) j"
+                " ORDER BY CASE WHEN util IS NULL THEN 1 ELSE 0 END, util, usage DESC, job_id LIMIT %s"
+            ),
             [*team_ids, since, limit],
         )
         rows = cursor.fetchall()
@@ -720,9 +731,11 @@ def team_efficiency_list(*, teams, since: datetime) -> list[TeamEfficiency]:
     placeholders = ", ".join(["%s"] * len(team_ids))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""SELECT r.team_id, SUM(r.gpu_usage), SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
+            portable_sql(
+                f"""SELECT r.team_id, SUM(r.gpu_usage), SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
                 FROM billing_usagehourly r WHERE r.epoch_hour >= %s AND r.team_id IN ({placeholders})
-                GROUP BY r.team_id""",
+                GROUP BY r.team_id"""
+            ),
             [pricing.epoch_hour(since), *team_ids],
         )
         rows = cursor.fetchall()

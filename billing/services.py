@@ -46,7 +46,7 @@ from billing.models import (
     UsageHourly,
     UsageRecord,
 )
-from billing.selectors import cost_rollup_current, gpu_model_names, price_list, price_segments_sql
+from billing.selectors import cost_rollup_current, gpu_model_names, portable_sql, price_list, price_segments_sql
 from billing.utilization import UNKNOWN, Utilization, UtilizationSource, utilization_source
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import JobState
@@ -400,7 +400,8 @@ def cost_rollup_reprice(*, now: datetime | None = None) -> int:
             cte, params = price_segments_sql(exact)
             with connection.cursor() as cursor:
                 cursor.execute(
-                    f"""
+                    portable_sql(
+                        f"""
                     WITH {cte}
                     INSERT INTO billing_teamcosthourly
                         (epoch_hour, team_id, gpu_usage, cpu_milli_us, memory_mib_us, gpu_cost_units,
@@ -413,10 +414,11 @@ def cost_rollup_reprice(*, now: datetime | None = None) -> int:
                     LEFT JOIN p ON p.gpu_model = r.gpu_model AND p.capacity_type = r.capacity_type
                         AND r.epoch_hour >= p.h0 AND r.epoch_hour < p.h1
                     GROUP BY r.epoch_hour, r.team_id
-                    """,
+                    """
+                    ),
                     params,
                 )
-                written = cursor.rowcount
+                written = TeamCostHourly.objects.count()
                 cursor.execute(TEAM_COST_FLOATS, [span["lo"], span["hi"]])
         CostRollupState.objects.all().delete()
         CostRollupState.objects.create(price_version=version, repriced_at=now or timezone.now())
