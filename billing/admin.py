@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils import timezone
 
 from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry, UsageRecord
 
@@ -7,7 +8,8 @@ from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry
 class PriceBookEntryAdmin(admin.ModelAdmin):
     """Prices are effective-dated: to change a price, add an entry with a later ``effective_from``.
 
-    Existing entries are read-only once saved, so editing can never rewrite costs already reported.
+    An entry already in force is read-only and cannot be deleted, so no edit rewrites costs already
+    reported; a future entry may still be corrected or withdrawn.
     """
 
     list_display = ("resource", "gpu_model", "capacity_type", "usd_per_hour", "effective_from", "note")
@@ -15,9 +17,14 @@ class PriceBookEntryAdmin(admin.ModelAdmin):
     ordering = ("resource", "gpu_model", "capacity_type", "-effective_from")
 
     def get_readonly_fields(self, request, obj=None):
-        if obj is not None:
+        if obj is not None and obj.effective_from <= timezone.now():
             return ("resource", "gpu_model", "capacity_type", "effective_from", "usd_per_hour", "created_at")
         return ("created_at",)
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and obj.effective_from <= timezone.now():
+            return False
+        return super().has_delete_permission(request, obj)
 
 
 @admin.register(Budget)

@@ -101,3 +101,19 @@ def test_the_budget_banner_context_shows_the_highest_alert_of_the_users_teams(wo
     assert "new jobs will not start" in html
     request.user = world.users["bob"]
     assert budget_alerts(request)["budget_alerts"] == []
+
+
+@pytest.mark.django_db
+def test_prices_in_force_cannot_be_edited_or_deleted_in_the_admin(world, logged_in):
+    past = PriceBookEntry.objects.filter(resource="gpu", gpu_model="T4", capacity_type="spot").first()
+    future = PriceBookEntry.objects.create(
+        resource="gpu", gpu_model="T4", capacity_type="spot",
+        effective_from=timezone.now() + timedelta(days=30), usd_per_hour=Decimal("0.2"),
+    )  # fmt: skip
+    client = logged_in("admin")
+    assert client.get(f"/admin/billing/pricebookentry/{past.pk}/delete/").status_code == 403
+    assert client.get(f"/admin/billing/pricebookentry/{future.pk}/delete/").status_code == 200
+    page = client.get(f"/admin/billing/pricebookentry/{past.pk}/change/").content.decode()
+    assert 'name="usd_per_hour"' not in page
+    page = client.get(f"/admin/billing/pricebookentry/{future.pk}/change/").content.decode()
+    assert 'name="usd_per_hour"' in page
