@@ -105,6 +105,7 @@ class _Cycle:
         }
         self.fair = FairShare(snapshot.cluster_queues, snapshot.local_queues, nominal, self._capacity())
         self.holders: list[Holder] = []
+        held_by_lq: dict[tuple[str, str], dict[str, int]] = {}
         for w in snapshot.workloads:
             if w.state == WorkloadState.PENDING:
                 continue
@@ -113,9 +114,14 @@ class _Cycle:
             lq = self.lq_by_name.get(w.local_queue)
             cq = lq.cluster_queue if lq is not None else ""
             request = self._held(w)
-            self.quota.add(cq, request)
-            self.fair.add(w.local_queue, cq, request)
+            totals = held_by_lq.setdefault((w.local_queue, cq), {})
+            for key, amount in request.items():
+                totals[key] = totals.get(key, 0) + amount
             self.holders.append(Holder(w, w.local_queue, cq, request, w.placements))
+        # Usage is additive, so one update per queue gives the same book as one per workload.
+        for (lq_name, cq), totals in sorted(held_by_lq.items()):
+            self.quota.add(cq, totals)
+            self.fair.add(lq_name, cq, totals)
         self.cluster.refresh_all()
         self._victim_index: VictimIndex | None = None  # built on the first preemption attempt
         self._initial_holders = list(self.holders)
