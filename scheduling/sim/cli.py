@@ -212,10 +212,8 @@ def _replay_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]:
     t, alloc, frag, queued = downsample(
         run.time_s, 100.0 * run.allocated_milli / cap, 100.0 * run.frag_milli / cap, run.queued.astype(float)
     )
-    duration = float(run.time_s[-1] - run.time_s[0]) if run.time_s.size > 1 else 0.0
-    mean_alloc = (
-        float(np.sum(np.diff(run.time_s) * run.allocated_milli[:-1]) / duration / cap * 100.0) if duration else 0.0
-    )
+    mean_alloc = _window_mean(run.time_s, run.allocated_milli / cap * 100.0, run.created_s)
+    mean_frag = _window_mean(run.time_s, run.frag_milli / cap * 100.0, run.created_s)
     return {
         "policy": policy,
         "seed": seed,
@@ -223,9 +221,22 @@ def _replay_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]:
         "delay": run.delay_percentiles(),
         "series": {"time_s": t, "allocated_pct": alloc, "fragmentation_pct": frag, "queued": queued},
         "mean_allocated_pct": mean_alloc,
-        "mean_fragmentation_pct": float(np.mean(run.frag_milli) / cap * 100.0) if run.frag_milli.size else 0.0,
+        "peak_allocated_pct": float(run.allocated_milli.max() / cap * 100.0) if run.allocated_milli.size else 0.0,
+        "mean_fragmentation_pct": mean_frag,
         "wall_s": run.wall_s,
     }
+
+
+def _window_mean(time_s: np.ndarray, values: np.ndarray, created_s: np.ndarray) -> float:
+    """Time-weighted mean of a step series between the first and the last arrival."""
+    if time_s.size < 2 or created_s.size == 0:
+        return float(values[-1]) if values.size else 0.0
+    lo, hi = float(created_s.min()), float(created_s.max())
+    if hi <= lo:
+        return float(values[0])
+    edges = np.clip(np.append(time_s, np.inf), lo, hi)
+    weights = np.diff(edges)
+    return float(np.sum(weights * values) / (hi - lo))
 
 
 def _pool_job(args: tuple[str, str, int]) -> dict[str, Any]:
@@ -291,7 +302,11 @@ def _summarise_replay(results: list[dict[str, Any]], policies: list[str]) -> dic
         delay = {k: _mean_or_none([r["delay"][k] for r in rs]) for k in keys}
         out[policy] = {
             "queue_delay_s": {**delay, "per_seed": {r["seed"]: r["delay"] for r in rs}},
-            "mean_allocated_pct": _stats([r["mean_allocated_pct"] for r in rs]),
+            "mean_allocated_pct": {
+                **_stats([r["mean_allocated_pct"] for r in rs]),
+                "window": "first to last arrival, time-weighted",
+            },
+            "peak_allocated_pct": _stats([r["peak_allocated_pct"] for r in rs]),
             "fragmentation": {"mean_pct": _stats([r["mean_fragmentation_pct"] for r in rs])},
             "series": {**first["series"], "seed": first["seed"]},
             "wall_s": {

@@ -46,3 +46,11 @@ def test_compress_divides_arrival_times_only():
     run = run_replay(node_arrays(ONE_GPU), pods, "fgd", seed=1, typical=typical_of(pods), compress=4)
     assert run.started_s.tolist() == [0, 100]  # b arrives at 50, waits for a
     assert run.ended_s.tolist() == [100, 200]
+
+
+def test_mean_allocation_is_time_weighted_over_the_arrival_window():
+    from scheduling.sim.cli import _window_mean
+
+    times = np.array([0.0, 10.0, 20.0, 1000.0])
+    values = np.array([100.0, 50.0, 0.0, 0.0])
+    assert _window_mean(times, values, np.array([0.0, 20.0])) == pytest.approx(75.0)
