@@ -370,14 +370,9 @@ class _Cycle:
         ``borrow``)."""
         count = replicas
         for key, amount in self._request(shape, 1).items():
-            if key.startswith("gpu/") and not self.quota.allows(cq, key):
-                return 0
-            available = self.quota.available(cq, key)
-            if available is not None:
-                count = min(count, available // amount)
-            nominal = self.quota.nominal(cq, key)
-            if not borrow and nominal is not None:
-                count = min(count, max(0, nominal - self.quota.used(cq, key)) // amount)
+            room = self.quota.room(cq, key, borrow)
+            if room is not None:
+                count = min(count, room // amount)
         return count
 
     def _quota_reason(self, cq: str, request: dict[str, int]) -> Reason:

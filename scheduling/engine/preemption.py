@@ -59,25 +59,30 @@ class Victim:
 
 
 class VictimIndex:
-    """Preemptible holders grouped by (ClusterQueue, resource key), each group in victim order.
+    """Preemptible holders per ClusterQueue, each list in victim order (lowest priority, youngest).
 
     Built once per cycle from the workloads admitted or running before it (a job admitted in this
-    cycle is never preempted in the same cycle). Resource key ``"*"`` lists every holder of a queue.
+    cycle is never preempted in the same cycle).
     """
 
     def __init__(self, holders: list[Holder], cohort_of: dict[str, str]) -> None:
-        self.groups: dict[tuple[str, str], list[Holder]] = {}
+        self.by_cq: dict[str, list[Holder]] = {}
         self.cohort_members: dict[str, list[str]] = {}
         for cq, cohort in sorted(cohort_of.items()):
             if cohort:
                 self.cohort_members.setdefault(cohort, []).append(cq)
         for holder in holders:
-            if not holder.workload.preemptible:
-                continue
-            for key in ("*", *sorted(holder.request)):
-                self.groups.setdefault((holder.cq, key), []).append(holder)
-        for group in self.groups.values():
+            if holder.workload.preemptible:
+                self.by_cq.setdefault(holder.cq, []).append(holder)
+        for group in self.by_cq.values():
             group.sort(key=lambda h: (h.workload.priority, -h.started, h.workload.id))
+
+    def holding(self, cq: str, key: str | None) -> list[Holder]:
+        """The queue's holders that hold ``key`` (all of them for ``None``), in victim order."""
+        group = self.by_cq.get(cq, [])
+        if key is None:
+            return group
+        return [h for h in group if h.request.get(key, 0) > 0]
 
 
 def select_victims(
@@ -97,21 +102,20 @@ def select_victims(
 ) -> list[Victim] | None:
     """The smallest ordered set of victims after which ``fits()`` holds, or ``None``."""
     may_reclaim = bool(cohort) and not quota.would_borrow(cq, request)
-    group_key = gpu_key or "*"
     keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
     reclaim: list[Victim] = []
     if may_reclaim:
         for other in index.cohort_members.get(cohort, []):
             if other == cq or not any(quota.borrowing(other, k) for k in keys):
                 continue
-            reclaim.extend(
-                Victim(h, "reclaim") for h in index.groups.get((other, group_key), []) if h.workload.id not in taken
-            )
+            reclaim.extend(Victim(h, "reclaim") for h in index.holding(other, gpu_key) if h.workload.id not in taken)
         reclaim.sort(key=lambda v: (v.holder.workload.priority, -v.holder.started, v.holder.workload.id))
     own: list[Victim] = []
-    for holder in index.groups.get((cq, group_key), []):
+    for holder in index.by_cq.get(cq, []):
         if holder.workload.priority >= job.priority:
             break  # sorted by priority: nothing further is lower
+        if gpu_key is not None and holder.request.get(gpu_key, 0) <= 0:
+            continue
         if holder.workload.id not in taken:
             own.append(Victim(holder, "priority"))
     candidates = reclaim + own
