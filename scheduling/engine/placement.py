@@ -16,8 +16,10 @@ For one replica of a shape (see ``scorers.Shape``):
 
 Scorers are plugins (``scorers.PLUGINS``; the FGD paper's policies are in ``fragplugins``).
 
-A gang places replica by replica in a ``Statement``; the caller commits or discards it. When a replica
-does not fit, :meth:`Placer.explain` counts, for every node, the first filter that rejected it.
+A gang places replica by replica in a ``Statement``; the caller commits or discards it. A replica
+first tries the node the previous one went to; while the replicas so far share one rack with room,
+only that rack's nodes are candidates. When a replica does not fit, :meth:`Placer.explain` counts,
+for every node, the first filter that rejected it.
 """
 
 from __future__ import annotations

@@ -224,3 +224,28 @@ def test_random_depends_on_the_seed_only():
     c = place(nodes, jobs, Policy(placement="random", seed=2))
     assert a == b
     assert a != c
+
+
+def test_min_available_admits_as_many_replicas_as_fit_at_least_the_minimum():
+    plan = place(
+        [node("n1", gpus=4)],
+        [job("elastic", "a", gpu=1, replicas=6, min_available=3)],
+    )
+    (admission,) = plan.admissions
+    assert len(admission.placements) == 4
+
+
+def test_gang_replicas_fill_a_node_before_moving_on():
+    nodes = [node("n1", gpus=8), node("n2", gpus=8)]
+    plan = place(nodes, [job("gang", "a", gpu=2, replicas=4)], Policy(placement="spread"))
+    assert nodes_of(plan, "gang") == ["n1"] * 4
+
+
+def test_a_gang_does_not_leave_its_rack_while_it_has_room():
+    nodes = [node(f"r0-{i}", gpus=2, labels={RACK: "r0"}) for i in range(3)] + [
+        node(f"r1-{i}", gpus=8, labels={RACK: "r1"}) for i in range(2)
+    ]
+    base = [running("busy", "a", [("r1-0", (0, 1, 2, 3, 4, 5))])]  # r1-0 is the fullest node
+    plan = place(nodes, [*base, job("gang", "a", gpu=2, replicas=3)])
+    racks = {n.split("-")[0] for n in nodes_of(plan, "gang")}
+    assert len(racks) == 1
