@@ -586,8 +586,10 @@ class _Cycle:
             if isinstance(shape, str):
                 continue
             eligible = self.placer.eligible(job, shape)
-            capacity = int(self.cluster.gpu_count[eligible].sum()) * FULL
-            if shape.kind != "cpu" and capacity < shape.quota_milli * job.gang_size:
+            counts = self.cluster.gpu_count[eligible]
+            if shape.kind != "cpu" and (
+                int(counts.sum()) * FULL < shape.quota_milli * job.gang_size or int(counts.max(initial=0)) < shape.gpus
+            ):
                 continue  # the nodes this job may use could never hold it on this model
             request = self._estimate_request(cq, request_of(shape, job.gang_size))
             if shape.kind != "cpu":  # GPUs bind a GPU job; pooled CPU/memory would only add walks
