@@ -494,7 +494,7 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> p
     prices_listed = price_list()
     known_models = gpu_model_names()
     segments = pricing.price_segments(prices_listed, known_models, hour_from, hour_to)
-    teams = {t.pk: t for t in Team.objects.all()}
+    teams = {t.pk: t for t in Team.objects.only("pk", "slug", "namespace")}
     share_idle = query.share_idle
     fast = query.aggregate in ROLLUP_AGGREGATES and not share_idle
     # Namespace and team: the priced per-team rollup, unless the price book changed since it was priced.

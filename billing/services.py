@@ -319,6 +319,7 @@ UPDATE billing_teamcosthourly SET
         THEN gpu_util_usage / CAST(gpu_util_measured_usage AS DOUBLE PRECISION) / 100 END
 WHERE epoch_hour >= %s AND epoch_hour <= %s
 """
+TEAMS_FILTER = " AND team_id IN ({})"
 
 
 def _executemany(sql: str, params: list[tuple]) -> None:
@@ -373,8 +374,12 @@ def cost_rollup_add(increments: dict) -> None:
         for (hour, team), (g, c, m, gc, cc, mc, u, um) in per_team.items()
     ]
     _executemany(TEAM_COST_UPSERT, rows)
+    team_ids = sorted({team for _hour, team in per_team})
     with connection.cursor() as cursor:
-        cursor.execute(TEAM_COST_FLOATS, [min(hours), max(hours)])
+        cursor.execute(
+            TEAM_COST_FLOATS + TEAMS_FILTER.format(", ".join(["%s"] * len(team_ids))),
+            [min(hours), max(hours), *team_ids],
+        )
 
 
 def cost_rollup_reprice(*, now: datetime | None = None) -> int:
