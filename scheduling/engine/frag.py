@@ -359,7 +359,7 @@ def _stranded_milli(
 
 
 def _new_cache(n: int) -> _ScoreCache:
-    return _ScoreCache(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64))
+    return _ScoreCache(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.full(n, np.nan))
 
 
 def _sigmoid_score(delta: np.ndarray) -> np.ndarray:
@@ -372,6 +372,8 @@ class _ScoreCache:
     version: np.ndarray  # (N,) node version each entry was computed at (-1 = never)
     score: np.ndarray  # (N,) float
     device: np.ndarray  # (N,) int, sharing pods only
+    after: np.ndarray  # (N,) the policy's measure of the node after the best placement
+    after_primary: np.ndarray  # (N,) FGD's measure after it (portal only; NaN otherwise)
 
 
 @dataclass(slots=True)
@@ -403,6 +405,7 @@ class Placer:
     _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
     _tp_memory: bool = field(init=False)
     _lexicographic: bool = field(init=False)
+    _last: tuple[tuple[int, int, int, int], _ScoreCache] | None = field(init=False)
     _primary_tp: _TypicalArrays | None = field(init=False)
     _primary_cache: _ScoreCache | None = field(init=False)
     _gpu_max: np.ndarray = field(init=False)  # (N,) largest free milli on one device
@@ -454,6 +457,7 @@ class Placer:
                 self._frag_cache = _new_cache(n)
         self._tp_memory = self._tp is not None and self._tp.uses_memory
         self._lexicographic = self.policy == "portal" and self.tuning.primary == "fgd"
+        self._last = None
         self._primary_tp = self._primary_cache = None
         if self._lexicographic and self.tuning.primary_gpu_weight > 0:
             self._primary_tp = _TypicalArrays.build(
@@ -494,6 +498,7 @@ class Placer:
 
     # ------------------------------------------------------------------------------------ choosing
     def select(self, pod: PodRequest) -> Choice | None:
+        self._last = None
         ok = self.feasible(pod)
         idx = np.flatnonzero(ok)
         if idx.size == 0:
@@ -576,14 +581,41 @@ class Placer:
             devices = self.gpu_free_milli[n]
             self._gpu_max[n] = devices.max()
             self._gpu_full[n] = np.count_nonzero(devices == MILLI)
+        known = self._known_after(pod, choice, sign)
         self._version[n] += 1
+        if known is not None and self._frag_cache is not None:
+            # The scoring pass already measured this exact state: reuse it instead of recomputing.
+            self._frag_cache.score[n] = known[0]
+            self._frag_cache.version[n] = self._version[n]
         if self._metric_tp is not None:
-            value = self._metric_of(n)
+            value = self._metric_after(n, known)
             self._metric_total += value - self._metric_node[n]
             self._metric_node[n] = value
             if self._measure is _frag_milli and self._tp is self._metric_tp and self._frag_cache is not None:
                 self._frag_cache.score[n] = value
                 self._frag_cache.version[n] = self._version[n]
+
+    def _known_after(self, pod: PodRequest, choice: Choice, sign: int) -> tuple[float, float] | None:
+        """(measure, FGD measure) of ``choice.node`` after binding, if the last select computed them."""
+        last, self._last = self._last, None
+        if sign > 0 or last is None or self._frag_cache is None:
+            return None
+        key, cache = last
+        n = choice.node
+        if key != (pod.cpu_milli, pod.gpu_milli, pod.gpu_count, pod.memory_mib if self._tp_memory else 0):
+            return None
+        if cache.version[n] != self._version[n]:
+            return None
+        if pod.is_sharing and choice.gpu_indices != (int(cache.device[n]),):
+            return None
+        return float(cache.after[n]), float(cache.after_primary[n])
+
+    def _metric_after(self, n: int, known: tuple[float, float] | None) -> float:
+        if known is not None and self._tp is self._metric_tp and self._measure is _frag_milli:
+            return known[0]  # fgd: the policy's measure is the metric
+        if known is not None and self._primary_tp is None and not np.isnan(known[1]):
+            return known[1]  # portal: its primary key is the metric
+        return self._metric_of(n)
 
     @property
     def _primary(self) -> _TypicalArrays:
@@ -683,13 +715,16 @@ class Placer:
             cache = self._score_caches[key] = _new_cache(n)
         stale = idx[cache.version[idx] != self._version[idx]]
         if stale.size:
-            score, device = self._frag_delta(pod, stale)
+            score, device, after, after_primary = self._frag_delta(pod, stale)
             cache.score[stale] = score
             cache.device[stale] = device
+            cache.after[stale] = after
+            cache.after_primary[stale] = after_primary
             cache.version[stale] = self._version[stale]
+        self._last = (key, cache)
         return cache.score[idx], cache.device
 
-    def _frag_delta(self, pod: PodRequest, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _frag_delta(self, pod: PodRequest, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Node score from the fragmentation decrease (before - after); sharing pods try every device.
 
         ``fgd`` returns the reference's integer sigmoid score, ``portal`` the raw decrease in milli.
@@ -716,13 +751,19 @@ class Placer:
                 score = score + _LEX * _sigmoid_score(self._primary_before(idx)[ni] - primary_after)
             delta = np.full((k, d), -np.inf)
             delta[ni, di] = score
+            after_kd = np.zeros((k, d))
+            after_kd[ni, di] = after
+            primary_kd = np.full((k, d), np.nan)
+            if primary_after is not None:
+                primary_kd[ni, di] = primary_after
             device = np.argmax(delta, axis=1)  # first best device
             best = delta[np.arange(k), device]
             if self.policy == "portal" and self.tuning.device_tie == "bestfit":
                 # Among equally good devices, the fullest one (keeps emptier devices whole).
                 tied = delta >= best[:, None] - self.tuning.near_milli
                 device = np.argmin(np.where(tied, gpu, MILLI + 1), axis=1)
-            return best, device
+            rows_k = np.arange(k)
+            return best, device, after_kd[rows_k, device], primary_kd[rows_k, device]
         if pod.gpu_count > 0:
             whole = gpu >= MILLI
             take = whole & (np.cumsum(whole, axis=1) <= pod.gpu_count)
@@ -733,7 +774,8 @@ class Placer:
             delta = _sigmoid_score(delta)
         if primary_after is not None:
             delta = delta + _LEX * _sigmoid_score(self._primary_before(idx) - primary_after)
-        return delta, np.zeros(k, dtype=np.int64)
+        primary = np.full(k, np.nan) if primary_after is None else primary_after
+        return delta, np.zeros(k, dtype=np.int64), after, primary
 
     def _after(
         self, cpu: np.ndarray, mem: np.ndarray, gpu: np.ndarray, rows: np.ndarray, tp: _TypicalArrays
