@@ -644,12 +644,18 @@ class Placer:
             static = self._static_codes(workload, shape, nodes)
             dynamic = self._dynamic_codes(shape, nodes)
             mine = np.where(static != FIT, static, dynamic)
-            codes[nodes] = np.minimum(codes[nodes], mine) if shape.gpu_model is None else mine
+            codes[nodes] = mine
         cordoned = cluster.cordoned
         codes[cordoned] = CORDONED
         counts = np.bincount(codes, minlength=len(_REASONS))
+        words = list(_REASONS)
+        kinds = {shape.kind for shape in shapes}
+        if kinds == {"fraction"}:
+            words[GPUS] = f"no GPU with {shapes[0].milli / 1000:g} free"
+        elif kinds == {"mig"} and shapes[0].mig is not None:
+            words[GPUS] = f"no free MIG slice for {shapes[0].mig.profile}"
         pairs = sorted(
-            ((_REASONS[c], int(counts[c])) for c in range(1, len(_REASONS)) if counts[c]),
+            ((words[c], int(counts[c])) for c in range(1, len(_REASONS)) if counts[c]),
             key=lambda p: (-p[1], p[0]),
         )
         return int(counts[FIT]), tuple(pairs)

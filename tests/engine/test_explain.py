@@ -117,3 +117,44 @@ def test_a_replica_larger_than_any_node_has_no_estimated_start():
     info = pending_info(run_cycle(snap, Policy(), NOW), "wide")
     assert info.reason.message == "placement: 0 of 2 nodes fit: 2 too few free GPUs"
     assert info.estimated_start is None
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "message"),
+    [
+        ({"milli": 600}, "placement: 0 of 1 nodes fit: 1 no GPU with 0.6 free"),
+        ({"gpu": 1}, "placement: 0 of 1 nodes fit: 1 too few free GPUs"),
+    ],
+)
+def test_gpu_shortage_is_worded_for_the_request(request_kwargs, message):
+    snap = snapshot(
+        [node("n1", gpus=1)],
+        QUEUE,
+        [lq("a", "q")],
+        [running("r", "a", [("n1", (0,))], gpu_milli=500), job("j", "a", **request_kwargs)],
+    )
+    assert reason_of(run_cycle(snap, Policy(), NOW), "j") == message
+
+
+def test_mig_shortage_names_the_profile():
+    snap = snapshot(
+        [node("m1", gpus=1, mig=True)],
+        QUEUE,
+        [lq("a", "q")],
+        [job("big", "a", mig="4g.40gb"), job("j", "a", mig="4g.40gb", created=1)],
+    )
+    assert (
+        reason_of(run_cycle(snap, Policy(), NOW), "j") == "placement: 0 of 1 nodes fit: 1 no free MIG slice for 4g.40gb"
+    )
+
+
+def test_cpu_only_jobs_are_explained_by_their_own_filters():
+    snap = snapshot(
+        [node("c1", None, labels={"disk": "hdd"}), node("c2", None, cpu=1000)],
+        QUEUE,
+        [lq("a", "q")],
+        [job("j", "a", cpu=2000, node_selector=(("disk", "hdd"),), mem=10**9)],
+    )
+    assert reason_of(run_cycle(snap, Policy(), NOW), "j") == (
+        "placement: 0 of 2 nodes fit: 1 node selector does not match, 1 not enough memory"
+    )
