@@ -69,10 +69,11 @@ class _Attempt:
     deferred: bool = False
 
 
-_DEFERRED = Reason(ReasonKind.ORDER, "deferred to the borrowing pass")
+_DEFERRED = Reason(ReasonKind.ORDER, "deferred to the borrowing pass")  # internal marker, never in a plan
 
 
 def request_of(shape: Shape, count: int) -> dict[str, int]:
+    """Quota charge of ``count`` replicas of ``shape``, by resource key (zero amounts left out)."""
     request: dict[str, int] = {}
     if shape.gpu_model is not None and shape.quota_milli:
         request[gpu_key(shape.gpu_model)] = shape.quota_milli * count
@@ -242,7 +243,7 @@ class _Cycle:
         cached = self.failed.get(key)
         if cached is not None:
             self.stats["cache_hits"] += 1
-            if cached.kind == ReasonKind.ORDER:  # marker: deferred to the borrowing pass
+            if cached is _DEFERRED:
                 return True
             self.pending[job.id] = (cached, None)
             return False

@@ -3,6 +3,7 @@ limit exceeded, gangs all-or-nothing, every pending job decided, same input -> s
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +29,12 @@ from .builders import RACK, apply_plan
 
 MODELS = ("A100-80GB", "H100-80GB")
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# ENGINE_EXAMPLES=400 for a deeper search; the default keeps the suite fast.
+SETTINGS = settings(
+    max_examples=int(os.environ.get("ENGINE_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @st.composite
