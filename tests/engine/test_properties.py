@@ -290,3 +290,24 @@ def test_same_input_same_plan(scenario):
     _, one = settle(snap, second, policy)
     _, two = settle(snap, second, policy)
     assert one == two
+
+
+@SETTINGS
+@given(scenarios())
+def test_preemption_settles_and_never_hits_a_job_twice(scenario):
+    """Closed world (no arrivals, no completions), plans applied cycle after cycle: preemptions stop
+    and no job is preempted twice (no loops)."""
+    from collections import Counter
+    from dataclasses import replace
+
+    snap, second, policy = scenario
+    snap = replace(snap, workloads=snap.workloads + tuple(second))
+    preempted: Counter[str] = Counter()
+    now = 1000.0
+    for _ in range(10):
+        plan = run_cycle(snap, policy, now)
+        preempted.update(p.workload_id for p in plan.preemptions)
+        snap = apply_plan(snap, plan, now)
+        now += 1
+    assert run_cycle(snap, policy, now).preemptions == ()
+    assert max(preempted.values(), default=0) <= 1
