@@ -311,3 +311,31 @@ def test_preemption_settles_and_never_hits_a_job_twice(scenario):
         now += 1
     assert run_cycle(snap, policy, now).preemptions == ()
     assert max(preempted.values(), default=0) <= 1
+
+
+@SETTINGS
+@given(scenarios())
+def test_cpu_quota_is_not_exceeded(scenario):
+    snap, second, policy = scenario
+    snap, plan = settle(snap, second, policy)
+    lq_cq = {lq.name: lq.cluster_queue for lq in snap.local_queues}
+    victims = {p.workload_id for p in plan.preemptions}
+    by_id = {w.id: w for w in snap.workloads}
+    total: defaultdict[str, int] = defaultdict(int)
+    grew: set[str] = set()
+    for w in snap.workloads:
+        if w.state != WorkloadState.PENDING and w.id not in victims:
+            total[lq_cq[w.local_queue]] += sum(p.cpu_milli for p in w.placements)
+    for a in plan.admissions:
+        cq = lq_cq[by_id[a.workload_id].local_queue]
+        total[cq] += sum(p.cpu_milli for p in a.placements)
+        grew.add(cq)
+    pool = sum(cq.cpu_milli or 0 for cq in snap.cluster_queues if cq.cohort and cq.cpu_milli is not None)
+    pooled = sum(total[cq.name] for cq in snap.cluster_queues if cq.cohort and cq.cpu_milli is not None)
+    for cq in snap.cluster_queues:
+        if cq.cpu_milli is None or cq.name not in grew:
+            continue
+        if not cq.cohort:
+            assert total[cq.name] <= cq.cpu_milli
+        else:
+            assert pooled <= pool
