@@ -129,6 +129,10 @@ class Cluster:
                 for d in placement.gpu_indices:
                     if d < self.width:
                         self.dev_free[i, d] -= sign * placement.gpu_milli
+                        if self.mig_node[i] and placement.gpu_milli > 0:
+                            # A non-MIG holder of a MIG device (a foreign pod) blocks every slice.
+                            self.mig_mask[i, d] = 0xFF if sign > 0 else 0
+                            self.mig_compute[i, d] = 7 if sign > 0 else 0
             if refresh:
                 self._refresh(i)
         if refresh:

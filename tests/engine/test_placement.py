@@ -249,3 +249,14 @@ def test_a_gang_does_not_leave_its_rack_while_it_has_room():
     plan = place(nodes, [*base, job("gang", "a", gpu=2, replicas=3)])
     racks = {n.split("-")[0] for n in nodes_of(plan, "gang")}
     assert len(racks) == 1
+
+
+def test_a_foreign_pod_on_a_mig_device_blocks_its_slices():
+    from scheduling.engine.model import ForeignUsage
+
+    plan = place(
+        [node("m1", gpus=2, mig=True)],
+        [job(f"s{i}", "a", mig="7g.80gb", created=i) for i in range(2)],
+        foreign=(ForeignUsage("m1", (0,), 1000),),
+    )
+    assert [(a.workload_id, a.placements[0].gpu_indices) for a in plan.admissions] == [("s0", (1,))]
