@@ -81,15 +81,19 @@ def test_a_fraction_shares_one_device(world):
 
 
 def test_cancelling_a_running_job_frees_its_gpus_for_the_next_cycle(world):
+    # One T4 node with 4 GPUs: both jobs are within their queues' nominal quota, only one fits the node.
     backend = SimulatedCluster()
-    first = world.submit(gpu=8, allowed_gpu_models=(world.models["A100-80GB"],), replicas=2)
-    second = world.submit("nlp", gpu=8, allowed_gpu_models=(world.models["A100-80GB"],))
+    t4 = (world.models["T4"],)
+    first = world.submit("vision", gpu=4, allowed_gpu_models=t4)
+    second = world.submit("nlp", gpu=4, allowed_gpu_models=t4)
     t0 = timezone.now()
     cycle_run(now=t0, backend=backend)
     assert states(first, second) == [JobState.ADMITTED, JobState.PENDING]
+    assert second.pending_reason["kind"] == "placement"
     job_cancel(job=first, by=world.users["alice"])
     cycle_run(now=t0 + timedelta(seconds=1), backend=backend)
     assert states(first, second) == [JobState.CANCELLED, JobState.ADMITTED]
+    assert second.placements.get().node == "t4-0"
 
 
 def test_each_cycle_is_recorded(world):

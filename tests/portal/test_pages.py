@@ -92,12 +92,13 @@ def test_pending_job_page_explains_why(client, world):
     from scheduling.adapters.simulated import SimulatedCluster
     from scheduling.services import cycle_run
 
-    world.submit("vision", gpu=8, replicas=2, allowed_gpu_models=(world.models["A100-80GB"],))
-    waiting = world.submit("vision", gpu=8, allowed_gpu_models=(world.models["A100-80GB"],))
+    # 3 x 8 A100s: more than the whole cohort's 16, so it waits with a quota reason.
+    waiting = world.submit("vision", gpu=8, replicas=3, allowed_gpu_models=(world.models["A100-80GB"],))
     cycle_run(now=timezone.now(), backend=SimulatedCluster())
     client.force_login(world.users["alice"])
     page = client.get(f"/jobs/{waiting.pk}/").content.decode()
     assert "Why pending" in page
+    assert "quota: queue cq-vision uses 0 of 8 A100-80GB GPUs and needs 24 more" in page
     assert "Position 1" in page
 
 
