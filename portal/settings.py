@@ -64,6 +64,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.pages.context.portal_context",
+                "billing.context.budget_alerts",
             ],
         },
     },

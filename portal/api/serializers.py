@@ -79,7 +79,7 @@ class JobSerializer(serializers.ModelSerializer):
             "id", "name", "team", "namespace", "queue", "owner", "kind", "image", "command",
             "replicas", "min_available", "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib",
             "cpu_milli", "memory_mib", "allowed_gpu_models", "priority_class", "priority", "runtime_s",
-            "restart_policy", "node_selector", "tolerations", "state", "message", "created_at",
+            "restart_policy", "node_selector", "tolerations", "labels", "state", "message", "created_at",
             "admitted_at", "started_at", "finished_at", "attempt", "gpu_model", "capacity_type",
             "pending_reason", "queue_position", "estimated_start", "placements", "transitions",
         ]  # fmt: skip
@@ -136,6 +136,12 @@ class JobCreateSerializer(serializers.Serializer):
     restart_policy = serializers.ChoiceField(choices=Job.RestartPolicy.choices, default=Job.RestartPolicy.REQUEUE)
     node_selector = serializers.DictField(child=serializers.CharField(max_length=253), required=False, default=dict)
     tolerations = TolerationSerializer(many=True, required=False, default=list)
+    labels = serializers.DictField(
+        child=serializers.CharField(max_length=63, allow_blank=True),
+        required=False,
+        default=dict,
+        help_text="Kubernetes-style labels; cost can be aggregated by them (aggregate=label:<key>).",
+    )
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):
@@ -222,6 +228,7 @@ class JobCreateSerializer(serializers.Serializer):
             restart_policy=v["restart_policy"],
             node_selector=tuple(sorted(v.get("node_selector", {}).items())),
             tolerations=tuple(dict(t) for t in v.get("tolerations", [])),
+            labels=tuple(sorted(v.get("labels", {}).items())),
         )
 
 

@@ -141,6 +141,7 @@ class Job(models.Model):
     restart_policy = models.CharField(max_length=20, choices=RestartPolicy.choices, default=RestartPolicy.REQUEUE)
     node_selector = models.JSONField(default=dict, blank=True)
     tolerations = models.JSONField(default=list, blank=True)
+    labels = models.JSONField(default=dict, blank=True, help_text="Kubernetes-style labels, e.g. project, cost center.")
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -30,6 +30,19 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 MAX_GPU_MEMORY_GIB = 8 * 1024
 MAX_RUNTIME_S = 90 * 24 * 3600
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
+MAX_LABELS = 32
+_LABEL_NAME_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_LABEL_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def label_problem(key: str, value: str) -> str | None:
+    """Why ``key=value`` is not a valid Kubernetes label (None when it is)."""
+    prefix, _, name = key.rpartition("/")
+    if not name or not _LABEL_NAME_RE.match(name) or (prefix and not _LABEL_PREFIX_RE.match(prefix)):
+        return f"{key!r} is not a valid label key (an optional DNS prefix and '/', then 1-63 of [A-Za-z0-9-_.])"
+    if not _LABEL_NAME_RE.match(value):
+        return f"value {value!r} of {key!r} is not a valid label value (0-63 of [A-Za-z0-9-_.])"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,7 @@ class JobSpec:
     restart_policy: str = Job.RestartPolicy.REQUEUE
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[dict, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 def job_spec_validate(spec: JobSpec) -> None:
@@ -104,6 +118,12 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError(f"must be between 1 and {MAX_CPU_MILLI} milli-CPU", field="cpu_milli")
     if not 1 <= spec.memory_mib <= MAX_MEMORY_MIB:
         raise ServiceError(f"must be between 1 and {MAX_MEMORY_MIB} MiB", field="memory_mib")
+    for field_name, pairs in (("labels", spec.labels), ("node_selector", spec.node_selector)):
+        if len(pairs) > MAX_LABELS:
+            raise ServiceError(f"at most {MAX_LABELS} entries", field=field_name)
+        for key, value in pairs:
+            if problem := label_problem(key, value):
+                raise ServiceError(problem, field=field_name)
     if not 1 <= spec.runtime_s <= MAX_RUNTIME_S:
         raise ServiceError(f"must be between 1 s and {MAX_RUNTIME_S} s (90 days)", field="runtime_s")
 
@@ -146,6 +166,7 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
             restart_policy=spec.restart_policy,
             node_selector=dict(spec.node_selector),
             tolerations=list(spec.tolerations),
+            labels=dict(spec.labels),
         )
         if at is not None:
             Job.objects.filter(pk=job.pk).update(created_at=at)

@@ -13,7 +13,13 @@ def submit(client, **fields):
 
 def test_a_member_submits_lists_retrieves_and_cancels_a_job(api, world):
     alice = api("alice")
-    created = submit(alice, name="resnet", gpu=2, allowed_gpu_models=["A100-80GB"])
+    created = submit(
+        alice,
+        name="resnet",
+        gpu=2,
+        allowed_gpu_models=["A100-80GB"],
+        labels={"project": "atlas", "example.com/cc": "42"},
+    )
     assert created.status_code == 201, created.json()
     body = created.json()
     assert body["state"] == "Pending"
@@ -22,6 +28,7 @@ def test_a_member_submits_lists_retrieves_and_cancels_a_job(api, world):
     assert body["command"] == ["python", "train.py", "--epochs", "3"]
     assert body["allowed_gpu_models"] == ["A100-80GB"]
     assert body["priority_class"] == "default"
+    assert body["labels"] == {"project": "atlas", "example.com/cc": "42"}
     assert [t["to_state"] for t in body["transitions"]] == ["Pending"]
 
     listed = alice.get("/api/v1/jobs/").json()
@@ -105,6 +112,9 @@ def test_unauthenticated_requests_are_refused(world):
         ({"namespace": "kube-system"}, "namespace", "run in namespace 'team-vision' only"),
         ({"tolerations": [{"key": "spot", "effect": "Sometimes"}]}, "tolerations", "not a valid choice"),
         ({"colour": "blue"}, "colour", "unknown field"),
+        ({"labels": {"bad key!": "x"}}, "labels", "not a valid label key"),
+        ({"labels": {"project": "has space"}}, "labels", "not a valid label value"),
+        ({"node_selector": {"pool": "-x"}}, "node_selector", "not a valid label value"),
     ],
 )
 def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(api, world, fields, field, message):

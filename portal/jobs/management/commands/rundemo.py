@@ -20,18 +20,25 @@ from django.db import close_old_connections
 logger = logging.getLogger("portal.rundemo")
 
 
-def scheduler_loop(stop: threading.Event, interval_s: float, metering_every_s: float) -> None:
-    from billing.tasks import metering_run
+def scheduler_loop(stop: threading.Event, interval_s: float) -> None:
+    """Run the beat schedule's tasks in-process: the cycle every tick, the others at their own periods."""
+    from billing.tasks import budget_check, capacity_record, metering_run
     from scheduling.tasks import scheduling_cycle
 
-    last_metering = 0.0
+    periodic = [
+        (metering_run, settings.METERING_INTERVAL_S),
+        (capacity_record, settings.CAPACITY_SNAPSHOT_INTERVAL_S),
+        (budget_check, settings.BUDGET_CHECK_INTERVAL_S),
+    ]
+    last_run = {task.name: float("-inf") for task, _ in periodic}
     while not stop.wait(interval_s):
         close_old_connections()
         try:
             scheduling_cycle.apply()
-            if time.monotonic() - last_metering >= metering_every_s:
-                metering_run.apply()
-                last_metering = time.monotonic()
+            for task, every_s in periodic:
+                if time.monotonic() - last_run[task.name] >= every_s:
+                    task.apply()
+                    last_run[task.name] = time.monotonic()
         except Exception:  # keep the demo loop alive; the error is logged with its traceback
             logger.exception("scheduler loop iteration failed")
 

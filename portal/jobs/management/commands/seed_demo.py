@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -62,14 +63,17 @@ class Command(BaseCommand):
             self.seed_nodes(models)
             teams, users = self.seed_tenants()
             queues = self.seed_queues(models, teams)
+            self.seed_budgets(teams)
             created = self.seed_jobs(teams, users, queues, models) if not Job.objects.exists() else 0
-        self.seed_prices()
-        from billing.services import metering_run
+        from billing.services import budget_check, capacity_record, metering_run, price_book_seed_defaults
         from scheduling.services import cycle_run
 
+        price_book_seed_defaults()
+        # Capacity from before the first seeded job, so idle cost covers the whole demo history.
+        capacity_record(now=timezone.now() - timedelta(days=8))
         cycle_run()
-
         metered = metering_run()
+        budget_check()
         self.stdout.write(
             f"demo data ready: {SimNode.objects.count()} nodes, {Team.objects.count()} teams, "
             f"{created} sample jobs created, {metered} usage records metered"
@@ -164,6 +168,13 @@ class Command(BaseCommand):
                 team=team, name="default", defaults={"cluster_queue": cq, "max_pending_jobs": 200}
             )
         return queues
+
+    def seed_budgets(self, teams) -> None:
+        from billing.models import Budget
+
+        # vision: roomy; nlp: tight enough that the demo shows budget alerts (no hard stop).
+        Budget.objects.get_or_create(team=teams["vision"], defaults={"monthly_gpu_usd": Decimal("20000")})
+        Budget.objects.get_or_create(team=teams["nlp"], defaults={"monthly_gpu_usd": Decimal("400")})
 
     def seed_jobs(self, teams, users, queues, models) -> int:
         """A week of finished history (for charts and bills), then live jobs the scheduler will place."""
@@ -276,10 +287,3 @@ class Command(BaseCommand):
         else:
             job_transition(job=job, to_state=JobState.SUCCEEDED, at=started + timedelta(seconds=runtime),
                            reason="completed", actor="cluster")  # fmt: skip
-
-    def seed_prices(self) -> None:
-        from billing import services as billing_services
-
-        seed = getattr(billing_services, "price_book_seed_defaults", None)
-        if seed is not None:
-            seed()
