@@ -6,7 +6,8 @@ workload. Each function here does the same, seeded, and keeps the pod count of t
 - ``gpushare(pods, pct)``: GPU-sharing pods are ``pct`` % of the GPU pods (default trace: ~44 %).
 - ``multigpu(pods, pct)``: multi-GPU pods are ``pct`` % of the GPU pods (default: ~1 %).
 - ``gpuspec(pods, pct, nodes)``: ``pct`` % of the GPU pods may only run on some GPU models (1 to 3
-  models drawn among those that have a node with enough devices for the pod).
+  models drawn, weighted by their GPU count, among those that have a node with enough devices for
+  the pod: constraints name the big pools more often, as in production).
 - ``cpuonly(pods, factor)``: ``factor`` times as many CPU-only pods (drawn from the CPU-only pods),
   the GPU pods unchanged.
 
@@ -77,9 +78,11 @@ def gpuspec(pods: Sequence[TracePod], pct: float, nodes: Sequence[TraceNode], *,
     """``pct`` % of the GPU pods (drawn at random) may only use 1-3 GPU models that can host them."""
     rng = np.random.default_rng(seed)
     most: dict[str, int] = {}
+    gpus: dict[str, int] = {}
     for n in nodes:
         if n.gpu_model and n.gpu_count > 0:
             most[n.gpu_model] = max(most.get(n.gpu_model, 0), n.gpu_count)
+            gpus[n.gpu_model] = gpus.get(n.gpu_model, 0) + n.gpu_count
     models = sorted(most)
     gpu_idx = [i for i, p in enumerate(pods) if p.gpu_count > 0]
     chosen = (
@@ -90,7 +93,9 @@ def gpuspec(pods: Sequence[TracePod], pct: float, nodes: Sequence[TraceNode], *,
         if i in chosen:
             able = [m for m in models if most[m] >= p.gpu_count]
             k = min(len(able), int(rng.integers(1, 4)))
-            spec = tuple(sorted(rng.choice(able, size=k, replace=False).tolist())) if able else ()
+            weights = np.array([gpus[m] for m in able], dtype=np.float64)
+            chosen_models = rng.choice(able, size=k, replace=False, p=weights / weights.sum()) if able else []
+            spec = tuple(sorted(str(m) for m in chosen_models))
             p = dataclasses.replace(p, allowed_models=spec)
         out.append(p)
     return _rename(out, rng)

@@ -208,12 +208,14 @@ def test_frag_module_imports_only_stdlib_numpy_and_the_engine():
     }
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(policy=st.sampled_from(("fgd", "portal")), pods=st.lists(pod_strategy, min_size=2, max_size=25))
 def test_cached_scores_choose_like_a_fresh_placer(policy, pods):
     """Score caches (per shape, per node version) never change a decision."""
     nodes = nodes_of(("a", "T4", 2, 16000, 65536), ("b", "A10", 8, 64000, 131072), ("c", "V100", 4, 32000, 65536))
-    typical = typical_pods([(1000, 500, 1, ()), (2000, 1000, 1, ()), (8000, 1000, 4, ()), (4000, 0, 0, ())])
+    typical = typical_pods(
+        [(1000, 500, 1, ()), (2000, 1000, 1, ("T4",)), (8000, 1000, 4, ()), (4000, 0, 0, ()), (1000, 250, 1, ("A10",))]
+    )
     live = placer(nodes, policy, typical)
     history: list[tuple[PodRequest, frag.Choice]] = []
     for pod in pods:
