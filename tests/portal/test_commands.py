@@ -65,3 +65,31 @@ def test_dump_snapshot_reproduces_the_next_cycle_offline(world, tmp_path):
     cycle_run(now=timezone.now(), backend=SimulatedCluster())
     live = sorted(str(pk) for pk in Job.objects.filter(state="Admitted").values_list("pk", flat=True))
     assert live == admitted
+
+
+class OneTick:
+    """A stop event that lets the loop run exactly one iteration."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def wait(self, timeout):
+        self.calls += 1
+        return self.calls > 1
+
+
+@pytest.mark.django_db(transaction=True)  # the loop closes stale connections, as a long-lived thread must
+def test_the_demo_loop_runs_the_beat_tasks_in_process():
+    from tests.factories import build_world
+
+    world = build_world()
+    from billing.models import CapacitySnapshot
+    from portal.jobs.management.commands.rundemo import scheduler_loop
+    from scheduling.models import CycleRun
+
+    job = world.submit(gpu=1)
+    scheduler_loop(OneTick(), 0.01)
+    job.refresh_from_db()
+    assert job.state == "Admitted"
+    assert CycleRun.objects.count() == 1
+    assert CapacitySnapshot.objects.exists()

@@ -55,7 +55,7 @@ class Command(BaseCommand):
         stop = threading.Event()
         thread = threading.Thread(
             target=scheduler_loop,
-            args=(stop, interval, settings.METERING_INTERVAL_S),
+            args=(stop, interval),
             daemon=True,
             name="scheduler",
         )
