@@ -93,6 +93,31 @@ def memory_mib_of(value: str | int | None) -> int:
     return int(quantity(value) / Decimal(2**20))
 
 
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def valid_label(key: str, value: str) -> bool:
+    """Whether ``key: value`` is a syntactically valid Kubernetes label (so a pod create cannot get 422)."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and not _LABEL_PREFIX.match(prefix):
+        return False
+    return bool(_LABEL_NAME.match(name)) and (value == "" or bool(_LABEL_NAME.match(value)))
+
+
+def user_labels(labels: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """A job's own labels that may go on its pods: valid, and not in the portal's reserved keys."""
+    return {
+        key: value
+        for key, value in labels
+        if isinstance(key, str)
+        and isinstance(value, str)
+        and valid_label(key, value)
+        and not key.startswith(LABEL_PREFIX)
+        and key != MANAGED_BY[0]
+    }
+
+
 def pod_name(job_id: int, attempt: int, replica: int) -> str:
     """Deterministic, so a retried create answers 409 AlreadyExists instead of starting a job twice.
 
@@ -376,6 +401,7 @@ class PodJob:
     memory_mib: int
     tolerations: tuple[Mapping, ...] = ()
     node_selector: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # the job's own (project, cost center), for cluster-side tools
 
 
 def _toleration(t: Mapping) -> dict:
@@ -472,6 +498,7 @@ def pod_manifest(
             "name": name,
             "namespace": job.namespace,
             "labels": {
+                **user_labels(job.labels),
                 MANAGED_BY[0]: MANAGED_BY[1],
                 LABEL_JOB: str(job.job_id),
                 LABEL_ATTEMPT: str(job.attempt),

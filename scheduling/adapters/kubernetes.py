@@ -381,6 +381,7 @@ class KubernetesBackend:
             memory_mib=job.memory_mib,
             tolerations=tuple(job.tolerations or ()),
             node_selector=tuple(sorted((job.node_selector or {}).items())),
+            labels=tuple(sorted((getattr(job, "labels", None) or {}).items())),
         )
 
     def pods_for(self, job: Job) -> list[dict]:
@@ -467,8 +468,26 @@ class KubernetesBackend:
         job = Job.objects.select_related("team", "local_queue").filter(pk=job_id).first()
         if job is None or job.state not in ACTIVE_STATES:
             return
-        for manifest in self.pods_for(job):
-            self.create_and_bind(manifest)
+        self._start_pods(job, self.pods_for(job))
+
+    def _start_pods(self, job: Job, manifests: list[dict]) -> int:
+        """Create and bind ``manifests``; returns pods created. A refusal (403 RBAC, 422 invalid) is
+        logged and skipped so other jobs still start: the sweeper requeues the job if it persists.
+        Retryable failures (:class:`ClusterApiError`) propagate, and the task retries."""
+        created = 0
+        for manifest in manifests:
+            try:
+                created += self.create_and_bind(manifest).created
+            except ApiException as exc:
+                logger.warning(
+                    "kubernetes: job %s: cannot start pod %s/%s: %s %s",
+                    job.pk,
+                    manifest["metadata"]["namespace"],
+                    manifest["metadata"]["name"],
+                    exc.status,
+                    exc.reason,
+                )
+        return created
 
     def delete_pod(self, namespace: str, name: str, *, grace_s: int) -> bool:
         """Delete one pod with a grace period; False if it was already gone."""
@@ -534,16 +553,15 @@ class KubernetesBackend:
             if current is not None and ko.pod_phase(pod) in ("Succeeded", "Failed"):
                 continue  # holds nothing; kept so its logs can be read (the cluster's pod GC removes it)
             meta = pod["metadata"]
-            if self.delete_pod(meta["namespace"], meta["name"], grace_s=self.options.grace_s):
-                counts["deleted"] += 1
+            try:
+                counts["deleted"] += self.delete_pod(meta["namespace"], meta["name"], grace_s=self.options.grace_s)
+            except ApiException as exc:
+                logger.warning("kubernetes: cannot delete orphan %s/%s: %s", meta["namespace"], meta["name"], exc)
         admitted = [job_id for job_id, (_, state) in jobs.items() if state == JobState.ADMITTED]
         for job in Job.objects.select_related("team", "local_queue").filter(pk__in=admitted, state=JobState.ADMITTED):
             existing = by_key.get((job.pk, job.attempt), set())
-            for manifest in self.pods_for(job):
-                if manifest["metadata"]["name"] in existing:
-                    continue
-                result = self.create_and_bind(manifest)
-                counts["created"] += result.created
+            missing = [m for m in self.pods_for(job) if m["metadata"]["name"] not in existing]
+            counts["created"] += self._start_pods(job, missing)
         return counts
 
     # -- inspection (manage.py cluster_check) -----------------------------------------------------

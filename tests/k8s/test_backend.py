@@ -377,3 +377,27 @@ def test_a_cache_whose_watch_died_is_relisted_before_it_is_read(kworld, kube, ba
     assert backend.node_informer.relists == relists + 1
     assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
     assert backend.node_informer._thread.is_alive()  # watching again
+
+
+def test_a_namespace_that_refuses_pods_does_not_hold_up_other_teams(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.fail("POST", r"^/api/v1/namespaces/team-nlp/pods$", status=403, times=1000)  # an RBAC gap
+    refused = kworld.submit("nlp", gpu=1)
+    started = kworld.submit("vision", gpu=1)
+    cycle(backend, kube)
+    assert len(pods_of(kube, started)) == 1
+    assert pods_of(kube, refused) == []
+    assert Job.objects.get(pk=refused.pk).state == JobState.ADMITTED  # the sweeper requeues it in time
+
+
+def test_the_jobs_own_labels_go_on_its_pods_but_never_over_the_portals(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=1, labels=(("project", "vision-2026"), ("cost-center", "cc-42")))
+    Job.objects.filter(pk=job.pk).update(labels={**job.labels, "gpu-portal.io/team": "someone-else", "bad key!": "x"})
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, job)
+    labels = pod["metadata"]["labels"]
+    assert labels["project"] == "vision-2026"
+    assert labels["cost-center"] == "cc-42"
+    assert labels[ko.LABEL_TEAM] == "vision"
+    assert "bad key!" not in labels
