@@ -18,26 +18,7 @@ from portal.jobs.services import (
 )
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
-
-# Pod-spec fields a user might try to smuggle in. Pods the portal creates follow the "restricted" Pod
-# Security Standard, so none of these can be set; naming them gives a clear 400 instead of silence.
-FORBIDDEN_POD_FIELDS = {
-    "privileged": "privileged containers are not allowed (restricted Pod Security Standard)",
-    "host_path": "hostPath volumes are not allowed (restricted Pod Security Standard)",
-    "hostPath": "hostPath volumes are not allowed (restricted Pod Security Standard)",
-    "host_network": "hostNetwork is not allowed (restricted Pod Security Standard)",
-    "hostNetwork": "hostNetwork is not allowed (restricted Pod Security Standard)",
-    "host_pid": "hostPID is not allowed (restricted Pod Security Standard)",
-    "hostPID": "hostPID is not allowed (restricted Pod Security Standard)",
-    "host_ipc": "hostIPC is not allowed (restricted Pod Security Standard)",
-    "hostIPC": "hostIPC is not allowed (restricted Pod Security Standard)",
-    "capabilities": "adding capabilities is not allowed (restricted Pod Security Standard)",
-    "security_context": "the security context is fixed by the portal (restricted Pod Security Standard)",
-    "securityContext": "the security context is fixed by the portal (restricted Pod Security Standard)",
-    "volumes": "volumes cannot be set through the job API",
-    "run_as_user": "pods run as a non-root user chosen by the portal",
-    "runAsUser": "pods run as a non-root user chosen by the portal",
-}
+from scheduling.adapters.pod_security import job_request_violations
 
 
 class PlacementSerializer(serializers.ModelSerializer):
@@ -146,11 +127,11 @@ class JobCreateSerializer(serializers.Serializer):
     def to_internal_value(self, data):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
-        errors = {}
+        # Pods follow the restricted Pod Security Standard: a field that would weaken it, at any depth,
+        # is named in a 400 rather than silently dropped. The namespace is checked against the team later.
+        errors = {path: [message] for path, message in job_request_violations(data).items() if path != "namespace"}
         for key in data:
-            if key in FORBIDDEN_POD_FIELDS:
-                errors[key] = [FORBIDDEN_POD_FIELDS[key]]
-            elif key not in self.fields:
+            if key not in self.fields and key not in errors and not any(p.startswith(f"{key}.") for p in errors):
                 errors[key] = ["unknown field"]
         if errors:
             raise serializers.ValidationError(errors)
