@@ -46,8 +46,8 @@ from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from scheduling.adapters import k8s_objects as ko
 from scheduling.adapters.backends import Observation
+from scheduling.adapters.orm import placement_from_row
 from scheduling.engine.model import ForeignUsage, GpuNode
-from scheduling.engine.model import ReplicaPlacement as EnginePlacement
 
 logger = logging.getLogger(__name__)
 
@@ -391,15 +391,7 @@ class KubernetesBackend:
             ko.pod_manifest(
                 pod_job,
                 p.replica,
-                EnginePlacement(
-                    node=p.node,
-                    gpu_indices=tuple(p.gpu_indices),
-                    gpu_milli=p.gpu_milli,
-                    mig_profile=p.mig_profile or None,
-                    mig_slot=p.mig_slot,
-                    cpu_milli=p.cpu_milli,
-                    memory_mib=p.memory_mib,
-                ),
+                placement_from_row(p),
                 scheduler_name=self.options.scheduler_name,
                 run_as_user=self.options.run_as_user,
             )
