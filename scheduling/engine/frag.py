@@ -68,7 +68,7 @@ DEFAULT_POPULARITY = 0.95  # the paper's typical-pod coverage threshold
 PORTAL_POPULARITY = 0.95  # portal's typical-pod coverage
 PORTAL_MEMORY = False  # whether portal's table keys shapes by memory too
 _MAX_AFFINITY = 9  # clustering tags: 0 = sharing pod, k = pod of k whole GPUs (k <= 8)
-_LEX = 1e6  # weight of the primary (integer) score in portal's lexicographic key
+_LEX = 1e9  # weight of the primary (integer) score in portal's lexicographic key
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +106,15 @@ class PortalTuning:
 
     demand_weighted: bool = False  # weight typical pods by GPU demand instead of by count
     exact: bool = True  # rank nodes by the exact fragmentation decrease (False: FGD's integer sigmoid)
-    tie: str = "bestfit"  # among (near-)ties: "bestfit" (least free GPU, then CPU) or "rank" (node order)
+    tie: str = "rank"  # among (near-)ties: "bestfit" (least free GPU, then CPU) or "rank" (node order)
     near_milli: float = 1e-6  # decreases within this many milli-GPU of the best count as ties
     measure: str = "stranded"  # "stranded" (copies that still fit, CPU-aware) or "fgd"
     primary: str = "fgd"  # "fgd": FGD's integer score decides first, the measure breaks its ties; "none"
     primary_gpu_weight: float = 0.0  # the reference's GpuResWeight for the primary table (0 = FGD's)
     primary_slack: int = 0  # FGD scores within this many points of the best count as tied
+    share_secondary: str = "devicefit"  # sharing pods' secondary key: "devicefit" (tightest device) or "measure"
+    cpu_secondary: str = "measure"  # CPU-only pods' secondary key: the "measure" or "leastgpu" first
+    device_rule: str = "key"  # sharing pods: device by the full key, or by the "measure" alone
     device_tie: str = "first"  # sharing pods, equally good devices: "first" index or "bestfit" (fullest)
 
 
@@ -747,6 +750,13 @@ class Placer:
             score = before[ni] - after
             if fgd:
                 score = _sigmoid_score(score)
+            if self._lexicographic and self.tuning.share_secondary == "devicefit":
+                score = -(gpu[ni, di] - pod.gpu_milli).astype(np.float64)  # tightest device wins
+            elif self._lexicographic and self.tuning.share_secondary == "none":
+                score = np.zeros_like(score)  # FGD's score alone; node ties go to the tie rule
+            elif self._lexicographic and self.tuning.share_secondary == "devicefit+measure":
+                # Tightest device first; the measure (|decrease| < 10^4 milli) breaks its ties.
+                score = -1e4 * (gpu[ni, di] - pod.gpu_milli) + score
             if primary_after is not None:
                 score = score + _LEX * _sigmoid_score(self._primary_before(idx)[ni] - primary_after)
             delta = np.full((k, d), -np.inf)
@@ -758,6 +768,12 @@ class Placer:
                 primary_kd[ni, di] = primary_after
             device = np.argmax(delta, axis=1)  # first best device
             best = delta[np.arange(k), device]
+            if self._lexicographic and self.tuning.device_rule == "measure":
+                # Device by the measure alone (FGD's score only ranks nodes).
+                finite = np.isfinite(delta)
+                secondary = np.where(finite, delta - _LEX * np.round(np.where(finite, delta, 0) / _LEX), -np.inf)
+                device = np.argmax(secondary, axis=1)
+                best = delta[np.arange(k), device]
             if self.policy == "portal" and self.tuning.device_tie == "bestfit":
                 # Among equally good devices, the fullest one (keeps emptier devices whole).
                 tied = delta >= best[:, None] - self.tuning.near_milli
@@ -772,6 +788,9 @@ class Placer:
         delta = before - after
         if fgd:
             delta = _sigmoid_score(delta)
+        if self._lexicographic and pod.gpu_count == 0 and self.tuning.cpu_secondary == "leastgpu":
+            # CPU-only pods: nodes with the least free GPU first (keep CPU where GPUs are still free).
+            delta = -1e4 * self._gpu_free_total[idx] + delta
         if primary_after is not None:
             delta = delta + _LEX * _sigmoid_score(self._primary_before(idx) - primary_after)
         primary = np.full(k, np.nan) if primary_after is None else primary_after
