@@ -2,7 +2,8 @@
 
 Reference: Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
 Gradient Descent", USENIX ATC '23, and its public simulator (hkust-adsl/kubernetes-scheduler-simulator),
-whose scoring semantics this module reproduces: integer scores, first-best device, random tie-breaks.
+whose scoring semantics this module reproduces: integer scores, first-best device, and ties going to
+the first node of a per-seed random node order.
 
 API (stable; pure: stdlib + numpy only, no clock, all randomness from a caller-seeded generator)
 ------------------------------------------------------------------------------------------------
@@ -16,7 +17,11 @@ API (stable; pure: stdlib + numpy only, no clock, all randomness from a caller-s
 ``TypicalPod``              one entry of the target workload (resources + frequency) FGD plans for.
 ``typical_pods(requests)``  the paper's target workload from a pod list: distinct resource shapes by
                             popularity until 95 % of pods are covered, frequencies renormalised.
-``Placer(nodes, policy, typical=..., rng=...)``
+``target_workload(policy, requests)``  the table to pass as ``typical`` for a policy (all use FGD's).
+``fragmentation_milli(...)``  FGD's cluster fragmentation of a given free-capacity state.
+``Placer(nodes, policy, typical=..., node_rank=..., rng=..., tuning=PortalTuning())``
+    ``typical`` is required for ``fgd``/``portal`` (and gives every policy ``.frag_milli()``);
+    ``node_rank`` (N,) orders ties (lowest wins; ``None`` = uniformly random with ``rng``).
     ``.select(pod) -> Choice | None``  best node and devices for one pod; no state change. ``None`` when
                                        no node fits (CPU, memory, GPU model, free devices).
     ``.bind(pod, choice)``             take the capacity; ``.release(pod, choice)`` gives it back.
@@ -34,7 +39,8 @@ Algorithm (per pod, as the paper's simulator does it)
 1. Filter: CPU and memory free, GPU model allowed, enough devices with ``gpu_milli`` free (whole pods
    need fully free devices).
 2. Score every feasible node with the policy (integer scores 0..100 like the Kubernetes framework).
-3. Pick the highest score; ties are broken uniformly at random (kube-scheduler ``selectHost``).
+3. Pick the highest score; ties go to the lowest ``node_rank`` (the reference simulator shuffles node
+   names per seed and keeps the first best node), or uniformly at random without a rank.
 4. Devices: a sharing pod takes the device its policy prefers (FGD: the first device that minimises the
    node's fragmentation; Random: a random fitting device; others: best fit, the fitting device with the
    least free milli, first on ties); whole-GPU pods take the lowest-indexed fully free devices.
@@ -44,10 +50,13 @@ FGD's fragmentation of a node for the typical pods ``t`` (frequency ``p_t``), in
 GPU model not allowed, too few devices with enough free milli, or ``t`` is CPU-only), else the free milli
 on devices too small for ``t``. Score = ``int(100 * sigmoid((F_before - F_after) / 1000))``.
 
-``portal`` (our default) keeps FGD's objective but (a) compares the exact fragmentation delta instead
-of a truncated sigmoid, (b) weights typical pods by their GPU demand (a pod that needs more GPUs
-strands more capacity when it cannot fit), and (c) breaks near-ties by best fit (least free GPU, then
-least free CPU) before falling back to randomness. See docs/simulator.md for the measurements.
+``portal`` (our default) keeps FGD's decision and only refines its ties (its 0..100 integer scores tie
+a lot): key = (FGD's integer score, secondary, node order). The secondary key is, for a GPU-sharing pod,
+the tightest device (least milli left on the device after placement), and for other pods the
+decrease of *stranded* GPU: for each typical pod, the GPU the node could not fill with copies of it
+given devices, CPU and memory together (FGD only asks whether one copy fits, so it misses a node
+whose CPU will run out before its GPUs). ``PortalTuning`` holds the knobs; the defaults are the
+measured best (docs/simulator.md lists what was tried).
 """
 
 from __future__ import annotations
