@@ -22,6 +22,8 @@ from portal.jobs.models import (
 )
 from portal.jobs.states import CANCELLABLE_STATES, IllegalTransition, JobState, check_transition
 from portal.tenants.models import Team
+from scheduling.engine.admission import pending_limit_error
+from scheduling.engine.model import LocalQueue as EngineLocalQueue
 
 MAX_GPUS_PER_REPLICA = 64
 MAX_REPLICAS = 1024
@@ -139,12 +141,11 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
         queue = LocalQueue.objects.select_for_update().get(pk=spec.local_queue.pk)
         if queue.max_pending_jobs is not None:
             pending = Job.objects.filter(local_queue=queue, state=JobState.PENDING).count()
-            if pending >= queue.max_pending_jobs:
-                raise ServiceError(
-                    f"queue {queue.name!r} already has {pending} pending jobs (limit {queue.max_pending_jobs})",
-                    field="queue",
-                    status_code=409,
-                )
+            engine_queue = EngineLocalQueue(
+                name=queue.name, team=spec.team.slug, cluster_queue="", max_pending=queue.max_pending_jobs
+            )
+            if error := pending_limit_error(engine_queue, pending):
+                raise ServiceError(error, field="queue", status_code=409)
         job = Job.objects.create(
             name=spec.name,
             owner=owner,

@@ -152,7 +152,7 @@ def test_max_pending_jobs_per_queue_is_enforced_at_submission(api, world):
     assert submit(alice).status_code == 201
     refused = submit(alice)
     assert refused.status_code == 409
-    assert "already has 2 pending jobs (limit 2)" in refused.json()["errors"]["queue"][0]
+    assert "queue default already has 2 pending jobs, its limit is 2" in refused.json()["errors"]["queue"][0]
     assert Job.objects.count() == 2
 
 
