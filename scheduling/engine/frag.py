@@ -52,10 +52,11 @@ on devices too small for ``t``. Score = ``int(100 * sigmoid((F_before - F_after)
 
 ``portal`` (our default) keeps FGD's decision and only refines its ties (its 0..100 integer scores tie
 a lot): key = (FGD's integer score, secondary, node order). The secondary key is, for a GPU-sharing pod,
-the tightest device (least milli left on the device after placement), and for other pods the
-decrease of *stranded* GPU: for each typical pod, the GPU the node could not fill with copies of it
-given devices, CPU and memory together (FGD only asks whether one copy fits, so it misses a node
-whose CPU will run out before its GPUs). ``PortalTuning`` holds the knobs; the defaults are the
+the tightest device (least milli left on the device after placement); for a CPU-only pod, the least
+free GPU on the node, then the least free CPU (CPU stays free where GPUs are still free); for other
+pods the decrease of *stranded* GPU: for each typical pod, the GPU the node could not fill with
+copies of it given devices, CPU and memory together (FGD only asks whether one copy fits, so it
+misses a node whose CPU will run out before its GPUs). ``PortalTuning`` holds the knobs; the defaults are the
 measured best (docs/simulator.md lists what was tried).
 """
 
@@ -122,7 +123,9 @@ class PortalTuning:
     primary_gpu_weight: float = 0.0  # the reference's GpuResWeight for the primary table (0 = FGD's)
     primary_slack: int = 0  # FGD scores within this many points of the best count as tied
     share_secondary: str = "devicefit"  # sharing pods' secondary key: "devicefit" (tightest device) or "measure"
-    cpu_secondary: str = "measure"  # CPU-only pods' secondary key: the "measure" or "leastgpu" first
+    # CPU-only pods' secondary key: "leastgpu+bestfit" (least free GPU, then least free CPU: keep CPU
+    # where GPUs are still free), "leastgpu" (then the measure) or the "measure".
+    cpu_secondary: str = "leastgpu+bestfit"
     device_rule: str = "key"  # sharing pods: device by the full key, or by the "measure" alone
     device_tie: str = "first"  # sharing pods, equally good devices: "first" index or "bestfit" (fullest)
 
@@ -800,6 +803,8 @@ class Placer:
         if self._lexicographic and pod.gpu_count == 0 and self.tuning.cpu_secondary == "leastgpu":
             # CPU-only pods: nodes with the least free GPU first (keep CPU where GPUs are still free).
             delta = -1e4 * self._gpu_free_total[idx] + delta
+        elif self._lexicographic and pod.gpu_count == 0 and self.tuning.cpu_secondary == "leastgpu+bestfit":
+            delta = -1e4 * self._gpu_free_total[idx] - 0.05 * cpu  # 0.05 * cpu < 1e4: CPU only breaks ties
         if primary_after is not None:
             delta = delta + _LEX * _sigmoid_score(self._primary_before(idx) - primary_after)
         primary = np.full(k, np.nan) if primary_after is None else primary_after
