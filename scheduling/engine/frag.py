@@ -427,7 +427,7 @@ class Placer:
     _gpu_full: np.ndarray = field(init=False)  # (N,) fully free devices
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
     _measure: Callable[..., np.ndarray] = field(init=False)
-    _score_caches: dict[tuple[int, int, int], _ScoreCache] = field(init=False)
+    _score_caches: dict[tuple[int, int, int, int], _ScoreCache] = field(init=False)
     _model_masks: dict[tuple[str, ...], np.ndarray] = field(init=False)
 
     def __post_init__(self) -> None:

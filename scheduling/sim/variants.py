@@ -94,8 +94,10 @@ def gpuspec(pods: Sequence[TracePod], pct: float, nodes: Sequence[TraceNode], *,
             able = [m for m in models if most[m] >= p.gpu_count]
             k = min(len(able), int(rng.integers(1, 4)))
             weights = np.array([gpus[m] for m in able], dtype=np.float64)
-            chosen_models = rng.choice(able, size=k, replace=False, p=weights / weights.sum()) if able else []
-            spec = tuple(sorted(str(m) for m in chosen_models))
+            picked: list[str] = (
+                [str(m) for m in rng.choice(able, size=k, replace=False, p=weights / weights.sum())] if able else []
+            )
+            spec = tuple(sorted(picked))
             p = dataclasses.replace(p, allowed_models=spec)
         out.append(p)
     return _rename(out, rng)
