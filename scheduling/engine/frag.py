@@ -26,6 +26,7 @@ API (stable; pure: stdlib + numpy only, no clock, all randomness from a caller-s
                                        no node fits (CPU, memory, GPU model, free devices).
     ``.bind(pod, choice)``             take the capacity; ``.release(pod, choice)`` gives it back.
     ``.place(pod)``                    select + bind; returns the choice or ``None``.
+    ``.score_nodes(pod, idx)``         the scores ``select`` maximises for nodes ``idx`` (+ devices).
     ``.invalidate()``                  drop cached scores after editing the arrays below directly.
     ``.cpu_free_milli / .memory_free_mib / .gpu_free_milli``  live free-capacity arrays (read only);
                                        ``gpu_free_milli`` is ``(nodes, max_gpus)``; -1 pads absent devices.
@@ -546,6 +547,19 @@ class Placer:
         if pod.is_sharing and device is not None:
             return Choice(pick, (int(device[pick]),), node_score)
         return Choice(pick, self._devices_default(pod, pick), node_score)
+
+    def score_nodes(self, pod: PodRequest, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The scores ``select`` maximises, for the (feasible) nodes ``idx``; higher is better.
+
+        Returns ``(scores, device)``; ``device`` (indexed by node, not by position in ``idx``) is the
+        device FGD/portal would give a GPU-sharing pod, ``None`` for other policies. Random has no
+        scores (all zero). Ties are the caller's to break.
+        """
+        if self.policy in ("fgd", "portal"):
+            return self._frag_scores(pod, idx)
+        if self.policy == "random":
+            return np.zeros(idx.size), None
+        return self._baseline_scores(pod, idx), None
 
     def invalidate(self) -> None:
         """Forget every cached score (call after changing the free-capacity arrays directly)."""

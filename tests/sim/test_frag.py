@@ -228,3 +228,20 @@ def test_cached_scores_choose_like_a_fresh_placer(policy, pods):
         assert got == expected
         if got is not None:
             history.append((pod, got))
+
+
+def test_score_nodes_gives_the_scores_select_maximises():
+    nodes = nodes_of(("free", "T4", 2, 32000, 65536), ("used", "T4", 2, 32000, 65536), ("a10", "A10", 1, 8000, 9999))
+    for policy in POLICIES:
+        p = placer(nodes, policy)
+        p.bind(PodRequest(1000, 0, 500, 1), frag.Choice(1, (0,)))
+        pod = PodRequest(1000, 0, 500, 1, ("T4",))
+        idx = np.flatnonzero(p.feasible(pod))
+        scores, device = p.score_nodes(pod, idx)
+        assert scores.shape == idx.shape
+        choice = p.select(pod)
+        assert choice is not None
+        if policy != "random":
+            assert scores[list(idx).index(choice.node)] == scores.max()
+        if device is not None:
+            assert choice.gpu_indices == (int(device[choice.node]),)
