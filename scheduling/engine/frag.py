@@ -63,7 +63,6 @@ measured best (docs/simulator.md lists what was tried).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -895,7 +894,3 @@ def fragmentation_milli(
     rows = np.where(nodes.model_ids >= 0, nodes.model_ids, len(nodes.models))
     mem = nodes.memory_mib if memory_free_mib is None else memory_free_mib
     return float(_frag_milli(cpu_free_milli, mem, gpu_free_milli, rows, tp).sum())
-
-
-def sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
