@@ -92,14 +92,13 @@ class FragPlugin:
         if self.placer is None or ctx.shape.kind == "mig":
             return score_binpack(ctx)
         pod = _pod_of(ctx.shape)
-        if self.frag_policy in ("fgd", "portal"):
-            scores, device = self.placer._frag_scores(pod, ctx.idx)
-            self._device = device
-            self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
-            return np.asarray(scores, dtype=np.float64)
         if self.frag_policy == "packing" and pod.gpu_milli <= 0:
             return np.zeros(len(ctx.idx))
-        return np.asarray(self.placer._baseline_scores(pod, ctx.idx), dtype=np.float64)
+        scores, device = self.placer.score_nodes(pod, ctx.idx)
+        if self.frag_policy in ("fgd", "portal"):
+            self._device = device
+            self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        return np.asarray(scores, dtype=np.float64)
 
     def pick(self, cluster: Cluster, i: int, shape: Shape, workload_id: str) -> DevicePick | None:
         if (
