@@ -59,7 +59,8 @@ def write_summary(path: Path, summary: dict[str, Any]) -> None:
 
 
 def _figure_html(fig: Any, first: bool) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs="cdn" if first else False)
+    # The first chart carries plotly.js inline, so the report opens offline (no CDN).
+    return fig.to_html(full_html=False, include_plotlyjs=first)
 
 
 def write_arrival_report(path: Path, summary: dict[str, Any]) -> None:

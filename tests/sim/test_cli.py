@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 from scheduling.sim import table
 from scheduling.sim.cli import main, parse_seeds
@@ -80,3 +81,18 @@ def test_the_django_command_passes_its_arguments_to_main(trace_files, tmp_path):
     argv = ["manage.py", "simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(out)]
     Command().run_from_argv([*argv, "--policy", "bestfit", "--seeds", "5", "--no-progress"])
     assert json.loads((out / "summary.json").read_text())["seeds"] == [5]
+
+
+def test_call_command_runs_the_simulator_and_writes_a_self_contained_report(trace_files, tmp_path):
+    from django.core.management import call_command
+
+    nodes, pods = trace_files
+    out = tmp_path / "call"
+    call_command(
+        "simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(out),
+        "--policy", "fgd", "--seeds", "3", "--no-progress",
+    )  # fmt: skip
+    assert json.loads((out / "summary.json").read_text())["seeds"] == [3]
+    report = (out / "report.html").read_text()
+    assert not re.search(r"<script[^>]+src=\"https?://", report)  # nothing fetched from a CDN
+    assert "Plotly" in report  # plotly.js is inline, so the report opens without a network

@@ -18,7 +18,21 @@ class Command(BaseCommand):
         if code:
             raise SystemExit(code)
 
-    def handle(self, *args: Any, **options: Any) -> None:  # call_command("simulate", "--out", ...)
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any):
+        # call_command("simulate", "--out", DIR, ...) goes through Django's parser: let it keep its own
+        # options and hand everything else to the simulator as positional ``args``.
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parse_known = parser.parse_known_args
+
+        def parse_args(args=None, namespace=None):
+            options, rest = parse_known(args, namespace)
+            options.args = rest
+            return options
+
+        parser.parse_args = parse_args
+        return parser
+
+    def handle(self, *args: Any, **options: Any) -> None:
         code = main(list(args))
         if code:
             raise CommandError(f"simulate exited with {code}")
