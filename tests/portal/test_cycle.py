@@ -11,7 +11,7 @@ from billing.services import metering_run
 from portal.jobs.services import job_cancel
 from portal.jobs.states import JobState
 from scheduling.adapters.simulated import SimulatedCluster
-from scheduling.models import CycleRun
+from scheduling.models import CycleRun, SimNode
 from scheduling.services import cycle_run
 
 pytestmark = pytest.mark.django_db
@@ -103,3 +103,20 @@ def test_each_cycle_is_recorded(world):
     assert run.admitted == 1
     assert run.total_gpus == 20
     assert run.allocated_gpus == 1.0
+
+
+@pytest.mark.parametrize(
+    "policy", ["binpack", "spread", "portal", "fgd", "random", "dotprod", "clustering", "packing", "bestfit"]
+)
+def test_every_placement_policy_is_selectable_through_settings(world, settings, policy):
+    settings.PLACEMENT_POLICY = policy
+    SimNode.objects.filter(name="a100-1").update(mig_enabled=True)  # MIG slices only on MIG-mode devices
+    jobs = [
+        world.submit(gpu=0, gpu_milli=500, allowed_gpu_models=(world.models["T4"],)),
+        world.submit(gpu=2),
+        world.submit("nlp", gpu=1, replicas=2),
+        world.submit("nlp", gpu=0, mig_profile="3g.40gb", allowed_gpu_models=(world.models["A100-80GB"],)),
+    ]
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    assert states(*jobs) == [JobState.ADMITTED] * 4, [j.pending_reason for j in jobs]
+    assert jobs[3].placements.get().node == "a100-1"
