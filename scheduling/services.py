@@ -289,7 +289,9 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
             allocated_gpus=allocated,
             total_gpus=sum(n.gpu_count for n in snapshot.nodes),
         )
-        logger.info(
+        # A cycle that changed nothing is routine (every few seconds): keep it out of INFO logs.
+        logger.log(
+            logging.INFO if counts["admitted"] or counts["preempted"] else logging.DEBUG,
             "cycle: %d admitted, %d preempted, %d pending in %.1f ms",
             counts["admitted"],
             counts["preempted"],
