@@ -111,7 +111,11 @@ def api_client_from_settings() -> client.ApiClient:
 
 
 def call(fn: Callable[[], T], *, retries: int, backoff_s: float, what: str) -> T:
-    """Run one API call, retrying retryable failures with exponential backoff; others propagate."""
+    """Run one API call, retrying retryable failures with exponential backoff; others propagate.
+
+    ``retries`` counts attempts; anything below 1 still makes one (``K8S_API_RETRIES=0``: no retry).
+    """
+    retries = max(1, retries)
     for attempt in range(retries):
         try:
             return fn()

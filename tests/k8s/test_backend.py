@@ -10,12 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import TestCase
 from django.utils import timezone
+from kubernetes.client.exceptions import ApiException
 
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.services import job_cancel
 from portal.jobs.states import JobState
 from scheduling.adapters import k8s_objects as ko
-from scheduling.adapters.kubernetes import ClusterApiError, KubernetesBackend
+from scheduling.adapters.kubernetes import ClusterApiError, KubernetesBackend, call
 from scheduling.adapters.pod_security import pod_spec_violations
 from scheduling.engine.model import ReplicaPlacement
 from scheduling.services import cluster_sync, cycle_run, jobs_sweep
@@ -401,3 +402,17 @@ def test_the_jobs_own_labels_go_on_its_pods_but_never_over_the_portals(kworld, k
     assert labels["cost-center"] == "cc-42"
     assert labels[ko.LABEL_TEAM] == "vision"
     assert "bad key!" not in labels
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_with_retries_off_a_call_is_made_once_and_a_failure_is_a_cluster_error(retries):
+    calls = []
+
+    def fails():
+        calls.append(1)
+        raise ApiException(status=503)
+
+    assert call(lambda: "ok", retries=retries, backoff_s=0, what="get") == "ok"
+    with pytest.raises(ClusterApiError):
+        call(fails, retries=retries, backoff_s=0, what="get")
+    assert len(calls) == 1
