@@ -164,6 +164,7 @@ def hour_pieces(start: datetime, end: datetime) -> list[tuple[int, int]]:
 
 DURATION_RE = re.compile(r"^(\d+)([mhdw])$")
 UNIT_S = {"m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+MAX_WINDOW = timedelta(days=400)
 
 
 class WindowError(ValueError):
@@ -212,7 +213,20 @@ def parse_window(text: str, now: datetime) -> tuple[datetime, datetime]:
     current hour, so usage up to ``now`` is included.
     """
     text = (text or "").strip().lower()
-    now = now.astimezone(UTC)
+    try:
+        start, end = _window_bounds(text, now.astimezone(UTC))
+    except WindowError:
+        raise
+    except (ValueError, OverflowError, OSError):  # a date past what datetime can hold
+        raise WindowError(f"{text!r} is not a window between the years 1 and 9999") from None
+    if start >= end:
+        raise WindowError("the window's start must be before its end")
+    if end - start > MAX_WINDOW:
+        raise WindowError("windows are limited to 400 days")
+    return start, end
+
+
+def _window_bounds(text: str, now: datetime) -> tuple[datetime, datetime]:
     end = _ceil_hour(now)
     if text in ("", "today"):
         start = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -236,11 +250,9 @@ def parse_window(text: str, now: datetime) -> tuple[datetime, datetime]:
         seconds = parse_duration_s(text)
         if seconds < 3600:
             raise WindowError("the shortest window is 1h")
+        if seconds > MAX_WINDOW.total_seconds():
+            raise WindowError("windows are limited to 400 days")
         start = end - timedelta(seconds=seconds)
-    if start >= end:
-        raise WindowError("the window's start must be before its end")
-    if end - start > timedelta(days=400):
-        raise WindowError("windows are limited to 400 days")
     return start, end
 
 
@@ -254,6 +266,8 @@ def parse_step_hours(text: str | None, window: tuple[datetime, datetime]) -> int
     if seconds % 3600:
         raise WindowError("steps are whole hours (1h, 6h, 1d, 1w)")
     hours = seconds // 3600
+    if not 1 <= hours <= MAX_WINDOW.days * 24:
+        raise WindowError("steps are between 1h and 400 days")
     if math.ceil(window_hours / hours) > 10_000:
         raise WindowError("too many steps: use a longer step or a shorter window")
     return hours
@@ -263,7 +277,7 @@ def step_windows(start: datetime, end: datetime, step_hours: int) -> list[tuple[
     windows = []
     cursor = start
     while cursor < end:
-        nxt = min(cursor + timedelta(hours=step_hours), end)
+        nxt = cursor + min(timedelta(hours=step_hours), end - cursor)  # never past ``end``: no overflow near year 9999
         windows.append((cursor, nxt))
         cursor = nxt
     return windows

@@ -141,6 +141,28 @@ def test_bad_parameters_answer_400_with_the_reason(world, api):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"window": "1000000d"},
+        {"window": "99999999999999,1"},
+        {"window": "9999-12-31T23:30:00Z,9999-12-31T23:50:00Z"},
+        {"window": "7d", "step": "0h"},
+        {"window": "7d", "step": "999999w"},
+    ],
+)
+def test_windows_and_steps_out_of_range_answer_400_not_500(world, api, params):
+    response = api("alice").get("/api/v1/cost/allocation", params)
+    assert response.status_code == 400, response.content
+
+
+@pytest.mark.django_db
+def test_a_step_longer_than_what_is_left_of_a_window_at_the_end_of_time_is_one_step(world, api):
+    body = get_json(api("alice"), window="9999-12-30T00:00:00Z,9999-12-31T00:00:00Z", step="1w")
+    assert len(body["data"]) == 1
+
+
+@pytest.mark.django_db
 def test_idle_is_capacity_not_allocated_shown_or_shared(world, api):
     # Recorded capacity: 16 A100 on-demand and 4 T4 spot from Oct 1st on (the world's simulated nodes).
     from scheduling.adapters.simulated import SimulatedCluster

@@ -32,7 +32,21 @@ def test_windows_are_read_like_opencost_and_aligned_to_hours(text, start, end):
     assert pricing.parse_window(text, NOW) == (start, end)
 
 
-@pytest.mark.parametrize("text", ["7x", "30m", "2026-10-02,2026-10-01", "soon"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "7x",
+        "30m",
+        "2026-10-02,2026-10-01",
+        "soon",
+        "401d",
+        "1000000d",
+        "99999999999999999999d",
+        "99999999999999,1",
+        "0001-01-01T00:00:00+01:00,0001-01-02T00:00:00Z",
+        "9999-12-31T23:30:00Z,9999-12-31T23:50:00Z",
+    ],
+)
 def test_unreadable_windows_say_why(text):
     with pytest.raises(pricing.WindowError):
         pricing.parse_window(text, NOW)
@@ -44,6 +58,9 @@ def test_steps_are_whole_hours():
     assert pricing.parse_step_hours(None, window) == 7 * 24
     with pytest.raises(pricing.WindowError, match="whole hours"):
         pricing.parse_step_hours("30m", window)
+    for text in ("0h", "0d", "401d", "99999999999h"):
+        with pytest.raises(pricing.WindowError, match="between 1h and 400 days"):
+            pricing.parse_step_hours(text, window)
 
 
 @given(st.integers(min_value=0, max_value=10**30), st.integers(min_value=1, max_value=10**20))
