@@ -28,7 +28,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from portal.jobs.models import Job, JobTransition, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
-from scheduling.engine.mig import MEMORY_SLICES
+from scheduling.engine.mig import MEMORY_SLICES, default_device_memory_gib, mig_geometry
 from scheduling.models import CycleRun
 
 WAIT_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
@@ -47,9 +47,13 @@ def _histogram(name: str, doc: str, labels: list[str], buckets, series: dict[tup
     return family
 
 
-def _share(gpu_indices: list, gpu_milli: int, mig_profile: str) -> Decimal:
+def _share(gpu_indices: list, gpu_milli: int, mig_profile: str, device_memory_gib: int) -> Decimal:
     if mig_profile:
-        # The memory share of the device, as the engine charges quota (1g.10gb on 80 GB: 1/8).
+        # The memory share of the device, as the engine charges quota (1g.10gb on 80 GB: 1/8,
+        # 3g.40gb: 1/2, 7g.80gb: the whole device).
+        geometry = mig_geometry(mig_profile, device_memory_gib)
+        if geometry is not None:
+            return Decimal(geometry.gpu_milli) / Decimal(1000)
         return Decimal(1) / Decimal(MEMORY_SLICES) * max(1, int(mig_profile.split("g.", 1)[0]))
     return Decimal(len(gpu_indices) * gpu_milli) / Decimal(1000)
 
@@ -88,19 +92,21 @@ class PortalCollector:
             labels=["cluster_queue", "local_queue", "gpu_model"],
         )
         held: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
-        for cq, team, lq, model, indices, milli, mig in ReplicaPlacement.objects.filter(
+        for cq, team, lq, model, memory_gib, indices, milli, mig in ReplicaPlacement.objects.filter(
             job__state__in=ACTIVE_STATES
         ).values_list(
             "job__local_queue__cluster_queue__name",
             "job__local_queue__team__slug",
             "job__local_queue__name",
             "job__gpu_model__name",
+            "job__gpu_model__memory_gib",
             "gpu_indices",
             "gpu_milli",
             "mig_profile",
         ):
             if indices:
-                held[(cq, f"{team}/{lq}", model or "")] += _share(indices, milli, mig)
+                memory = memory_gib or default_device_memory_gib(model or "")
+                held[(cq, f"{team}/{lq}", model or "")] += _share(indices, milli, mig, memory)
         for key, value in sorted(held.items()):
             gpus.add_metric(list(key), float(value))
         yield gpus

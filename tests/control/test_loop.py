@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 
 import psycopg
 import pytest
@@ -17,6 +18,8 @@ from scheduling import services
 from scheduling.adapters import orm
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.cycle import run_cycle
+from scheduling.engine.mig import mig_geometry
+from scheduling.metrics import _share
 from scheduling.services import (
     CYCLE_LOCK_KEY,
     LostCycleLock,
@@ -150,3 +153,11 @@ def test_a_task_retries_kubernetes_api_errors_then_gives_up(db, kube, settings, 
         KubernetesBackend._instances = {}
     lists = [p for m, p in kube.requests if m == "GET" and p.startswith("/api/v1/nodes")]
     assert len(lists) == 3 * 2  # each run made K8S_API_RETRIES attempts
+
+
+@pytest.mark.parametrize(
+    ("profile", "share"),
+    [("1g.10gb", "0.125"), ("2g.20gb", "0.25"), ("3g.40gb", "0.5"), ("4g.40gb", "0.5"), ("7g.80gb", "1")],
+)
+def test_admitted_gpus_counts_a_mig_slice_as_the_quota_the_engine_charges_for_it(profile, share):
+    assert _share([0], 0, profile, 80) == Decimal(share) == Decimal(mig_geometry(profile, 80).gpu_milli) / 1000
