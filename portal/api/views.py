@@ -45,10 +45,8 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     filterset_class = JobFilter
 
     def get_queryset(self):
-        jobs = job_list(user=self.request.user)
-        if self.action == "list":
-            return jobs.prefetch_related("allowed_gpu_models", "placements")
-        return jobs.prefetch_related("allowed_gpu_models", "placements", "transitions")
+        # JobSerializer nests all three, in lists too.
+        return job_list(user=self.request.user).prefetch_related("allowed_gpu_models", "placements", "transitions")
 
     @extend_schema(request=JobCreateSerializer, responses={201: JobSerializer})
     def create(self, request, *args, **kwargs):

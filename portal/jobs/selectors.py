@@ -45,10 +45,11 @@ def local_queue_list(*, user) -> QuerySet[LocalQueue]:
 def cluster_queue_usage() -> dict[str, dict[str, float]]:
     """GPUs in use per ClusterQueue per GPU model (shares: fractions and MIG slices count partly)."""
     usage: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for job in Job.objects.filter(state__in=ACTIVE_STATES).select_related("local_queue__cluster_queue", "gpu_model"):
+    jobs = Job.objects.filter(state__in=ACTIVE_STATES).select_related("local_queue__cluster_queue", "gpu_model")
+    for job in jobs.prefetch_related("placements"):
         if job.gpu_model is None:
             continue
-        replicas = job.placements.count() or job.replicas
+        replicas = len(job.placements.all()) or job.replicas
         share = job.gpu_share_per_replica
         if job.gpu_memory_gib:
             share = sum(len(p.gpu_indices) for p in job.placements.all()) / max(replicas, 1)

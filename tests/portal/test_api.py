@@ -231,3 +231,36 @@ def test_members_cancel_their_own_jobs_and_team_admins_any_job_of_their_team(api
     other = world.submit("vision", owner="carol")
     assert api("alice").post(f"/api/v1/jobs/{other.pk}/cancel/").status_code == 200  # alice is team-admin
     assert api("admin").post(f"/api/v1/jobs/{alices.pk}/cancel/").status_code == 200
+
+
+def _running(world, job):
+    from django.utils import timezone
+
+    from portal.jobs.models import ReplicaPlacement
+    from portal.jobs.services import job_transition
+
+    now = timezone.now()
+    job_transition(job=job, to_state="Admitted", at=now)
+    job_transition(job=job, to_state="Running", at=now, actor="cluster")
+    Job.objects.filter(pk=job.pk).update(gpu_model=world.models["A100-80GB"])
+    ReplicaPlacement.objects.create(job=job, replica=0, node="a100-0", gpu_indices=[0], gpu_milli=1000)
+
+
+def test_job_and_cluster_queue_lists_cost_the_same_queries_for_any_number_of_jobs(api, world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    alice = api("alice")
+
+    def queries(url):
+        with CaptureQueriesContext(connection) as captured:
+            assert alice.get(url).status_code == 200
+        return len(captured.captured_queries)
+
+    _running(world, world.submit("vision"))
+    few = {url: queries(url) for url in ("/api/v1/jobs/", "/api/v1/cluster-queues/")}
+    for _ in range(3):
+        _running(world, world.submit("vision"))
+    assert {url: queries(url) for url in few} == few
+    cqs = {cq["name"]: cq for cq in alice.get("/api/v1/cluster-queues/").json()["results"]}
+    assert cqs["cq-vision"]["flavors"][0]["used_gpus"] == 4.0
