@@ -155,10 +155,13 @@ def queue_list(request):
 
 def running_intervals(*, since, now) -> list[tuple]:
     """(start, end, gpu_model, gpus) of every Running interval overlapping [since, now]; open ones end now."""
+    # Every Running transition of a job with any event in the window, not only the events in it: a run
+    # that began before ``since`` and was preempted inside the window opened with an older transition.
+    recent = JobTransition.objects.filter(at__gte=since).values("job_id")
     transitions = (
         JobTransition.objects.filter(Q(to_state=JobState.RUNNING) | Q(from_state=JobState.RUNNING))
         .filter(
-            Q(at__gte=since) | Q(job__state__in=[JobState.RUNNING, JobState.ADMITTED]) | Q(job__finished_at__gte=since)
+            Q(job__in=recent) | Q(job__state__in=[JobState.RUNNING, JobState.ADMITTED]) | Q(job__finished_at__gte=since)
         )
         .order_by("job_id", "at", "id")
         .values_list("job_id", "from_state", "to_state", "at", "detail")

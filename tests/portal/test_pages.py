@@ -196,3 +196,22 @@ def test_allocation_buckets_hold_exact_gpu_seconds_even_for_short_jobs():
     assert series["T4"] == [0.25, 0.0, 0.0]
     area_gpu_minutes = sum(series["A100"]) * 60
     assert round(area_gpu_minutes, 3) == 2 * 10 + 80
+
+
+def test_the_allocation_chart_counts_a_run_that_began_before_the_window_and_was_preempted_in_it(world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.jobs.services import job_transition
+    from portal.pages.views import running_intervals
+
+    now = timezone.now()
+    since = now - timedelta(hours=2)
+    job = world.submit("vision", gpu=2)
+    detail = {"gpu_model": "A100-80GB", "gpus": "2"}
+    job_transition(job=job, to_state="Admitted", at=now - timedelta(hours=5), detail=detail)
+    job_transition(job=job, to_state="Running", at=now - timedelta(hours=5), detail=detail)
+    job_transition(job=job, to_state="Preempted", at=now - timedelta(hours=1), reason="preempted")
+    job_transition(job=job, to_state="Pending", at=now - timedelta(hours=1), reason="requeued")
+    assert running_intervals(since=since, now=now) == [(since, now - timedelta(hours=1), "A100-80GB", 2.0)]
