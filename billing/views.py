@@ -165,7 +165,8 @@ def _invoice_context(request, slug: str, year: int, month: int):
         raise Http404("no such team")
     try:
         first = datetime(year, month, 1, tzinfo=UTC)
-    except ValueError:
+        pricing.next_month(first)  # December 9999 ends past what datetime can hold
+    except (ValueError, OverflowError):
         raise Http404("no such month") from None
     now = timezone.now()
     lines = invoice_lines(team=team, month=first, now=now)

@@ -81,6 +81,14 @@ def test_another_teams_invoice_is_not_found(world, logged_in):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("month", ["2026-13", "0-1", "9999-12"])
+def test_an_invoice_for_a_month_that_cannot_exist_is_not_found(world, logged_in, month):
+    client = logged_in("alice")
+    assert client.get(f"/cost/invoice/vision/{month}/").status_code == 404
+    assert client.get(f"/cost/invoice/vision/{month}.csv").status_code == 404
+
+
+@pytest.mark.django_db
 def test_the_budget_banner_context_shows_the_highest_alert_of_the_users_teams(world, rf, settings):
     from django.template.loader import render_to_string
 
