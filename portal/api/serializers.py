@@ -255,16 +255,8 @@ class PriorityClassSerializer(serializers.ModelSerializer):
         fields = ["name", "value", "preemptible", "description"]
 
 
-class FlavorQuotaUpdateSerializer(serializers.Serializer):
-    nominal_gpus = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False)
-    borrowing_limit = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, allow_null=True)
-    lending_limit = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, allow_null=True)
-
-
-class QuotaUpdateSerializer(serializers.Serializer):
-    cpu_quota_milli = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    memory_quota_mib = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    flavors = serializers.DictField(child=FlavorQuotaUpdateSerializer(), required=False)
+class StrictSerializer(serializers.Serializer):
+    """Refuses unknown fields (400 naming them): a misspelt quota field must not be a silent no-op."""
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
@@ -272,3 +264,15 @@ class QuotaUpdateSerializer(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError(unknown)
         return super().to_internal_value(data)
+
+
+class FlavorQuotaUpdateSerializer(StrictSerializer):
+    nominal_gpus = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False)
+    borrowing_limit = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, allow_null=True)
+    lending_limit = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, allow_null=True)
+
+
+class QuotaUpdateSerializer(StrictSerializer):
+    cpu_quota_milli = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    memory_quota_mib = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    flavors = serializers.DictField(child=FlavorQuotaUpdateSerializer(), required=False)

@@ -186,6 +186,15 @@ def test_only_platform_admins_edit_quotas_and_every_change_is_recorded(api, worl
     assert "flavors" in bad.json()["errors"]
 
 
+def test_a_misspelt_quota_field_is_refused_not_ignored(api, world):
+    response = api("admin").patch(
+        "/api/v1/cluster-queues/cq-vision/", {"flavors": {"A100-80GB": {"nominal": 3}}}, format="json"
+    )
+    assert response.status_code == 400, response.json()
+    assert response.json()["errors"]["flavors"] == {"A100-80GB": {"nominal": ["unknown field"]}}
+    assert QuotaChange.objects.count() == 0
+
+
 def test_read_endpoints_for_notebooks(api, world):
     alice = api("alice")
     assert [t["slug"] for t in alice.get("/api/v1/teams/").json()["results"]] == ["vision"]
