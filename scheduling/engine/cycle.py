@@ -40,6 +40,7 @@ from .model import (
     Preemption,
     Reason,
     ReasonKind,
+    ReplicaPlacement,
     Snapshot,
     Workload,
     WorkloadState,
@@ -152,25 +153,29 @@ class _Cycle:
 
     def _held(self, w: Workload) -> dict[str, int]:
         """Quota a running workload holds, from its placements (or its request if it has none)."""
-        request: dict[str, int] = {}
         if w.placements:
-            for p in w.placements:
-                model = w.gpu_model or self._model_of(p.node)
-                if p.gpu_indices and model:
-                    if p.mig_profile:
-                        geometry = self.cluster.mig(p.mig_profile, self.cluster.memory_of(model))
-                        milli = geometry.gpu_milli if geometry else 0
-                    else:
-                        milli = p.gpu_milli
-                    key = gpu_key(model)
-                    request[key] = request.get(key, 0) + milli * len(p.gpu_indices)
-                request[CPU] = request.get(CPU, 0) + p.cpu_milli
-                request[MEMORY] = request.get(MEMORY, 0) + p.memory_mib
-            return {k: v for k, v in request.items() if v}
+            return self._placements_request(w, w.placements)
         shape = self.placer.shape_for(w, w.gpu_model)
         if isinstance(shape, str):
             return {}
         return request_of(shape, w.replicas)
+
+    def _placements_request(self, w: Workload, placements: tuple[ReplicaPlacement, ...]) -> dict[str, int]:
+        """What ``placements`` of ``w`` hold, by resource key (zero amounts left out)."""
+        request: dict[str, int] = {}
+        for p in placements:
+            model = w.gpu_model or self._model_of(p.node)
+            if p.gpu_indices and model:
+                if p.mig_profile:
+                    geometry = self.cluster.mig(p.mig_profile, self.cluster.memory_of(model))
+                    milli = geometry.gpu_milli if geometry else 0
+                else:
+                    milli = p.gpu_milli
+                key = gpu_key(model)
+                request[key] = request.get(key, 0) + milli * len(p.gpu_indices)
+            request[CPU] = request.get(CPU, 0) + p.cpu_milli
+            request[MEMORY] = request.get(MEMORY, 0) + p.memory_mib
+        return {k: v for k, v in request.items() if v}
 
     def _model_of(self, node: str) -> str | None:
         i = self.cluster.index.get(node)
@@ -553,17 +558,24 @@ class _Cycle:
         quota_keys: dict[str, dict[str, str]] = {}
         for cq, limits in self.quota.limits.items():
             quota_keys[cq] = {key: f"{cq}|{key}" for key in limits if f"{cq}|{key}" in needed}
+        pooled_nodes = {node.name for node, ok in zip(cluster.nodes, schedulable.tolist(), strict=True) if ok}
         for holder in self.holders:
             w = holder.workload
             started = w.started_at if w.started_at is not None else self.now
             end = self.now if w.id in victims else max(self.now, started + w.runtime_s)
             qkeys = quota_keys.get(holder.cq, {})
             for key, amount in holder.request.items():
-                if key in events:
-                    events[key].append((end, amount))
                 quota_key = qkeys.get(key)
                 if quota_key is not None:
                     events[quota_key].append((end, amount))
+            released = holder.request
+            if any(p.node not in pooled_nodes for p in holder.placements):
+                # Only capacity on schedulable nodes is in the pool: what a cordoned or vanished node
+                # frees cannot start anything.
+                released = self._placements_request(w, tuple(p for p in holder.placements if p.node in pooled_nodes))
+            for key, amount in released.items():
+                if key in events:
+                    events[key].append((end, amount))
         for key, items in events.items():
             estimator.preload_many(key, items)
         estimator.seal()

@@ -91,6 +91,21 @@ def test_estimated_start_follows_running_jobs_and_queue_order():
     assert (first.position, second.position) == (1, 2)
 
 
+def test_a_job_ending_on_a_cordoned_node_does_not_bring_the_estimated_start_forward():
+    # n1 is full until +9000; the job on cordoned n2 ends at +100, but nothing can start on n2.
+    snap = snapshot(
+        [node("n1", gpus=8), node("n2", gpus=8, cordoned=True)],
+        QUEUE,
+        [lq("a", "q")],
+        [
+            running("long", "a", [("n1", tuple(range(8)))], started=NOW, runtime=9000),
+            running("short", "a", [("n2", tuple(range(8)))], started=NOW, runtime=100),
+            job("j", "a", gpu=8, runtime_s=10),
+        ],
+    )
+    assert pending_info(run_cycle(snap, Policy(), NOW), "j").estimated_start == NOW + 9000
+
+
 def test_a_job_larger_than_the_cluster_has_no_estimated_start():
     snap = snapshot([node("n1", gpus=2)], QUEUE, [lq("a", "q")], [job("huge", "a", gpu=4)])
     info = pending_info(run_cycle(snap, Policy(), NOW), "huge")
