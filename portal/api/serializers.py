@@ -144,7 +144,11 @@ class JobCreateSerializer(serializers.Serializer):
         queue_name = attrs["queue"]
         if "/" in queue_name:
             prefix, queue_name = queue_name.split("/", 1)
-            team_slug = team_slug or prefix
+            if team_slug and prefix != team_slug:
+                raise serializers.ValidationError(
+                    {"queue": [f"{attrs['queue']!r} is a queue of team {prefix!r}, but team is {team_slug!r}"]}
+                )
+            team_slug = prefix
         if team_slug:
             team = teams.filter(slug=team_slug).first()
             if team is None:

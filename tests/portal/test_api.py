@@ -161,6 +161,14 @@ def test_a_member_of_several_teams_must_name_the_team(api, world):
     assert "team" in submit(carol).json()["errors"]
     assert submit(carol, team="nlp").json()["team"] == "nlp"
     assert submit(carol, queue="vision/default").json()["team"] == "vision"
+    assert submit(carol, team="vision", queue="vision/default").json()["team"] == "vision"
+
+
+def test_a_team_and_a_queue_of_another_team_conflict(api, world):
+    response = submit(api("carol"), team="vision", queue="nlp/default")
+    assert response.status_code == 400, response.json()
+    assert "queue of team 'nlp', but team is 'vision'" in response.json()["errors"]["queue"][0]
+    assert Job.objects.count() == 0
 
 
 def test_only_platform_admins_edit_quotas_and_every_change_is_recorded(api, world):
