@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from billing import pricing
@@ -806,16 +805,6 @@ def invoice_lines(*, team: Team, month: datetime, now: datetime) -> list[Invoice
 
 
 # --- summaries kept for the lead's dashboard ----------------------------------------------------------
-
-
-def gpu_hours_by_team(*, teams=None, since: datetime | None = None) -> dict[str, Decimal]:
-    records = UsageRecord.objects.all()
-    if teams is not None:
-        records = records.filter(team__in=teams)
-    if since is not None:
-        records = records.filter(end__gt=since)
-    rows = records.values("team__slug").annotate(gpu_seconds=Sum("gpu_seconds")).order_by("team__slug")
-    return {row["team__slug"]: (row["gpu_seconds"] / Decimal(3600)).quantize(Decimal("0.001")) for row in rows}
 
 
 def gpu_hours_by_team_and_day(*, teams=None, days: int = 14, now: datetime) -> dict[str, dict[str, float]]:
