@@ -434,7 +434,9 @@ class Placer:
             )
             total -= SOFT_TAINT_WEIGHT * soft
         if shape.kind == "cpu":
-            total -= GPU_AVOID_WEIGHT * (self.cluster.gpu_count[cand] > 0)
+            # Strictly above the policy's unit range, as in :meth:`_fast_pick`: at equal weight the
+            # fullest GPU node tied with the emptiest CPU node and won on node order.
+            total -= 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[cand] > 0)
         if remaining > 1 or gang_nodes:
             total += TOPOLOGY_WEIGHT * self._topology(shape, cand, gang_nodes, remaining, eligible)
         if shape.gpus > 1:

@@ -137,6 +137,19 @@ def test_binpack_fills_the_busier_node_and_spread_the_emptier():
     assert nodes_of(place(nodes, [*base, job("j", "a", gpu=1)], Policy(placement="spread")), "j") == ["n1"]
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"replicas": 2}, {"preferred_labels": (("absent", "label", 1),)}],
+    ids=["one replica", "two replicas", "unmatched preference"],
+)
+def test_cpu_only_jobs_avoid_gpu_nodes_even_when_binpack_prefers_the_busier_gpu_node(kwargs):
+    # g (GPU) is busier on CPU than c (CPU-only): binpack's own vote favours g, GPU avoidance must win.
+    nodes = [node("g", gpus=8, cpu=64_000), node("c", None, cpu=64_000)]
+    busy = running("r", "a", [("g", (0,))], cpu=30_000)
+    plan = place(nodes, [busy, job("j", "a", cpu=1000, **kwargs)], Policy(placement="binpack"))
+    assert set(nodes_of(plan, "j")) == {"c"}
+
+
 def test_preferred_affinity_weights_pick_the_node():
     nodes = [node("n1", labels={ZONE: "z1"}), node("n2", labels={ZONE: "z2"})]
     plan = place(nodes, [job("j", "a", gpu=1, preferred_labels=((ZONE, "z2", 50),))])
