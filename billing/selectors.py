@@ -641,7 +641,8 @@ def budget_status_list(*, teams, now: datetime) -> list[BudgetStatus]:
 
 def budget_alert_list(*, teams, now: datetime):
     """This month's budget alerts of the given teams (for the portal's banner and the cost page)."""
-    return BudgetAlert.objects.filter(team__in=teams, month=pricing.month_start(now).date()).select_related("team")
+    alerts = BudgetAlert.objects.filter(team__in=teams, month=pricing.month_start(now).date())
+    return alerts.select_related("team__budget")  # the banner reads the budget's hard stop
 
 
 # --- efficiency --------------------------------------------------------------------------------------------

@@ -89,7 +89,9 @@ def test_an_invoice_for_a_month_that_cannot_exist_is_not_found(world, logged_in,
 
 
 @pytest.mark.django_db
-def test_the_budget_banner_context_shows_the_highest_alert_of_the_users_teams(world, rf, settings):
+def test_the_budget_banner_context_shows_the_highest_alert_of_the_users_teams(
+    world, rf, settings, django_assert_num_queries
+):
     from django.template.loader import render_to_string
 
     from billing.context import budget_alerts
@@ -105,7 +107,8 @@ def test_the_budget_banner_context_shows_the_highest_alert_of_the_users_teams(wo
     request.user = world.users["alice"]
     context = budget_alerts(request)
     assert [a.threshold_pct for a in context["budget_alerts"]] == [100]
-    html = render_to_string("billing/_budget_alerts.html", context)
+    with django_assert_num_queries(0):  # the banner is on every page: no query per alert
+        html = render_to_string("billing/_budget_alerts.html", context)
     assert "new jobs will not start" in html
     request.user = world.users["bob"]
     assert budget_alerts(request)["budget_alerts"] == []
