@@ -43,7 +43,3 @@ def efficiency_bars(labels: list[str], util_pct: list[float | None], *, low: flo
     fig.update_layout(title="GPU efficiency (GPU-hour weighted utilization)", yaxis_title="%", yaxis_range=[0, 100])
     fig.update_layout(**LAYOUT)
     return fig
-
-
-def figure_html(fig: go.Figure) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})

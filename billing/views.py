@@ -25,6 +25,7 @@ from billing.selectors import (
     job_efficiency_list,
     team_efficiency_list,
 )
+from portal.pages.charts import figure_html
 from portal.tenants.selectors import team_list_for_user
 
 WINDOWS = {"24h": 1, "7d": 24, "30d": 24, "month": 24, "lastmonth": 24}
@@ -80,19 +81,19 @@ def cost_dashboard(request):
     zero = pricing.Figures(0, 0, 0, 0, 0, 0, 0, 0, None)
     jobs = job_efficiency_list(teams=teams, since=start, limit=50)
     charts_html = {
-        "gpu_hours": charts.figure_html(
+        "gpu_hours": figure_html(
             charts.stacked_over_time(
                 times, _series(by_namespace, "gpu_hours", skip=(idle,)),
                 title="GPU-hours per namespace", y_title="GPU-hours", bars=True,
             )
         ),
-        "cost": charts.figure_html(
+        "cost": figure_html(
             charts.stacked_over_time(
                 times, _series(by_namespace, "total_cost", skip=(idle,)),
                 title="Cost per namespace (USD)", y_title="USD", bars=True,
             )
         ),
-        "models": charts.figure_html(
+        "models": figure_html(
             charts.by_category(
                 model_names,
                 {
@@ -110,7 +111,7 @@ def cost_dashboard(request):
                 title="By GPU model", y_title="GPU-hours / USD",
             )
         ),
-        "efficiency": charts.figure_html(
+        "efficiency": figure_html(
             charts.efficiency_bars(
                 list(namespaces),
                 [None if f.gpu_efficiency is None else f.gpu_efficiency * 100 for f in namespaces.values()],
@@ -119,7 +120,7 @@ def cost_dashboard(request):
         ),
     }  # fmt: skip
     if idle in by_namespace.totals:
-        charts_html["idle"] = charts.figure_html(
+        charts_html["idle"] = figure_html(
             charts.stacked_over_time(
                 times,
                 {
