@@ -215,3 +215,12 @@ def test_the_allocation_chart_counts_a_run_that_began_before_the_window_and_was_
     job_transition(job=job, to_state="Preempted", at=now - timedelta(hours=1), reason="preempted")
     job_transition(job=job, to_state="Pending", at=now - timedelta(hours=1), reason="requeued")
     assert running_intervals(since=since, now=now) == [(since, now - timedelta(hours=1), "A100-80GB", 2.0)]
+
+
+def test_the_next_page_link_keeps_a_search_with_an_ampersand(client, world):
+    for _ in range(26):
+        world.submit("vision", name="a&b")
+    client.force_login(world.users["alice"])
+    page = client.get("/jobs/", {"q": "a&b"}).content.decode()
+    assert "(26)" in page
+    assert "q=a%26b" in page
