@@ -562,10 +562,13 @@ def budget_check(*, now: datetime | None = None) -> list[BudgetAlert]:
                             "created_at": now,
                         },
                     )
+                    if created:
+                        # Mailed before the alert commits: if the mail fails, no alert is recorded and the
+                        # next check raises and mails it again, rather than never mailing it.
+                        budget_alert_send(alert=alert, budget=budget)
             except IntegrityError:  # a concurrent check created it first
                 continue
             if created:
-                budget_alert_send(alert=alert, budget=budget)
                 raised.append(alert)
     return raised
 

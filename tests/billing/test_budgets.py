@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 from django.core import mail
+from django.core.mail.backends.base import BaseEmailBackend
 from django.utils import timezone
 
 from billing.models import Budget, BudgetAlert, PriceBookEntry
@@ -57,6 +58,27 @@ def test_alerts_at_80_and_100_percent_are_raised_and_mailed_once(world):
     assert alert.budget_usd == budget.monthly_gpu_usd
     # Without a hard stop nothing is blocked.
     assert teams_over_budget() == ()
+
+
+class SmtpDown(BaseEmailBackend):
+    def send_messages(self, email_messages):
+        raise ConnectionRefusedError("smtp down")
+
+
+@pytest.mark.django_db
+def test_an_alert_whose_mail_failed_is_raised_and_mailed_again_by_the_next_check(world, settings):
+    Budget.objects.create(
+        team=world.teams["vision"], monthly_gpu_usd=10 * a100_price(), alert_emails="finance@example.org"
+    )
+    spend_this_month(world, gpu_hours=8)  # 80 %
+    settings.EMAIL_BACKEND = f"{__name__}.SmtpDown"
+    with pytest.raises(ConnectionRefusedError):
+        budget_check()
+    assert BudgetAlert.objects.count() == 0
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    assert [a.threshold_pct for a in budget_check()] == [80]
+    assert [m.to for m in mail.outbox] == [["finance@example.org"]]
+    assert BudgetAlert.objects.get().emailed_to == "finance@example.org"
 
 
 @pytest.mark.django_db
