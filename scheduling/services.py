@@ -154,11 +154,6 @@ def periodic_claim(name: str, interval_s: float) -> bool:
     return bool(client.set(PERIODIC_KEY.format(name=name), str(os.getpid()), nx=True, px=ttl_ms))
 
 
-def observation_apply(obs: Observation) -> bool:
-    """Apply one cluster observation if it is still news for the job's current attempt."""
-    return observations_apply([obs]) == 1
-
-
 OBSERVATION_BATCH = 200
 
 

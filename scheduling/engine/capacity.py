@@ -12,7 +12,7 @@ Changes go through :class:`Statement` (Volcano's idea): apply replica placements
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -195,10 +195,6 @@ class Cluster:
 
     # -- summaries ------------------------------------------------------------------------------
 
-    def free_gpu_milli(self, idx: np.ndarray) -> np.ndarray:
-        """Free milli-GPU per node (sum over devices; MIG: free memory slices) for node indices ``idx``."""
-        return self.gpu_free_total[idx]
-
     def label_codes(self, key: str) -> tuple[np.ndarray, tuple[str, ...]]:
         """Per-node integer code of a label's value (-1 when absent) and the value table."""
         values = sorted({dict(node.labels).get(key, "") for node in self.nodes} - {""})
@@ -229,8 +225,3 @@ class Statement:
 
     def commit(self) -> None:
         self.ops.clear()
-
-
-def take_all(cluster: Cluster, placements: Iterable[ReplicaPlacement]) -> None:
-    for placement in placements:
-        cluster.apply(placement, 1)

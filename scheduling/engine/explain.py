@@ -25,10 +25,6 @@ from dataclasses import dataclass, field
 from .model import Reason, ReasonKind
 
 
-def gpus_text(milli: int) -> str:
-    return f"{milli / 1000:g}"
-
-
 def quota_reason(
     cq: str,
     cohort: str,
@@ -100,12 +96,6 @@ class StartEstimator:
     head: dict[str, int] = field(default_factory=dict)
     clock: dict[str, float] = field(default_factory=dict)
     pending_total: dict[str, int] = field(default_factory=dict)  # sum of releases not yet consumed
-
-    def preload(self, resource: str, at: float, amount: int) -> None:
-        """A release known before the simulation starts; call :meth:`seal` after the last one."""
-        if amount:
-            self.events.setdefault(resource, []).append((max(at, self.now), amount))
-            self.pending_total[resource] = self.pending_total.get(resource, 0) + amount
 
     def preload_many(self, resource: str, items: list[tuple[float, int]]) -> None:
         """Many releases of one resource at once (``(at, amount)``); call :meth:`seal` after."""

@@ -74,10 +74,6 @@ class QuotaBook:
 
     # -- queries ----------------------------------------------------------------------------------
 
-    def allows(self, cq: str, key: str) -> bool:
-        """Whether the queue may use this resource at all (GPU models must be listed flavors)."""
-        return key in self.limits.get(cq, {}) or key in (CPU, MEMORY)
-
     def used(self, cq: str, key: str) -> int:
         return self.usage.get(cq, {}).get(key, 0)
 
