@@ -22,6 +22,7 @@ from portal.jobs.models import (
 )
 from portal.jobs.states import CANCELLABLE_STATES, IllegalTransition, JobState, check_transition
 from portal.tenants.models import Team
+from scheduling.adapters.k8s_objects import valid_label
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
 
@@ -33,16 +34,16 @@ MAX_GPU_MEMORY_GIB = 8 * 1024
 MAX_RUNTIME_S = 90 * 24 * 3600
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
 MAX_LABELS = 32
-_LABEL_NAME_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_LABEL_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 def label_problem(key: str, value: str) -> str | None:
-    """Why ``key=value`` is not a valid Kubernetes label (None when it is)."""
-    prefix, _, name = key.rpartition("/")
-    if not name or not _LABEL_NAME_RE.match(name) or (prefix and not _LABEL_PREFIX_RE.match(prefix)):
+    """Why ``key=value`` is not a valid Kubernetes label (None when it is).
+
+    The pod builder's own check decides, so a label accepted here is one the job's pods carry.
+    """
+    if not valid_label(key, ""):
         return f"{key!r} is not a valid label key (an optional DNS prefix and '/', then 1-63 of [A-Za-z0-9-_.])"
-    if not _LABEL_NAME_RE.match(value):
+    if not valid_label(key, value):
         return f"value {value!r} of {key!r} is not a valid label value (0-63 of [A-Za-z0-9-_.])"
     return None
 

@@ -281,3 +281,12 @@ def test_job_and_cluster_queue_lists_cost_the_same_queries_for_any_number_of_job
     assert {url: queries(url) for url in few} == few
     cqs = {cq["name"]: cq for cq in alice.get("/api/v1/cluster-queues/").json()["results"]}
     assert cqs["cq-vision"]["flavors"][0]["used_gpus"] == 4.0
+
+
+@pytest.mark.parametrize("key", ["project", "example.com/cc", "a" * 64, "-a", "Ex.com/a", "x/y/z", "", "/a"])
+@pytest.mark.parametrize("value", ["", "atlas", "a" * 64, "has space", "x-"])
+def test_a_label_is_accepted_at_submission_exactly_when_the_pod_builder_accepts_it(key, value):
+    from portal.jobs.services import label_problem
+    from scheduling.adapters.k8s_objects import valid_label
+
+    assert (label_problem(key, value) is None) == valid_label(key, value)
