@@ -504,17 +504,18 @@ class _Cycle:
             CPU: int(cluster.cpu_total[schedulable].sum()),
             MEMORY: int(cluster.mem_total[schedulable].sum()),
         }
+        # A model's MIG and plain nodes are separate pools: neither kind of request can use the other's.
         for model, code in cluster.model_code.items():
             rows = schedulable & (cluster.node_model == code)
+            plain, mig = rows & ~cluster.mig_node, rows & cluster.mig_node
             key = gpu_key(model)
-            if cluster.mig_node[rows].all() and rows.any():
-                ceiling[key] = int(cluster.gpu_count[rows].sum()) * FULL
-                free[key] = ceiling[key] - int(
-                    sum(int(m).bit_count() for m in cluster.mig_mask[rows].ravel()) * FULL // 8
-                )
-            else:
-                free[key] = int(np.clip(cluster.dev_free[rows], 0, None).sum())
-                ceiling[key] = int(cluster.gpu_count[rows].sum()) * FULL
+            free[key] = int(np.clip(cluster.dev_free[plain], 0, None).sum())
+            ceiling[key] = int(cluster.gpu_count[plain].sum()) * FULL
+            mig_key = _mig_pool(key)
+            ceiling[mig_key] = int(cluster.gpu_count[mig].sum()) * FULL
+            free[mig_key] = ceiling[mig_key] - int(
+                sum(int(m).bit_count() for m in cluster.mig_mask[mig].ravel()) * FULL // 8
+            )
         for cq, limits in self.quota.limits.items():
             for key, limit in limits.items():
                 qkey = f"{cq}|{key}"
@@ -558,7 +559,12 @@ class _Cycle:
         quota_keys: dict[str, dict[str, str]] = {}
         for cq, limits in self.quota.limits.items():
             quota_keys[cq] = {key: f"{cq}|{key}" for key in limits if f"{cq}|{key}" in needed}
-        pooled_nodes = {node.name for node, ok in zip(cluster.nodes, schedulable.tolist(), strict=True) if ok}
+        plain_nodes = {
+            n.name for n, ok in zip(cluster.nodes, (schedulable & ~cluster.mig_node).tolist(), strict=True) if ok
+        }
+        mig_nodes = {
+            n.name for n, ok in zip(cluster.nodes, (schedulable & cluster.mig_node).tolist(), strict=True) if ok
+        }
         for holder in self.holders:
             w = holder.workload
             started = w.started_at if w.started_at is not None else self.now
@@ -569,10 +575,14 @@ class _Cycle:
                 if quota_key is not None:
                     events[quota_key].append((end, amount))
             released = holder.request
-            if any(p.node not in pooled_nodes for p in holder.placements):
-                # Only capacity on schedulable nodes is in the pool: what a cordoned or vanished node
-                # frees cannot start anything.
-                released = self._placements_request(w, tuple(p for p in holder.placements if p.node in pooled_nodes))
+            if any(p.node not in plain_nodes for p in holder.placements):
+                # Only capacity on schedulable nodes is in the pools (what a cordoned or vanished node
+                # frees cannot start anything), and MIG nodes' GPUs are a pool of their own.
+                released = self._placements_request(w, tuple(p for p in holder.placements if p.node in plain_nodes))
+                on_mig = self._placements_request(w, tuple(p for p in holder.placements if p.node in mig_nodes))
+                for key, amount in on_mig.items():
+                    pooled = _mig_pool(key) if key.startswith("gpu/") else key
+                    released[pooled] = released.get(pooled, 0) + amount
             for key, amount in released.items():
                 if key in events:
                     events[key].append((end, amount))
@@ -608,6 +618,9 @@ class _Cycle:
             if shape.kind != "cpu":  # GPUs bind a GPU job; pooled CPU/memory would only add walks
                 request.pop(CPU, None)
                 request.pop(MEMORY, None)
+            if shape.kind == "mig" and shape.gpu_model is not None:
+                key = gpu_key(shape.gpu_model)
+                request[_mig_pool(key)] = request.pop(key)
             options.append(request)
         return options
 
@@ -617,6 +630,11 @@ class _Cycle:
             if key in self.quota.limits.get(cq, {}):
                 out[f"{cq}|{key}"] = amount
         return out
+
+
+def _mig_pool(key: str) -> str:
+    """The estimator's pool of a GPU model's MIG nodes (``key`` is the model's ``gpu_key``)."""
+    return f"{key}@mig"
 
 
 def _peek(estimator: StartEstimator, request: dict[str, int]) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine.cycle import run_cycle
-from scheduling.engine.model import Policy, ReasonKind
+from scheduling.engine.model import Policy, ReasonKind, ReplicaPlacement, Resources, Workload, WorkloadState
 
 from .builders import admitted_ids, cq, job, lq, node, pending_info, reason_of, running, snapshot
 
@@ -101,6 +101,38 @@ def test_a_job_ending_on_a_cordoned_node_does_not_bring_the_estimated_start_forw
             running("long", "a", [("n1", tuple(range(8)))], started=NOW, runtime=9000),
             running("short", "a", [("n2", tuple(range(8)))], started=NOW, runtime=100),
             job("j", "a", gpu=8, runtime_s=10),
+        ],
+    )
+    assert pending_info(run_cycle(snap, Policy(), NOW), "j").estimated_start == NOW + 9000
+
+
+@pytest.mark.parametrize("request_kwargs", [{"gpu": 8}, {"mig": "7g.80gb"}], ids=["whole GPUs", "MIG slice"])
+def test_mig_and_plain_nodes_of_one_model_are_separate_pools_for_estimated_starts(request_kwargs):
+    # Both nodes are full until +9000: neither kind of request may count the other node's GPUs as free.
+    mig_jobs = [
+        Workload(
+            id=f"m{d}",
+            local_queue="a",
+            team="a",
+            priority=0,
+            created_at=NOW,
+            resources=Resources(mig_profile="7g.80gb"),
+            state=WorkloadState.RUNNING,
+            gpu_model="A100-80GB",
+            placements=(ReplicaPlacement("m1", gpu_indices=(d,), mig_profile="7g.80gb", mig_slot=0),),
+            started_at=NOW,
+            runtime_s=9000,
+        )
+        for d in range(8)
+    ]
+    snap = snapshot(
+        [node("n1", gpus=8), node("m1", gpus=8, mig=True)],
+        QUEUE,
+        [lq("a", "q")],
+        [
+            running("busy", "a", [("n1", tuple(range(8)))], started=NOW, runtime=9000),
+            *mig_jobs,
+            job("j", "a", runtime_s=10, **request_kwargs),
         ],
     )
     assert pending_info(run_cycle(snap, Policy(), NOW), "j").estimated_start == NOW + 9000
