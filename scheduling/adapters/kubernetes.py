@@ -19,8 +19,9 @@ Writing the cluster (``start``, ``stop``, ``reconcile``):
   attempt and replica (a retried create that gets 409 AlreadyExists is success), with the portal as
   ``schedulerName``, then is bound to the chosen node through the Binding API (409: already bound);
 - stopping deletes the attempt's pods with a grace period (404: already gone);
-- ``reconcile`` converges after any crash: pods missing for an admitted job are created; pods of
-  unknown jobs, and live pods of finished jobs or older attempts, are deleted.
+- ``reconcile`` converges after any crash: pods missing for an admitted job are created and its
+  unbound ones bound; pods of unknown jobs, and live pods of finished jobs or older attempts, are
+  deleted.
 """
 
 from __future__ import annotations
@@ -466,14 +467,15 @@ class KubernetesBackend:
             return
         self._start_pods(job, self.pods_for(job))
 
-    def _start_pods(self, job: Job, manifests: list[dict]) -> int:
-        """Create and bind ``manifests``; returns pods created. A refusal (403 RBAC, 422 invalid) is
-        logged and skipped so other jobs still start: the sweeper requeues the job if it persists.
-        Retryable failures (:class:`ClusterApiError`) propagate, and the task retries."""
+    def _start_pods(self, job: Job, manifests: list[dict], *, skip_create: bool = False) -> int:
+        """Create (unless ``skip_create``) and bind ``manifests``; returns pods created. A refusal (403
+        RBAC, 422 invalid) is logged and skipped so other jobs still start: the sweeper requeues the
+        job if it persists. Retryable failures (:class:`ClusterApiError`) propagate, and the task
+        retries."""
         created = 0
         for manifest in manifests:
             try:
-                created += self.create_and_bind(manifest).created
+                created += self.create_and_bind(manifest, skip_create=skip_create).created
             except ApiException as exc:
                 logger.warning(
                     "kubernetes: job %s: cannot start pod %s/%s: %s %s",
@@ -519,11 +521,12 @@ class KubernetesBackend:
         (see ``observe``). A pod is an orphan when its job is unknown, or when it still runs (or
         waits) while its job is not admitted or running or is on another attempt; it is deleted with
         the grace period. Finished pods of known jobs are kept for their logs. An admitted job
-        missing pods gets them (409 for the ones that exist).
+        missing pods gets them (409 for the ones that exist), and its created but unbound pods are bound.
         """
         self.sync()
         pods = self.raw_pods()
         by_key: dict[tuple[int, int], set[str]] = {}
+        unbound: dict[tuple[int, int], set[str]] = {}
         managed: list[dict] = []
         for pod in pods:
             key = ko.pod_job_attempt(pod)
@@ -531,6 +534,8 @@ class KubernetesBackend:
                 continue
             managed.append(pod)
             by_key.setdefault(key, set()).add(pod["metadata"]["name"])
+            if not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+                unbound.setdefault(key, set()).add(pod["metadata"]["name"])
         jobs = {
             job_id: (attempt, state)
             for job_id, attempt, state in Job.objects.filter(
@@ -556,8 +561,12 @@ class KubernetesBackend:
         admitted = [job_id for job_id, (_, state) in jobs.items() if state == JobState.ADMITTED]
         for job in Job.objects.select_related("team", "local_queue").filter(pk__in=admitted, state=JobState.ADMITTED):
             existing = by_key.get((job.pk, job.attempt), set())
-            missing = [m for m in self.pods_for(job) if m["metadata"]["name"] not in existing]
+            stranded = unbound.get((job.pk, job.attempt), set())
+            manifests = self.pods_for(job)
+            missing = [m for m in manifests if m["metadata"]["name"] not in existing]
             counts["created"] += self._start_pods(job, missing)
+            # Created, but the bind failed (an API outage after the create): only the bind is retried.
+            self._start_pods(job, [m for m in manifests if m["metadata"]["name"] in stranded], skip_create=True)
         return counts
 
     # -- inspection (manage.py cluster_check) -----------------------------------------------------

@@ -241,6 +241,21 @@ def test_an_api_that_stays_down_fails_the_cycle_and_the_next_one_converges(kworl
     assert [p["metadata"]["name"] for p in pods_of(kube, job)] == [f"job-{job.pk}-a1-r0"]
 
 
+def test_a_pod_created_but_left_unbound_by_an_api_outage_is_bound_by_the_next_cycle(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.fail("POST", r"/binding$", status=500, times=100)
+    job = kworld.submit(gpu=1)
+    settle(backend, kube)
+    with pytest.raises(ClusterApiError), TestCase.captureOnCommitCallbacks(execute=True):
+        cycle_run(now=timezone.now(), backend=backend)
+    (pod,) = pods_of(kube, job)
+    assert not pod["spec"].get("nodeName")  # created, never bound
+    kube.faults.clear()
+    cycle(backend, kube)  # reconcile binds what the failed cycle created
+    (pod,) = pods_of(kube, job)
+    assert pod["spec"]["nodeName"] == "a100-0"
+
+
 def test_a_call_that_hangs_times_out_on_the_client_and_is_retried(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     kube.fail("POST", r"/pods$", status=0, delay_s=backend.options.timeout_s + 1, times=1)
