@@ -372,7 +372,7 @@ class KubernetesBackend:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def _pod_job(self, job: Job) -> ko.PodJob:
+    def _pod_job(self, job: Job, replicas: int) -> ko.PodJob:
         return ko.PodJob(
             job_id=job.pk,
             attempt=job.attempt,
@@ -381,7 +381,7 @@ class KubernetesBackend:
             queue=job.local_queue.name,
             image=job.image,
             command=tuple(str(a) for a in job.command or ()),
-            replicas=job.replicas,
+            replicas=replicas,
             cpu_milli=job.cpu_milli,
             memory_mib=job.memory_mib,
             tolerations=tuple(job.tolerations or ()),
@@ -390,8 +390,13 @@ class KubernetesBackend:
         )
 
     def pods_for(self, job: Job) -> list[dict]:
-        """The manifests of a job's current attempt, from its placements."""
-        pod_job = self._pod_job(job)
+        """The manifests of a job's current attempt, from its placements.
+
+        ``PORTAL_REPLICAS`` is the number of placements: a gang with ``min_available`` may have been
+        admitted with fewer replicas than it asked for, and its pods must not wait for the others.
+        """
+        placements = list(job.placements.order_by("replica"))
+        pod_job = self._pod_job(job, len(placements))
         return [
             ko.pod_manifest(
                 pod_job,
@@ -400,7 +405,7 @@ class KubernetesBackend:
                 scheduler_name=self.options.scheduler_name,
                 run_as_user=self.options.run_as_user,
             )
-            for p in job.placements.order_by("replica")
+            for p in placements
         ]
 
     def create_and_bind(self, manifest: dict, *, skip_create: bool = False) -> StartResult:

@@ -97,6 +97,17 @@ def test_an_admitted_job_becomes_bound_labelled_restricted_pods(kworld, kube, ba
     assert {e["reason"] for e in kube.events} == {"Scheduled"}
 
 
+def test_a_gang_admitted_with_fewer_replicas_tells_its_pods_how_many_there_are(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=2)
+    job = kworld.submit(gpu=1, replicas=4, min_available=2)
+    cycle(backend, kube)
+    pods = pods_of(kube, job)
+    assert len(pods) == 2
+    for pod in pods:
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert env["PORTAL_REPLICAS"] == "2"
+
+
 def test_pod_phases_become_job_states_at_the_clusters_times(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     job = kworld.submit(gpu=1)
