@@ -68,8 +68,9 @@ def variants_table(summaries: Sequence[tuple[str, dict[str, Any]]]) -> str:
         ps = s["policies"]
         cells = [_cell(ps[p]) if p in ps else "" for p in policies]
         delta = ""
-        if "fgd" in ps and "portal" in ps and ps["fgd"]["headline"]["mean"] is not None:
-            delta = f"{ps['portal']['headline']['mean'] - ps['fgd']['headline']['mean']:+.2f}"
+        fgd, portal = (ps[p]["headline"]["mean"] if p in ps else None for p in ("fgd", "portal"))
+        if fgd is not None and portal is not None:
+            delta = f"{portal - fgd:+.2f}"
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {delta} |")
     return "\n".join(lines)
 
