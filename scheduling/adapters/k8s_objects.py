@@ -336,19 +336,31 @@ def _annotated_devices(pod: Mapping) -> tuple[int, ...]:
 
 
 def foreign_usage_from(
-    pods: Iterable[Mapping], nodes: Sequence[GpuNode], *, active: set[tuple[int, int]]
+    pods: Iterable[Mapping],
+    nodes: Sequence[GpuNode],
+    *,
+    active: set[tuple[int, int]],
+    held: Mapping[str, Iterable[int]] | None = None,
 ) -> list[ForeignUsage]:
     """Capacity held by pods outside the portal's active job attempts.
 
     A portal pod of an inactive attempt (a preempted victim in its grace period) holds exactly the
     devices in its annotation. Any other pod's whole GPUs are charged to the node's highest-numbered
-    devices not yet charged, since the device plugin does not say which ones it gave. MIG slices of
-    foreign pods are not tracked per slice (their CPU and memory are).
+    devices that neither the active placements (``held``: node -> device indices) nor another pod
+    account for, since the device plugin does not say which ones it gave; charging a device the
+    engine already counts as used would hide one busy GPU. MIG slices of foreign pods are not tracked
+    per slice (their CPU and memory are).
     """
     gpu_count = {n.name: n.gpu_count for n in nodes}
-    next_device: dict[str, int] = {}
+    taken: dict[str, set[int]] = defaultdict(set)
+    for name, devices in (held or {}).items():
+        taken[name].update(devices)
     usage: list[ForeignUsage] = []
     ordered = sorted(pods, key=lambda p: (_meta(p).get("namespace", ""), _meta(p).get("name", "")))
+    for pod in ordered:
+        key = pod_job_attempt(pod)
+        if key is not None and key not in active and pod_holds_capacity(pod):
+            taken[pod["spec"]["nodeName"]].update(_annotated_devices(pod))
     for pod in ordered:
         if not pod_holds_capacity(pod):
             continue
@@ -366,9 +378,12 @@ def foreign_usage_from(
                 devices = ()  # the slice is not modelled as foreign usage; see the docstring
             milli = int(annotations.get(ANN_GPU_MILLI, "1000") or 1000)
         else:
-            start = next_device.get(node, gpu_count[node] - 1)
-            devices = tuple(d for d in range(start, start - request.gpus, -1) if d >= 0)
-            next_device[node] = start - request.gpus
+            highest_first = range(gpu_count[node] - 1, -1, -1)
+            picked = [d for d in highest_first if d not in taken[node]][: request.gpus]
+            # More GPUs than devices nobody accounts for (the books disagree): keep the count anyway.
+            picked += [d for d in highest_first if d not in picked][: request.gpus - len(picked)]
+            devices = tuple(picked)
+            taken[node].update(devices)
             milli = 1000
         usage.append(
             ForeignUsage(

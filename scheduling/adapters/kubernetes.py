@@ -341,7 +341,12 @@ class KubernetesBackend:
 
     def foreign_usage(self) -> list[ForeignUsage]:
         active = set(Job.objects.filter(state__in=ACTIVE_STATES).values_list("id", "attempt"))
-        return ko.foreign_usage_from(self.raw_pods(), self.nodes(), active=active)
+        held: dict[str, set[int]] = {}
+        for node, indices in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list(
+            "node", "gpu_indices"
+        ):
+            held.setdefault(node, set()).update(indices)
+        return ko.foreign_usage_from(self.raw_pods(), self.nodes(), active=active, held=held)
 
     def _active_jobs(self) -> list[ko.ActiveJob]:
         counts: dict[int, int] = {}

@@ -61,6 +61,17 @@ def test_it_sees_gpu_nodes_and_what_foreign_pods_hold(kworld, kube, backend):
     assert (usage.node, usage.gpu_indices, usage.cpu_milli, usage.memory_mib) == ("a100-0", (7, 6), 2000, 4096)
 
 
+def test_foreign_gpus_are_charged_around_the_devices_portal_jobs_hold(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=2)
+    cycle(backend, kube)
+    job.placements.update(gpu_indices=[6, 7])  # as after the jobs that held 0-5 ended
+    kube.add_foreign_pod("other", "squatter", "a100-0", gpus=2)
+    settle(backend, kube)
+    (usage,) = backend.foreign_usage()
+    assert usage.gpu_indices == (5, 4)
+
+
 def test_pods_it_did_not_create_still_consume_capacity(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     kube.add_foreign_pod("other", "squatter", "a100-0", gpus=3)

@@ -273,3 +273,16 @@ def test_foreign_pods_take_the_highest_devices_and_victims_in_grace_keep_theirs(
     usage = ko.foreign_usage_from([foreign, victim], nodes, active=set())
     assert {u.gpu_indices for u in usage} == {(7, 6), (0, 1)}
     assert ko.foreign_usage_from([victim], nodes, active={(42, 3)}) == []
+
+
+def test_foreign_pods_are_not_charged_to_devices_the_portals_jobs_already_hold():
+    # Portal jobs hold 6 and 7 (and a victim in its grace period 5): charging the foreign pod's two
+    # GPUs to 7 and 6 again would leave the engine seeing two free GPUs too many.
+    nodes = [ko.gpu_node_from(node(gpus=8))]
+    foreign = FakeKubeApi().add_foreign_pod("kube-system", "dcgm", "n1", gpus=2)
+    victim = managed_pod(0, "Running")
+    victim["metadata"]["annotations"][ko.ANN_DEVICES] = "5"
+    usage = ko.foreign_usage_from([foreign, victim], nodes, active=set(), held={"n1": {6, 7}})
+    assert [u.gpu_indices for u in usage] == [(4, 3), (5,)]
+    crowded = ko.foreign_usage_from([foreign], nodes, active=set(), held={"n1": set(range(7))})
+    assert [u.gpu_indices for u in crowded] == [(7, 6)]  # the books disagree: the count still holds
