@@ -24,12 +24,11 @@ def job_get(*, user, pk: int) -> Job | None:
 
 
 def gpus_allocated() -> float:
-    """GPUs held right now by admitted and running jobs: whole devices, fractions and MIG slices (g/7)."""
-    total = 0.0
+    """GPUs held right now by admitted and running jobs, counted as the bill counts them (shares)."""
+    from scheduling.adapters.orm import placement_from_row, placement_gpus
+
     rows = ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES)
-    for indices, milli, mig in rows.values_list("gpu_indices", "gpu_milli", "mig_profile"):
-        total += int(mig.split("g.", 1)[0]) / 7 if mig else len(indices) * milli / 1000
-    return total
+    return float(placement_gpus(tuple(placement_from_row(row) for row in rows)))
 
 
 def local_queue_list(*, user) -> QuerySet[LocalQueue]:

@@ -120,3 +120,15 @@ def test_every_placement_policy_is_selectable_through_settings(world, settings, 
     cycle_run(now=timezone.now(), backend=SimulatedCluster())
     assert states(*jobs) == [JobState.ADMITTED] * 4, [j.pending_reason for j in jobs]
     assert jobs[3].placements.get().node == "a100-1"
+
+
+def test_gpus_allocated_counts_whole_gpus_fractions_and_mig_slices_by_share(world):
+    from portal.jobs.selectors import gpus_allocated
+
+    SimNode.objects.filter(name="a100-1").update(mig_enabled=True)
+    world.submit(gpu=1, allowed_gpu_models=(world.models["A100-80GB"],))
+    world.submit(gpu=0, gpu_milli=500, allowed_gpu_models=(world.models["T4"],))
+    world.submit(gpu=0, mig_profile="3g.40gb", allowed_gpu_models=(world.models["A100-80GB"],))
+    assert gpus_allocated() == 0
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    assert gpus_allocated() == pytest.approx(1 + 0.5 + 3 / 7, abs=1e-6)
