@@ -288,51 +288,28 @@ def queue_quota_update(
     """
     if not getattr(by, "is_staff", False):
         raise ServiceError("only platform admins edit quotas", status_code=403)
-    changes: list[QuotaChange] = []
     with transaction.atomic():
         cq = ClusterQueue.objects.select_for_update().get(pk=cluster_queue.pk)
-        for field_name, value in (
-            ("cpu_quota_milli", cpu_quota_milli),
-            ("memory_quota_mib", memory_quota_mib),
-        ):
-            if value is ... or getattr(cq, field_name) == value:
-                continue
-            changes.append(
-                QuotaChange(
-                    cluster_queue=cq,
-                    field=field_name,
-                    old_value=_fmt(getattr(cq, field_name)),
-                    new_value=_fmt(value),
-                    changed_by=by,
-                )
-            )
-            setattr(cq, field_name, value)
+        before = quota_state(cq)
+        if cpu_quota_milli is not ...:
+            cq.cpu_quota_milli = cpu_quota_milli
+        if memory_quota_mib is not ...:
+            cq.memory_quota_mib = memory_quota_mib
         cq.save()
         for model_name, values in (flavors or {}).items():
             try:
                 gpu_model = GpuModel.objects.get(name=model_name)
             except GpuModel.DoesNotExist:
                 raise ServiceError(f"unknown GPU model {model_name!r}", field="flavors") from None
-            flavor, created = FlavorQuota.objects.get_or_create(cluster_queue=cq, gpu_model=gpu_model)
+            unknown = sorted(set(values) - set(QUOTA_FIELDS))
+            if unknown:
+                raise ServiceError(f"unknown quota field {unknown[0]!r}", field="flavors")
+            flavor, _ = FlavorQuota.objects.get_or_create(cluster_queue=cq, gpu_model=gpu_model)
             for key, value in values.items():
-                if key not in QUOTA_FIELDS:
-                    raise ServiceError(f"unknown quota field {key!r}", field="flavors")
-                old = None if created and key == "nominal_gpus" else getattr(flavor, key)
-                if old == value and not created:
-                    continue
-                changes.append(
-                    QuotaChange(
-                        cluster_queue=cq,
-                        field=f"{model_name} {key}",
-                        old_value=_fmt(old),
-                        new_value=_fmt(value),
-                        changed_by=by,
-                    )
-                )
                 setattr(flavor, key, value)
             flavor.save()
-        QuotaChange.objects.bulk_create(changes)
-    return changes
+        # One mechanism for the API and the admin: diff the quota state before and after, record the changes.
+        return quota_changes_record(by=by, before=before, after=quota_state(cq), cluster_queue=cq)
 
 
 def quota_changes_record(*, by, before: dict[str, object], after: dict[str, object], cluster_queue: ClusterQueue):

@@ -290,3 +290,15 @@ def test_a_label_is_accepted_at_submission_exactly_when_the_pod_builder_accepts_
     from scheduling.adapters.k8s_objects import valid_label
 
     assert (label_problem(key, value) is None) == valid_label(key, value)
+
+
+def test_a_quota_patch_that_adds_a_gpu_model_records_its_new_quota(api, world):
+    from portal.jobs.models import GpuModel
+
+    GpuModel.objects.create(name="H100-80GB", memory_gib=80)
+    response = api("admin").patch("/api/v1/cluster-queues/cq-nlp/", {"flavors": {"H100-80GB": {}}}, format="json")
+    assert response.status_code == 200, response.json()
+    assert [(c.field, c.old_value, c.new_value) for c in QuotaChange.objects.all()] == [
+        ("H100-80GB nominal_gpus", "", "0")
+    ]
+    assert QuotaChange.objects.get().changed_by == world.users["admin"]
