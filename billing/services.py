@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
@@ -50,12 +49,15 @@ from billing.selectors import cost_rollup_current, gpu_model_names, portable_sql
 from billing.utilization import UNKNOWN, Utilization, UtilizationSource, utilization_source
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import JobState
-from portal.tenants.models import Membership
+from portal.tenants.models import Membership, Team
+from portal.tenants.services import team_holds_replace
+from scheduling.selectors import gpu_capacity
 
 logger = logging.getLogger(__name__)
 
 MICRO = Decimal("0.000001")
 METERING_LOCK_KEY = 0x6770755F6D6574  # "gpu_met": one advisory-lock id for metering
+BUDGET_HOLD = "budget"  # the TeamHold source of the budget hard stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,21 +484,11 @@ def capacity_record(*, now: datetime | None = None, backend=None) -> int:
     Capacity type comes from the node label ``settings.CAPACITY_TYPE_LABEL`` (on-demand when absent).
     Cordoned nodes still count: they are paid for, so their GPUs are idle capacity.
     """
-    if backend is None:
-        from scheduling.adapters.backends import cluster_backend
-
-        backend = cluster_backend()
     now = now or timezone.now()
-    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for node in backend.nodes():
-        if not node.gpu_model or node.gpu_count <= 0:
-            continue
-        capacity_type = dict(node.labels).get(settings.CAPACITY_TYPE_LABEL) or "on-demand"
-        counts[(node.gpu_model, capacity_type)][0] += node.gpu_count
-        counts[(node.gpu_model, capacity_type)][1] += 1
+    counts = gpu_capacity(backend=backend)
     with transaction.atomic():
         latest = capacity_latest()
-        current = {key: value[0] for key, value in counts.items()}
+        current = {key: gpus for key, (gpus, _) in counts.items()}
         if {k: v for k, v in latest.items() if v} == current:
             return 0
         rows = [
@@ -570,7 +562,22 @@ def budget_check(*, now: datetime | None = None) -> list[BudgetAlert]:
                 continue
             if created:
                 raised.append(alert)
+    budget_holds_refresh(now=now)
     return raised
+
+
+def budget_holds_refresh(*, now: datetime | None = None) -> int:
+    """Hold the teams whose budget hard stop is reached (they may not start new jobs); lift the rest.
+
+    The scheduling cycle reads the holds (``portal.tenants.selectors.team_holds``), so it never runs
+    a cost query itself. Returns how many teams are held.
+    """
+    from billing.selectors import teams_over_budget
+
+    over = dict(teams_over_budget(now=now))
+    teams = {team: over[team.slug] for team in Team.objects.filter(slug__in=list(over))}
+    team_holds_replace(source=BUDGET_HOLD, holds=teams, now=now)
+    return len(teams)
 
 
 def budget_alert_send(*, alert: BudgetAlert, budget: Budget) -> None:

@@ -1,11 +1,12 @@
-"""Celery tasks: thin wrappers that call one billing service each (scheduled by Celery beat)."""
+"""Celery tasks: thin wrappers that call one billing service each (scheduled by Celery beat).
+
+Each imports its service inside the function (the Django convention; see ``scheduling.tasks``).
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 from django.db import OperationalError
-
-from billing import services
 
 
 @shared_task(
@@ -15,12 +16,16 @@ from billing import services
     retry_backoff=True,
     max_retries=3,
 )
-def metering_run() -> None:
+def metering_run_task() -> None:
+    from billing import services
+
     services.metering_run()
 
 
 @shared_task(name="billing.tasks.capacity_record", ignore_result=True)
-def capacity_record() -> None:
+def capacity_record_task() -> None:
+    from billing import services
+
     services.capacity_record()
 
 
@@ -31,5 +36,7 @@ def capacity_record() -> None:
     retry_backoff=True,
     max_retries=3,
 )
-def budget_check() -> None:
+def budget_check_task() -> None:
+    from billing import services
+
     services.budget_check()

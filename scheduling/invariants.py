@@ -27,7 +27,7 @@ from django.utils import timezone
 from portal.jobs.models import Job, JobTransition, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, JobState
 from scheduling.adapters import orm
-from scheduling.adapters.backends import ClusterBackend
+from scheduling.adapters.contract import ClusterBackend
 from scheduling.engine.mig import COMPUTE_SLICES, default_device_memory_gib, mig_geometry
 from scheduling.engine.model import GpuNode
 from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key

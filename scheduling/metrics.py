@@ -26,9 +26,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from portal.jobs.models import Job, JobTransition, ReplicaPlacement
+from portal.jobs.models import Job, JobTransition
+from portal.jobs.models import ReplicaPlacement as PlacementRow
 from portal.jobs.states import ACTIVE_STATES, JobState
-from scheduling.engine.mig import MEMORY_SLICES, default_device_memory_gib, mig_geometry
+from scheduling.engine.mig import default_device_memory_gib
+from scheduling.engine.model import ReplicaPlacement
+from scheduling.engine.shares import QUOTA_MILLI_PER_GPU, placement_quota_milli
 from scheduling.models import CycleRun
 
 WAIT_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
@@ -48,14 +51,9 @@ def _histogram(name: str, doc: str, labels: list[str], buckets, series: dict[tup
 
 
 def _share(gpu_indices: list, gpu_milli: int, mig_profile: str, device_memory_gib: int) -> Decimal:
-    if mig_profile:
-        # The memory share of the device, as the engine charges quota (1g.10gb on 80 GB: 1/8,
-        # 3g.40gb: 1/2, 7g.80gb: the whole device).
-        geometry = mig_geometry(mig_profile, device_memory_gib)
-        if geometry is not None:
-            return Decimal(geometry.gpu_milli) / Decimal(1000)
-        return Decimal(1) / Decimal(MEMORY_SLICES) * max(1, int(mig_profile.split("g.", 1)[0]))
-    return Decimal(len(gpu_indices) * gpu_milli) / Decimal(1000)
+    """GPUs a replica holds, counted as quota counts them (a MIG slice by its memory share)."""
+    placement = ReplicaPlacement(node="", gpu_indices=tuple(gpu_indices), gpu_milli=gpu_milli, mig_profile=mig_profile)
+    return Decimal(placement_quota_milli(placement, device_memory_gib)) / Decimal(QUOTA_MILLI_PER_GPU)
 
 
 class PortalCollector:
@@ -92,7 +90,7 @@ class PortalCollector:
             labels=["cluster_queue", "local_queue", "gpu_model"],
         )
         held: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
-        for cq, team, lq, model, memory_gib, indices, milli, mig in ReplicaPlacement.objects.filter(
+        for cq, team, lq, model, memory_gib, indices, milli, mig in PlacementRow.objects.filter(
             job__state__in=ACTIVE_STATES
         ).values_list(
             "job__local_queue__cluster_queue__name",

@@ -29,10 +29,12 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from portal.jobs.models import Job, JobTransition
-from portal.jobs.services import job_transition
 from portal.jobs.states import TRANSITIONS, JobState
+from portal.jobs.transitions import job_transition
+from portal.tenants.selectors import team_holds
 from scheduling.adapters import orm
-from scheduling.adapters.backends import ClusterBackend, Observation, cluster_backend
+from scheduling.adapters.contract import ClusterBackend, Observation
+from scheduling.adapters.factory import cluster_backend
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import Policy
 from scheduling.models import CycleRun
@@ -96,10 +98,6 @@ def cycle_lock_held() -> bool:
             [CYCLE_LOCK_KEY],
         )
         return bool(cursor.fetchone()[0])
-
-
-class LostCycleLock(RuntimeError):
-    """The cycle lock vanished (connection lost) before the plan was written; nothing was written."""
 
 
 # -- coordination through Redis (absent in the embedded demo: then every check says "go ahead") ------
@@ -252,10 +250,8 @@ def policy_from_settings() -> Policy:
 
 
 def teams_blocked() -> tuple[tuple[str, str], ...]:
-    """Teams that may not start new jobs (billing's budget hard stop)."""
-    from billing.selectors import teams_over_budget
-
-    return teams_over_budget()
+    """Teams that may not start new jobs: their holds (billing's budget check writes the hard stop's)."""
+    return team_holds()
 
 
 def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = None) -> CycleRun | None:

@@ -6,6 +6,9 @@ and serialized by the cycle lock. Kubernetes API failures (5xx, timeouts) and lo
 connections are retried with exponential backoff. Runs sent by beat carry ``periodic=True`` and are
 dropped when a run of the same task already happened in the current interval (see
 ``services.periodic_claim``), so a restarted or doubled beat does not run them twice.
+
+The Django convention: services enqueue through the ``*_task`` names imported at module level; the
+tasks import the services inside the function, so neither side needs a lazy import to avoid a circle.
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from scheduling import services
-from scheduling.services import LostCycleLock
+from scheduling.adapters.orm import LostCycleLock
 
 RETRYABLE = (OperationalError, InterfaceError, LostCycleLock)
 TASK_OPTIONS = {
@@ -39,6 +41,8 @@ def _retryable() -> tuple[type[BaseException], ...]:
 
 
 def _run(task, name: str, interval_s: float, periodic: bool, fn) -> None:
+    from scheduling import services
+
     if periodic and not services.periodic_claim(name, interval_s):
         return
     try:
@@ -48,19 +52,25 @@ def _run(task, name: str, interval_s: float, periodic: bool, fn) -> None:
 
 
 @shared_task(bind=True, name="scheduling.tasks.scheduling_cycle", **TASK_OPTIONS)
-def scheduling_cycle(self, periodic: bool = False) -> None:
+def scheduling_cycle_task(self, periodic: bool = False) -> None:
+    from scheduling import services
+
     def cycle() -> None:
         if services.cycle_run() is not None and services.cycle_again_pop():
-            scheduling_cycle.delay()
+            scheduling_cycle_task.delay()
 
     _run(self, "scheduling-cycle", settings.SCHEDULER_INTERVAL_S, periodic, cycle)
 
 
 @shared_task(bind=True, name="scheduling.tasks.cluster_sync", **TASK_OPTIONS)
-def cluster_sync(self, periodic: bool = False) -> None:
+def cluster_sync_task(self, periodic: bool = False) -> None:
+    from scheduling import services
+
     _run(self, "cluster-sync", settings.CLUSTER_SYNC_INTERVAL_S, periodic, services.cluster_sync_run)
 
 
 @shared_task(bind=True, name="scheduling.tasks.sweep", **TASK_OPTIONS)
-def sweep(self, periodic: bool = False) -> None:
+def sweep_task(self, periodic: bool = False) -> None:
+    from scheduling import services
+
     _run(self, "sweeper", settings.SWEEP_INTERVAL_S, periodic, services.jobs_sweep)

@@ -12,6 +12,7 @@ from django.db import models
 
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.tenants.models import Team
+from scheduling.engine.shares import BILLED_UNITS_PER_GPU, billed_units
 
 
 class GpuModel(models.Model):
@@ -180,14 +181,10 @@ class Job(models.Model):
 
     @property
     def gpu_share_per_replica(self) -> float:
-        """GPUs one replica holds as a share: 0.25 for 250 milli, 3/7 for a 3g MIG slice, n for n GPUs."""
-        if self.gpu:
-            return float(self.gpu)
-        if self.gpu_milli:
-            return self.gpu_milli / 1000
-        if self.mig_profile:
-            return int(self.mig_profile.split("g.", 1)[0]) / 7
-        return 0.0
+        """Billed GPUs one replica holds: 0.25 for 250 milli, 3/7 for a 3g MIG slice, n for n GPUs
+        (0 for a GPU-memory request: its device count depends on the model it is admitted on)."""
+        units = billed_units(gpus=self.gpu, gpu_milli=self.gpu_milli, mig_profile=self.mig_profile or None)
+        return units / BILLED_UNITS_PER_GPU
 
     def resources_display(self) -> str:
         if self.gpu:

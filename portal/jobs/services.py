@@ -20,11 +20,15 @@ from portal.jobs.models import (
     PriorityClass,
     QuotaChange,
 )
-from portal.jobs.states import CANCELLABLE_STATES, IllegalTransition, JobState, check_transition
+from portal.jobs.states import CANCELLABLE_STATES, IllegalTransition, JobState
+from portal.jobs.transitions import job_transition
 from portal.tenants.models import Team
+from portal.tenants.selectors import user_is_team_admin
+from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s_objects import valid_label
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
+from scheduling.tasks import scheduling_cycle_task
 
 MAX_GPUS_PER_REPLICA = 64
 MAX_REPLICAS = 1024
@@ -188,55 +192,7 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
 
 
 def _request_cycle() -> None:
-    from scheduling.tasks import scheduling_cycle
-
-    scheduling_cycle.delay()
-
-
-def job_transition(
-    *,
-    job: Job,
-    to_state: str,
-    at: datetime,
-    reason: str = "",
-    actor: str = "scheduler",
-    detail: dict | None = None,
-) -> Job:
-    """Move a job to ``to_state`` (legal per the state table), stamp it and record the history row.
-
-    Callers hold a row lock on the job (``select_for_update``) when racing writers are possible.
-    """
-    check_transition(job.state, to_state)
-    from_state = job.state
-    job.state = to_state
-    fields = ["state", "updated_at", "message"]
-    job.message = reason[:500]
-    if to_state == JobState.ADMITTED:
-        job.admitted_at = at
-        job.attempt += 1
-        job.pending_reason = {}
-        job.queue_position = None
-        job.estimated_start = None
-        fields += ["admitted_at", "attempt", "pending_reason", "queue_position", "estimated_start"]
-    elif to_state == JobState.RUNNING:
-        job.started_at = at
-        fields.append("started_at")
-    elif to_state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
-        job.finished_at = at
-        fields.append("finished_at")
-    job.save(update_fields=fields)
-    JobTransition.objects.create(
-        job=job,
-        from_state=from_state,
-        to_state=to_state,
-        at=at,
-        reason=reason[:500],
-        actor=actor,
-        detail=detail or {},
-    )
-    if to_state not in (JobState.ADMITTED, JobState.RUNNING):
-        job.placements.all().delete()
-    return job
+    scheduling_cycle_task.delay()
 
 
 def job_cancel(*, job: Job, by, at: datetime | None = None) -> Job:
@@ -244,9 +200,6 @@ def job_cancel(*, job: Job, by, at: datetime | None = None) -> Job:
 
     The job's owner, a team-admin of its team, or a platform admin may cancel it.
     """
-    from portal.tenants.selectors import user_is_team_admin
-    from scheduling.adapters.backends import cluster_backend
-
     if job.owner_id != by.pk and not user_is_team_admin(user=by, team=job.team):
         raise ServiceError("only the job's owner or an admin of its team can cancel it", status_code=403)
 

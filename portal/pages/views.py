@@ -24,7 +24,7 @@ from portal.jobs.states import CANCELLABLE_STATES, JobState
 from portal.pages import charts
 from portal.pages.forms import JobForm
 from portal.tenants.selectors import team_list_for_user
-from scheduling.adapters.backends import cluster_backend
+from scheduling.adapters.factory import cluster_backend
 
 
 def healthz(request):

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.tenants.models import Membership, Team
+from portal.tenants.models import Membership, Team, TeamHold
 
 
 class MembershipInline(admin.TabularInline):
@@ -23,3 +23,10 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ["role", "team"]
     search_fields = ["user__username", "team__name"]
     autocomplete_fields = ["user", "team"]
+
+
+@admin.register(TeamHold)
+class TeamHoldAdmin(admin.ModelAdmin):
+    list_display = ["team", "source", "reason", "since"]
+    list_filter = ["source"]
+    readonly_fields = ["since"]

@@ -46,3 +46,23 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
+
+
+class TeamHold(models.Model):
+    """A team may not start new jobs while it has a hold (running jobs are left alone).
+
+    Holds are data, written by whoever decides them (billing's budget check writes ``source="budget"``)
+    and read by the scheduling cycle, so the scheduler needs no knowledge of why a team is held.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="holds")
+    source = models.CharField(max_length=40, help_text="Who set the hold, e.g. 'budget'.")
+    reason = models.CharField(max_length=500, blank=True)
+    since = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "source"], name="uniq_team_hold_source")]
+        ordering = ["team__slug", "source"]
+
+    def __str__(self) -> str:
+        return f"{self.team} held by {self.source}"

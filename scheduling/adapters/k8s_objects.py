@@ -23,7 +23,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from portal.jobs.states import JobState
-from scheduling.adapters.backends import Observation
+from scheduling.adapters.contract import Observation
 from scheduling.engine.model import ForeignUsage, GpuNode, ReplicaPlacement, Taint, labels_of
 
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -46,7 +46,7 @@ from kubernetes.config.config_exception import ConfigException
 from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from scheduling.adapters import k8s_objects as ko
-from scheduling.adapters.backends import Observation
+from scheduling.adapters.contract import Observation
 from scheduling.adapters.orm import placement_from_row
 from scheduling.engine.model import ForeignUsage, GpuNode
 
@@ -273,7 +273,7 @@ class StartResult:
 
 
 class KubernetesBackend:
-    """A :class:`~scheduling.adapters.backends.ClusterBackend` over the Kubernetes API."""
+    """A :class:`~scheduling.adapters.contract.ClusterBackend` over the Kubernetes API."""
 
     name = "kubernetes"
 

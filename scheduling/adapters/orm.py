@@ -16,10 +16,11 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
-from portal.jobs.services import job_transition
 from portal.jobs.states import ACTIVE_STATES, JobState
-from scheduling.adapters.backends import ClusterBackend
+from portal.jobs.transitions import job_transition
+from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.engine import model as m
+from scheduling.engine.shares import billed_gpus, placement_billed_units
 
 ENGINE_STATE = {
     JobState.PENDING: m.WorkloadState.PENDING,
@@ -34,6 +35,10 @@ def local_queue_key(queue: LocalQueue) -> str:
 
 def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value else None
+
+
+class LostCycleLock(RuntimeError):
+    """The cycle lock vanished (connection lost) before the plan was written; nothing was written."""
 
 
 def placement_from_row(row: ReplicaPlacement) -> m.ReplicaPlacement:
@@ -140,14 +145,8 @@ def snapshot_load(*, backend: ClusterBackend, teams_blocked: tuple[tuple[str, st
 
 
 def placement_gpus(placements: tuple[m.ReplicaPlacement, ...]) -> Decimal:
-    """GPUs held by a set of replica placements, as shares: whole devices, fractions, MIG slices (g/7)."""
-    total = Decimal(0)
-    for p in placements:
-        if p.mig_profile:
-            total += Decimal(int(p.mig_profile.split("g.", 1)[0])) / Decimal(7)
-        else:
-            total += Decimal(len(p.gpu_indices) * p.gpu_milli) / Decimal(1000)
-    return total.quantize(Decimal("0.000001"))
+    """GPUs held by a set of replica placements, as the bill counts them (billed shares, 6 decimals)."""
+    return billed_gpus(sum(placement_billed_units(p) for p in placements))
 
 
 def reason_to_json(info: m.PendingInfo) -> dict:
@@ -205,14 +204,11 @@ def plan_apply(
     lock; if not, nothing is written (another worker may be planning from a newer snapshot).
     """
     nodes = {n.name: n for n in snapshot.nodes}
-    capacity_label = settings.CAPACITY_TYPE_LABEL
     gpu_models = {g.name: g for g in GpuModel.objects.all()}
     counts = {"admitted": 0, "preempted": 0, "pending": 0}
     grace_s = getattr(settings, "K8S_POD_GRACE_S", 30)
     with transaction.atomic():
         if fence is not None and not fence():
-            from scheduling.services import LostCycleLock
-
             raise LostCycleLock("the cycle lock was lost before the plan was written")
         for preemption in plan.preemptions:
             job = Job.objects.select_for_update().filter(pk=int(preemption.workload_id)).first()
@@ -228,7 +224,7 @@ def plan_apply(
             if job is None or job.state != JobState.PENDING:
                 continue
             first_node = nodes.get(admission.placements[0].node) if admission.placements else None
-            capacity_type = dict(first_node.labels).get(capacity_label, "on-demand") if first_node else ""
+            capacity_type = node_capacity_type(first_node) if first_node else ""
             job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
             job.capacity_type = capacity_type
             job.save(update_fields=["gpu_model", "capacity_type"])

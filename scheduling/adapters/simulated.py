@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from portal.jobs.models import Job
 from portal.jobs.states import JobState
-from scheduling.adapters.backends import Observation
+from scheduling.adapters.contract import Observation
 from scheduling.engine.model import ForeignUsage, GpuNode, Taint, labels_of
 from scheduling.models import SimNode
 

@@ -28,6 +28,14 @@ _STARTS: dict[tuple[int, int], tuple[int, ...]] = {
 _PROFILE = re.compile(r"^(\d)g\.(\d+)gb(?:\+me)?$")
 
 
+def parse_mig_profile(profile: str) -> tuple[int, int] | None:
+    """``(compute slices, memory GiB)`` of a profile name such as ``3g.40gb``; ``None`` if not one."""
+    match = _PROFILE.match(profile)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2))
+
+
 @dataclass(frozen=True, slots=True)
 class MigGeometry:
     profile: str
@@ -51,11 +59,10 @@ def mig_geometry(profile: str, device_memory_gib: int) -> MigGeometry | None:
     size NVIDIA uses (1, 2, 4 or 8), so ``1g.10gb`` on an 80 GiB device is one slice and ``1g.20gb``
     two. Unknown shapes fall back to aligned starts (start a multiple of the size).
     """
-    match = _PROFILE.match(profile)
-    if match is None or device_memory_gib <= 0:
+    parsed = parse_mig_profile(profile)
+    if parsed is None or device_memory_gib <= 0:
         return None
-    compute = int(match.group(1))
-    memory_gib = int(match.group(2))
+    compute, memory_gib = parsed
     raw = memory_gib * MEMORY_SLICES / device_memory_gib
     memory_slices = min((1, 2, 4, 8), key=lambda size: (abs(size - raw), size))
     if compute > COMPUTE_SLICES or raw > MEMORY_SLICES * 1.1:

@@ -10,8 +10,8 @@ from fractions import Fraction
 import pytest
 
 from portal.jobs.models import Job, JobTransition
-from portal.jobs.services import job_transition
 from portal.jobs.states import JobState
+from portal.jobs.transitions import job_transition
 
 
 def utc(*args) -> datetime:

@@ -102,6 +102,8 @@ def test_the_hard_stop_keeps_new_jobs_of_a_team_over_budget_pending_with_a_budge
     assert [slug for slug, _ in blocked] == ["vision"]
     assert "monthly GPU budget reached" in blocked[0][1]
 
+    budget_check()  # the budget check holds the team; the cycle reads the hold
+
     vision_job = world.submit("vision", gpu=1)
     nlp_job = world.submit("nlp", owner="bob", gpu=1)
     cycle_run(backend=SimulatedCluster())

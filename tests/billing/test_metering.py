@@ -127,7 +127,7 @@ def test_a_job_that_ran_while_the_workers_were_down_is_billed_from_the_cluster_t
     job = world.submit("vision", gpu=1, runtime_s=7200)
     JobTransition.objects.filter(job=job).update(at=T0 - timedelta(minutes=1))
     detail = {"gpu_model": "A100-80GB", "gpus": "1.000000", "replicas": 1, "capacity_type": "on-demand"}
-    from portal.jobs.services import job_transition
+    from portal.jobs.transitions import job_transition
 
     job_transition(job=job, to_state=JobState.ADMITTED, at=T0, detail=detail)
     # Workers come back a day later: the cluster reports the pods' own start and finish times.

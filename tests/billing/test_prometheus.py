@@ -165,8 +165,8 @@ def test_efficiency_is_read_from_dcgm_metrics_through_prometheus(world, exporter
     exporter.add_gpu(namespace="team-nlp", pod=f"job-{idle.job.pk}-a1-r0", gpu=3, util_pct=100, fb_used_mib=1)
     wait_for_samples(prometheus, count=4)
 
-    from portal.jobs.services import job_transition
     from portal.jobs.states import JobState
+    from portal.jobs.transitions import job_transition
 
     end = timezone.now()
     for history in (idle, busy, other):

@@ -16,13 +16,13 @@ from portal.jobs.models import Job
 from portal.jobs.states import JobState
 from scheduling import services
 from scheduling.adapters import orm
+from scheduling.adapters.orm import LostCycleLock
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.mig import mig_geometry
 from scheduling.metrics import _share
 from scheduling.services import (
     CYCLE_LOCK_KEY,
-    LostCycleLock,
     cycle_lock,
     cycle_lock_held,
     cycle_run,
@@ -127,7 +127,7 @@ def test_metrics_are_exposed_in_kueue_style(world, client, settings):
 
 def test_a_task_retries_kubernetes_api_errors_then_gives_up(db, kube, settings, tmp_path):
     from scheduling.adapters.kubernetes import ClusterApiError, KubernetesBackend
-    from scheduling.tasks import cluster_sync
+    from scheduling.tasks import cluster_sync_task
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kube.kubeconfig())
@@ -139,14 +139,14 @@ def test_a_task_retries_kubernetes_api_errors_then_gives_up(db, kube, settings, 
     kube.fail("GET", r"^/api/v1/nodes$", status=503, times=1000)
     try:
         with pytest.raises(Retry) as retry:
-            cluster_sync.apply()
+            cluster_sync_task.apply()
         assert isinstance(retry.value.exc, ClusterApiError)
         assert retry.value.when == 2  # backoff: 2, 4, 8, ... s
         with pytest.raises(Retry) as retry:
-            cluster_sync.apply(retries=3)
+            cluster_sync_task.apply(retries=3)
         assert retry.value.when == 16
         with pytest.raises(ClusterApiError):
-            cluster_sync.apply(retries=cluster_sync.max_retries + 1)  # gives up
+            cluster_sync_task.apply(retries=cluster_sync_task.max_retries + 1)  # gives up
     finally:
         for backend in KubernetesBackend._instances.values():
             backend.close()

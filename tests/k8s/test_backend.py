@@ -366,7 +366,7 @@ def test_the_sweeper_requeues_a_job_whose_pods_never_ran(kworld, kube, backend, 
 
 
 def test_kubeconfig_selects_the_cluster(kworld, kube, settings, tmp_path):
-    from scheduling.adapters.backends import cluster_backend
+    from scheduling.adapters.factory import cluster_backend
 
     path = tmp_path / "kubeconfig"
     path.write_text(json.dumps(json.loads(kube.kubeconfig())))

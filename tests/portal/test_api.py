@@ -254,7 +254,7 @@ def _running(world, job):
     from django.utils import timezone
 
     from portal.jobs.models import ReplicaPlacement
-    from portal.jobs.services import job_transition
+    from portal.jobs.transitions import job_transition
 
     now = timezone.now()
     job_transition(job=job, to_state="Admitted", at=now)

@@ -203,7 +203,7 @@ def test_the_allocation_chart_counts_a_run_that_began_before_the_window_and_was_
 
     from django.utils import timezone
 
-    from portal.jobs.services import job_transition
+    from portal.jobs.transitions import job_transition
     from portal.pages.views import running_intervals
 
     now = timezone.now()

@@ -4,8 +4,8 @@ import pytest
 from django.utils import timezone
 
 from portal.jobs.models import JobTransition
-from portal.jobs.services import job_transition
 from portal.jobs.states import FINAL_STATES, TRANSITIONS, IllegalTransition, JobState, check_transition
+from portal.jobs.transitions import job_transition
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduling.adapters.backends import cluster_backend
+from scheduling.adapters.factory import cluster_backend
 from scheduling.invariants import audit_findings
 
 

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from portal.jobs.models import GpuModel, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES
 from portal.tenants.models import Team
-from scheduling.adapters.backends import cluster_backend
+from scheduling.adapters.factory import cluster_backend
 
 # (verb, resource, subresource, namespaced): what the portal does (deploy/rbac.yaml grants exactly this).
 REQUIRED_ACCESS = (

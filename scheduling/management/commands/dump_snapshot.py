@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from scheduling.adapters import orm
-from scheduling.adapters.backends import cluster_backend
+from scheduling.adapters.factory import cluster_backend
 from scheduling.engine.codec import policy_to_json, snapshot_to_json
 from scheduling.services import policy_from_settings, teams_blocked
 

@@ -17,24 +17,24 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
+from billing.tasks import budget_check_task, capacity_record_task, metering_run_task
+from scheduling.tasks import scheduling_cycle_task
+
 logger = logging.getLogger("portal.rundemo")
 
 
 def scheduler_loop(stop: threading.Event, interval_s: float) -> None:
     """Run the beat schedule's tasks in-process: the cycle every tick, the others at their own periods."""
-    from billing.tasks import budget_check, capacity_record, metering_run
-    from scheduling.tasks import scheduling_cycle
-
     periodic = [
-        (metering_run, settings.METERING_INTERVAL_S),
-        (capacity_record, settings.CAPACITY_SNAPSHOT_INTERVAL_S),
-        (budget_check, settings.BUDGET_CHECK_INTERVAL_S),
+        (metering_run_task, settings.METERING_INTERVAL_S),
+        (capacity_record_task, settings.CAPACITY_SNAPSHOT_INTERVAL_S),
+        (budget_check_task, settings.BUDGET_CHECK_INTERVAL_S),
     ]
     last_run = {task.name: float("-inf") for task, _ in periodic}
     while not stop.wait(interval_s):
         close_old_connections()
         try:
-            scheduling_cycle.apply()
+            scheduling_cycle_task.apply()
             for task, every_s in periodic:
                 if time.monotonic() - last_run[task.name] >= every_s:
                     task.apply()

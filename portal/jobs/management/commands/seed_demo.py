@@ -16,8 +16,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, LocalQueue, PriorityClass
-from portal.jobs.services import JobSpec, job_submit, job_transition
+from portal.jobs.services import JobSpec, job_submit
 from portal.jobs.states import JobState
+from portal.jobs.transitions import job_transition
 from portal.tenants.models import Membership, Team
 from scheduling.models import SimNode
 

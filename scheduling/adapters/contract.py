@@ -1,4 +1,4 @@
-"""The cluster backend contract and the factory that picks one from settings.
+"""The cluster backend contract. It imports no implementation: ``factory.cluster_backend`` picks one.
 
 A backend tells the portal what the cluster has (nodes, capacity held by pods the portal did not
 create) and what happened to the portal's jobs (observations with the cluster's own timestamps), and
@@ -56,11 +56,9 @@ class ClusterBackend(Protocol):
 #   raw_pods() -> list[dict]    the cluster's pods, for the pod/job invariants of the audit
 
 
-def cluster_backend() -> ClusterBackend:
-    if settings.CLUSTER_BACKEND == "kubernetes":
-        from scheduling.adapters.kubernetes import KubernetesBackend
+ON_DEMAND = "on-demand"
 
-        return KubernetesBackend.from_settings()
-    from scheduling.adapters.simulated import SimulatedCluster
 
-    return SimulatedCluster(speedup=settings.SIM_SPEEDUP)
+def node_capacity_type(node: GpuNode) -> str:
+    """``on-demand``, ``spot`` or ``reserved``: the node's ``CAPACITY_TYPE_LABEL`` (on-demand when absent)."""
+    return dict(node.labels).get(settings.CAPACITY_TYPE_LABEL) or ON_DEMAND
