@@ -14,6 +14,7 @@ from portal.jobs.services import (
     MAX_MEMORY_MIB,
     MAX_REPLICAS,
     MAX_RUNTIME_S,
+    SPEC_FIELDS,
     JobSpec,
 )
 from portal.tenants.models import Team
@@ -57,10 +58,9 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "team", "namespace", "queue", "owner", "kind", "image", "command",
-            "replicas", "min_available", "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib",
-            "cpu_milli", "memory_mib", "allowed_gpu_models", "priority_class", "priority", "runtime_s",
-            "restart_policy", "node_selector", "tolerations", "labels", "state", "message", "created_at",
+            "id", "team", "namespace", "queue", "owner",
+            *(name for name in SPEC_FIELDS if name not in ("team", "local_queue")),
+            "priority", "state", "message", "created_at",
             "admitted_at", "started_at", "finished_at", "attempt", "gpu_model", "capacity_type",
             "pending_reason", "queue_position", "estimated_start", "placements", "transitions",
         ]  # fmt: skip
@@ -192,28 +192,12 @@ class JobCreateSerializer(serializers.Serializer):
 
     def to_spec(self) -> JobSpec:
         v = self.validated_data
-        return JobSpec(
+        return JobSpec.from_values(
+            v,
             team=v["team_obj"],
             local_queue=v["queue_obj"],
-            image=v["image"],
             priority_class=v["priority_obj"],
-            name=v.get("name", ""),
-            kind=v["kind"],
-            command=tuple(v.get("command") or ()),
-            replicas=v["replicas"],
-            min_available=v["min_available"],
-            gpu=v["gpu"],
-            gpu_milli=v["gpu_milli"],
-            mig_profile=v.get("mig_profile", ""),
-            gpu_memory_gib=v["gpu_memory_gib"],
-            cpu_milli=v["cpu_milli"],
-            memory_mib=v["memory_mib"],
             allowed_gpu_models=v["gpu_models"],
-            runtime_s=v["runtime_s"],
-            restart_policy=v["restart_policy"],
-            node_selector=tuple(sorted(v.get("node_selector", {}).items())),
-            tolerations=tuple(dict(t) for t in v.get("tolerations", [])),
-            labels=tuple(sorted(v.get("labels", {}).items())),
         )
 
 

@@ -12,6 +12,7 @@ from django.db import models
 
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.tenants.models import Team
+from scheduling.engine.model import ReplicaPlacement as EnginePlacement
 from scheduling.engine.shares import BILLED_UNITS_PER_GPU, billed_units
 
 
@@ -238,3 +239,15 @@ class ReplicaPlacement(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} replica {self.replica} on {self.node} {self.gpu_indices}"
+
+    def engine_placement(self) -> EnginePlacement:
+        """This row as the engine's value (the shares and the engine are defined on it)."""
+        return EnginePlacement(
+            node=self.node,
+            gpu_indices=tuple(self.gpu_indices),
+            gpu_milli=self.gpu_milli,
+            mig_profile=self.mig_profile or None,
+            mig_slot=self.mig_slot,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+        )

@@ -9,6 +9,8 @@ from django.db.models import Count, Q, QuerySet
 from portal.jobs.models import ClusterQueue, FlavorQuota, Job, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.tenants.selectors import team_list_for_user
+from scheduling.engine.model import ReplicaPlacement as EnginePlacement
+from scheduling.engine.shares import QUOTA_MILLI_PER_GPU, billed_gpus, placement_billed_units, placement_quota_milli
 
 
 def job_list(*, user) -> QuerySet[Job]:
@@ -24,11 +26,9 @@ def job_get(*, user, pk: int) -> Job | None:
 
 
 def gpus_allocated() -> float:
-    """GPUs held right now by admitted and running jobs, counted as the bill counts them (shares)."""
-    from scheduling.adapters.orm import placement_from_row, placement_gpus
-
+    """GPUs held right now by admitted and running jobs, counted as the bill counts them (billed shares)."""
     rows = ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES)
-    return float(placement_gpus(tuple(placement_from_row(row) for row in rows)))
+    return float(billed_gpus(sum(placement_billed_units(row.engine_placement()) for row in rows)))
 
 
 def local_queue_list(*, user) -> QuerySet[LocalQueue]:
@@ -42,17 +42,16 @@ def local_queue_list(*, user) -> QuerySet[LocalQueue]:
 
 
 def cluster_queue_usage() -> dict[str, dict[str, float]]:
-    """GPUs in use per ClusterQueue per GPU model (shares: fractions and MIG slices count partly)."""
+    """GPUs in use per ClusterQueue per GPU model, counted as quota counts them (quota shares: a
+    fraction by its share, a MIG slice by its memory share), so they compare with the nominal quota."""
     usage: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    jobs = Job.objects.filter(state__in=ACTIVE_STATES).select_related("local_queue__cluster_queue", "gpu_model")
-    for job in jobs.prefetch_related("placements"):
-        if job.gpu_model is None:
-            continue
-        replicas = len(job.placements.all()) or job.replicas
-        share = job.gpu_share_per_replica
-        if job.gpu_memory_gib:
-            share = sum(len(p.gpu_indices) for p in job.placements.all()) / max(replicas, 1)
-        usage[job.local_queue.cluster_queue.name][job.gpu_model.name] += share * replicas
+    rows = ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES, job__gpu_model__isnull=False).values_list(
+        "job__local_queue__cluster_queue__name", "job__gpu_model__name", "job__gpu_model__memory_gib", "gpu_indices",
+        "gpu_milli", "mig_profile",
+    )  # fmt: skip
+    for cq, model, memory_gib, indices, milli, mig in rows:
+        placement = EnginePlacement(node="", gpu_indices=tuple(indices), gpu_milli=milli, mig_profile=mig or None)
+        usage[cq][model] += placement_quota_milli(placement, memory_gib) / QUOTA_MILLI_PER_GPU
     return usage
 
 

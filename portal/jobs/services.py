@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -52,16 +55,17 @@ def label_problem(key: str, value: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
-    """A validated-shape job request (types checked by the serializer/form, rules checked here)."""
+    """A validated-shape job request (types checked by the serializer/form, rules checked here).
+
+    Its fields, in this order, are the one list of what a job request holds (``SPEC_FIELDS``)."""
 
     team: Team
     local_queue: LocalQueue
-    image: str
-    priority_class: PriorityClass
     name: str = ""
     kind: str = Job.Kind.TRAINING
+    image: str
     command: tuple[str, ...] = ()
     replicas: int = 1
     min_available: int = 0
@@ -72,11 +76,51 @@ class JobSpec:
     cpu_milli: int = 1000
     memory_mib: int = 4096
     allowed_gpu_models: tuple[GpuModel, ...] = ()
+    priority_class: PriorityClass
     runtime_s: int = 3600
     restart_policy: str = Job.RestartPolicy.REQUEUE
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[dict, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], **objects: Any) -> JobSpec:
+        """A spec from plain values (lists and dicts as the API and forms give them) plus the looked-up
+        rows in ``objects`` (team, local_queue, priority_class, allowed_gpu_models)."""
+        spec: dict[str, Any] = {}
+        for name in SPEC_FIELDS:
+            if name in objects:
+                spec[name] = objects[name]
+            elif name in values:
+                value = values[name]
+                if name in _PAIR_FIELDS:
+                    value = tuple(sorted(dict(value or {}).items()))
+                elif name in _LIST_FIELDS:
+                    value = tuple(dict(v) if isinstance(v, Mapping) else v for v in value or ())
+                spec[name] = value
+        return cls(**spec)
+
+    def row(self) -> dict[str, Any]:
+        """The ``Job`` column values of this spec (``allowed_gpu_models`` is a relation, set apart)."""
+        values: dict[str, Any] = {}
+        for name in SPEC_FIELDS:
+            value = getattr(self, name)
+            if name == "allowed_gpu_models":
+                continue
+            if name in _PAIR_FIELDS:
+                value = dict(value)
+            elif name in _LIST_FIELDS:
+                value = list(value)
+            values[name] = value
+        values["image"] = self.image.strip()
+        return values
+
+
+SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(JobSpec))
+"""The fields of a job request, in one place: the submit service, the API's submit and read shapes
+and the form are built from (and tested against) this list."""
+_PAIR_FIELDS = frozenset({"node_selector", "labels"})  # dicts, kept as sorted pairs
+_LIST_FIELDS = frozenset({"command", "tolerations", "allowed_gpu_models"})
 
 
 def job_spec_validate(spec: JobSpec) -> None:
@@ -151,29 +195,7 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
             )
             if error := pending_limit_error(engine_queue, pending):
                 raise ServiceError(error, field="queue", status_code=409)
-        job = Job.objects.create(
-            name=spec.name,
-            owner=owner,
-            team=spec.team,
-            local_queue=queue,
-            kind=spec.kind,
-            image=spec.image.strip(),
-            command=list(spec.command),
-            replicas=spec.replicas,
-            min_available=spec.min_available,
-            gpu=spec.gpu,
-            gpu_milli=spec.gpu_milli,
-            mig_profile=spec.mig_profile,
-            gpu_memory_gib=spec.gpu_memory_gib,
-            cpu_milli=spec.cpu_milli,
-            memory_mib=spec.memory_mib,
-            priority_class=spec.priority_class,
-            runtime_s=spec.runtime_s,
-            restart_policy=spec.restart_policy,
-            node_selector=dict(spec.node_selector),
-            tolerations=list(spec.tolerations),
-            labels=dict(spec.labels),
-        )
+        job = Job.objects.create(owner=owner, **spec.row())
         if at is not None:
             Job.objects.filter(pk=job.pk).update(created_at=at)
             job.created_at = at

@@ -47,7 +47,6 @@ from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from scheduling.adapters import k8s_objects as ko
 from scheduling.adapters.contract import Observation
-from scheduling.adapters.orm import placement_from_row
 from scheduling.engine.model import ForeignUsage, GpuNode
 
 logger = logging.getLogger(__name__)
@@ -406,7 +405,7 @@ class KubernetesBackend:
             ko.pod_manifest(
                 pod_job,
                 p.replica,
-                placement_from_row(p),
+                p.engine_placement(),
                 scheduler_name=self.options.scheduler_name,
                 run_as_user=self.options.run_as_user,
             )

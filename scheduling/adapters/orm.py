@@ -41,19 +41,6 @@ class LostCycleLock(RuntimeError):
     """The cycle lock vanished (connection lost) before the plan was written; nothing was written."""
 
 
-def placement_from_row(row: ReplicaPlacement) -> m.ReplicaPlacement:
-    """A stored replica placement as the engine's value."""
-    return m.ReplicaPlacement(
-        node=row.node,
-        gpu_indices=tuple(row.gpu_indices),
-        gpu_milli=row.gpu_milli,
-        mig_profile=row.mig_profile or None,
-        mig_slot=row.mig_slot,
-        cpu_milli=row.cpu_milli,
-        memory_mib=row.memory_mib,
-    )
-
-
 def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workload:
     return m.Workload(
         id=str(job.pk),
@@ -86,7 +73,7 @@ def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workloa
         runtime_s=float(job.runtime_s),
         state=ENGINE_STATE[job.state],
         gpu_model=job.gpu_model.name if job.gpu_model else None,
-        placements=tuple(placement_from_row(p) for p in placements),
+        placements=tuple(p.engine_placement() for p in placements),
         started_at=_ts(job.started_at or job.admitted_at),
     )
 
