@@ -235,7 +235,7 @@ def cluster_findings(backend: ClusterBackend, *, now: datetime, admitted_grace_s
     if raw_pods is None:
         return []
     backend.sync()  # type: ignore[attr-defined]
-    pods = [p for p in raw_pods() if ko.pod_job_attempt(p) is not None]
+    keyed = [(pod, key) for pod in raw_pods() if (key := ko.pod_job_attempt(pod)) is not None]
     out: list[Finding] = []
     active = {
         (job_id, attempt): (state, admitted_at)
@@ -243,12 +243,11 @@ def cluster_findings(backend: ClusterBackend, *, now: datetime, admitted_grace_s
             "id", "attempt", "state", "admitted_at"
         )
     }
-    known = set(Job.objects.filter(pk__in={ko.pod_job_attempt(p)[0] for p in pods}).values_list("id", flat=True))
+    known = set(Job.objects.filter(pk__in={key[0] for _, key in keyed}).values_list("id", flat=True))
     placements = Counter(ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True))
     by_attempt: Counter[tuple[int, int]] = Counter()
     live_replicas: dict[tuple[int, str], list[str]] = defaultdict(list)
-    for pod in pods:
-        key = ko.pod_job_attempt(pod)
+    for pod, key in keyed:
         name = f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
         terminating = bool(pod["metadata"].get("deletionTimestamp"))
         if key[0] not in known:

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
@@ -234,12 +235,11 @@ def jobs_sweep(*, now: datetime | None = None, backend: ClusterBackend | None = 
             with transaction.atomic():
                 # Re-checked under the row lock: the job may have started since the query.
                 job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id, state=JobState.ADMITTED).first()
-                if job is None or job.admitted_at >= cutoff:
+                if job is None or job.admitted_at is None or job.admitted_at >= cutoff:
                     continue
                 reason = f"pods not running {settings.ADMITTED_TIMEOUT_S:g} s after admission"
                 target = JobState.PENDING if job.restart_policy == Job.RestartPolicy.REQUEUE else JobState.FAILED
-                stopping = job.pk
-                transaction.on_commit(lambda job_id=stopping: backend.stop(job_id=job_id, grace_s=0))
+                transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=0))
                 job_transition(job=job, to_state=target, at=now, reason=reason)
                 swept += 1
         return swept

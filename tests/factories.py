@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 
 from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, LocalQueue, PriorityClass
 from portal.jobs.services import JobSpec, job_submit
@@ -19,12 +21,12 @@ class World:
     models: dict[str, GpuModel]
     priorities: dict[str, PriorityClass]
     teams: dict[str, Team]
-    users: dict[str, object]
+    users: dict[str, User]
     queues: dict[str, LocalQueue]
     cluster_queues: dict[str, ClusterQueue]
 
     def spec(self, team: str = "vision", **overrides) -> JobSpec:
-        fields = {
+        fields: dict[str, Any] = {
             "team": self.teams[team],
             "local_queue": self.queues[team],
             "image": "nvcr.io/nvidia/pytorch:24.08-py3",

@@ -50,7 +50,9 @@ class JobSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     priority_class = serializers.CharField(source="priority_class.name")
     priority = serializers.IntegerField(source="priority_class.value")
-    allowed_gpu_models = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    allowed_gpu_models: serializers.SlugRelatedField[GpuModel] = serializers.SlugRelatedField(
+        slug_field="name", many=True, read_only=True
+    )
     gpu_model = serializers.CharField(source="gpu_model.name", default=None)
     placements = PlacementSerializer(many=True, read_only=True)
     transitions = TransitionSerializer(many=True, read_only=True)

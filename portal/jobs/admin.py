@@ -40,7 +40,7 @@ class QuotaChangeInline(admin.TabularInline):
     model = QuotaChange
     extra = 0
     can_delete = False
-    readonly_fields = ["changed_at", "changed_by", "field", "old_value", "new_value"]
+    readonly_fields = ("changed_at", "changed_by", "field", "old_value", "new_value")
     fields = readonly_fields
     ordering = ["-changed_at"]
 

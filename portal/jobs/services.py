@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
+from types import EllipsisType
 from typing import Any
 
 from django.db import transaction
@@ -252,8 +253,8 @@ def queue_quota_update(
     *,
     cluster_queue: ClusterQueue,
     by,
-    cpu_quota_milli: int | object | None = ...,
-    memory_quota_mib: int | object | None = ...,
+    cpu_quota_milli: int | EllipsisType | None = ...,
+    memory_quota_mib: int | EllipsisType | None = ...,
     flavors: dict[str, dict[str, int | None]] | None = None,
 ) -> list[QuotaChange]:
     """Change a ClusterQueue's quotas and record each change (who, when, old → new).
@@ -266,9 +267,9 @@ def queue_quota_update(
     with transaction.atomic():
         cq = ClusterQueue.objects.select_for_update().get(pk=cluster_queue.pk)
         before = quota_state(cq)
-        if cpu_quota_milli is not ...:
+        if not isinstance(cpu_quota_milli, EllipsisType):
             cq.cpu_quota_milli = cpu_quota_milli
-        if memory_quota_mib is not ...:
+        if not isinstance(memory_quota_mib, EllipsisType):
             cq.memory_quota_mib = memory_quota_mib
         cq.save()
         for model_name, values in (flavors or {}).items():

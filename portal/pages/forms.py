@@ -28,9 +28,14 @@ class JobForm(forms.Form):
 
     def __init__(self, *args, queues: list[LocalQueue], **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["queue"].choices = [(f"{q.team.slug}/{q.name}", f"{q.team.slug} / {q.name}") for q in queues]
-        self.fields["allowed_gpu_models"].choices = [(g.name, g.name) for g in GpuModel.objects.all()]
+        self.choice_field("queue").choices = [(f"{q.team.slug}/{q.name}", f"{q.team.slug} / {q.name}") for q in queues]
+        self.choice_field("allowed_gpu_models").choices = [(g.name, g.name) for g in GpuModel.objects.all()]
         priorities = list(PriorityClass.objects.order_by("value"))
-        self.fields["priority_class"].choices = [(p.name, f"{p.name} ({p.value})") for p in priorities]
+        self.choice_field("priority_class").choices = [(p.name, f"{p.name} ({p.value})") for p in priorities]
         default = next((p.name for p in priorities if p.name == "default"), priorities[0].name if priorities else None)
         self.fields["priority_class"].initial = default
+
+    def choice_field(self, name: str) -> forms.ChoiceField:
+        field = self.fields[name]
+        assert isinstance(field, forms.ChoiceField)
+        return field

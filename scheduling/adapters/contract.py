@@ -32,12 +32,16 @@ class Observation:
     reason: str = ""
 
 
-class ClusterBackend(Protocol):
-    name: str
+class ClusterView(Protocol):
+    """What a snapshot reads from the cluster: its nodes and the capacity others' pods hold."""
 
     def nodes(self) -> list[GpuNode]: ...
 
     def foreign_usage(self) -> list[ForeignUsage]: ...
+
+
+class ClusterBackend(ClusterView, Protocol):
+    name: str
 
     def start(self, *, job_id: int) -> None:
         """Create the pods of an admitted job on its placement (idempotent: retried creates succeed)."""

@@ -598,8 +598,8 @@ def pod_finished_at(pod: Mapping) -> datetime | None:
         for c in (pod.get("status") or {}).get("conditions") or []
         if c.get("lastTransitionTime")
     ]
-    stamps = [s for s in stamps if s]
-    return max(stamps) if stamps else None
+    known = [s for s in stamps if s is not None]
+    return max(known) if known else None
 
 
 def pod_disrupted(pod: Mapping) -> str:

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -18,7 +19,7 @@ from django.db import connection, transaction
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.jobs.transitions import job_transition
-from scheduling.adapters.contract import ClusterBackend, node_capacity_type
+from scheduling.adapters.contract import ClusterBackend, ClusterView, node_capacity_type
 from scheduling.engine import model as m
 from scheduling.engine.shares import billed_gpus, placement_billed_units
 
@@ -71,14 +72,14 @@ def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workloa
             for t in job.tolerations
         ),
         runtime_s=float(job.runtime_s),
-        state=ENGINE_STATE[job.state],
+        state=ENGINE_STATE[JobState(job.state)],
         gpu_model=job.gpu_model.name if job.gpu_model else None,
         placements=tuple(p.engine_placement() for p in placements),
         started_at=_ts(job.started_at or job.admitted_at),
     )
 
 
-def snapshot_load(*, backend: ClusterBackend, teams_blocked: tuple[tuple[str, str], ...] = ()) -> m.Snapshot:
+def snapshot_load(*, backend: ClusterView, teams_blocked: tuple[tuple[str, str], ...] = ()) -> m.Snapshot:
     """Read queues and live jobs from the database and nodes from the cluster backend."""
     jobs = list(
         Job.objects.filter(state__in=[JobState.PENDING, *ACTIVE_STATES])
@@ -204,7 +205,7 @@ def plan_apply(
             job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason)
             if job.restart_policy == Job.RestartPolicy.REQUEUE:
                 job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption")
-            transaction.on_commit(lambda job_id=job.pk: backend.stop(job_id=job_id, grace_s=grace_s))
+            transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=grace_s))
             counts["preempted"] += 1
         for admission in plan.admissions:
             job = Job.objects.select_for_update().filter(pk=int(admission.workload_id)).first()
@@ -245,7 +246,7 @@ def plan_apply(
                 )
                 for index, p in enumerate(admission.placements)
             )
-            transaction.on_commit(lambda job_id=job.pk: backend.start(job_id=job_id))
+            transaction.on_commit(partial(backend.start, job_id=job.pk))
             counts["admitted"] += 1
         pending_rows = []
         infos = {int(info.workload_id): info for info in plan.pending}

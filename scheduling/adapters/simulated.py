@@ -54,7 +54,10 @@ class SimulatedCluster:
         """Nothing to delete: a stopped job is no longer observed."""
 
     def finish_time(self, job: Job) -> datetime:
-        return job.started_at + timedelta(seconds=job.runtime_s / self.speedup)
+        """When a job that started at ``started_at`` (or, before it started, its admission) succeeds."""
+        started = job.started_at or job.admitted_at
+        assert started is not None, "only admitted and running jobs have a finish time"
+        return started + timedelta(seconds=job.runtime_s / self.speedup)
 
     def observe(self, *, now: datetime) -> list[Observation]:
         observations: list[Observation] = []
@@ -62,12 +65,9 @@ class SimulatedCluster:
             "id", "attempt", "state", "admitted_at", "started_at", "runtime_s"
         )
         for job in active:
-            if job.state == JobState.ADMITTED:
-                start = job.admitted_at
-                observations.append(Observation(job.pk, job.attempt, JobState.RUNNING, start, "pods running"))
-                done = start + timedelta(seconds=job.runtime_s / self.speedup)
-            else:
-                done = self.finish_time(job)
+            if job.state == JobState.ADMITTED and job.admitted_at is not None:
+                observations.append(Observation(job.pk, job.attempt, JobState.RUNNING, job.admitted_at, "pods running"))
+            done = self.finish_time(job)
             if done <= now:
                 observations.append(Observation(job.pk, job.attempt, JobState.SUCCEEDED, done, "completed"))
         return observations

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 POD_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?:/(?P<sub>binding|status))?)?$")
@@ -245,7 +246,7 @@ class FakeKubeApi:
             change(pod)
             return self._write("Pod", "MODIFIED", pod)
 
-    def run(self, namespace: str, name: str, at: datetime | None = None) -> dict:
+    def run(self, namespace: str, name: str, at: datetime | None = None) -> dict | None:
         when = stamp(at)
 
         def change(pod: dict) -> None:
@@ -257,7 +258,7 @@ class FakeKubeApi:
 
         return self._set_pod(namespace, name, change)
 
-    def succeed(self, namespace: str, name: str, at: datetime | None = None, *, exit_code: int = 0) -> dict:
+    def succeed(self, namespace: str, name: str, at: datetime | None = None, *, exit_code: int = 0) -> dict | None:
         when = stamp(at)
 
         def change(pod: dict) -> None:
@@ -275,10 +276,10 @@ class FakeKubeApi:
 
         return self._set_pod(namespace, name, change)
 
-    def exit(self, namespace: str, name: str, code: int = 1, at: datetime | None = None) -> dict:
+    def exit(self, namespace: str, name: str, code: int = 1, at: datetime | None = None) -> dict | None:
         return self.succeed(namespace, name, at, exit_code=code)
 
-    def evict(self, namespace: str, name: str, at: datetime | None = None) -> dict:
+    def evict(self, namespace: str, name: str, at: datetime | None = None) -> dict | None:
         when = stamp(at)
 
         def change(pod: dict) -> None:
@@ -330,7 +331,7 @@ class FakeKubeApi:
         with self.cond:
             self.requests.append((method, handler.path))
         length = int(handler.headers.get("Content-Length") or 0)
-        body = json.loads(handler.rfile.read(length)) if length else None
+        body: dict[str, Any] = json.loads(handler.rfile.read(length)) if length else {}
         fault = self._fault_for(method, path)
         if fault is not None:
             if fault.delay_s:
@@ -478,7 +479,7 @@ class FakeKubeApi:
             except OSError:
                 handler.close_connection = True
 
-    def pod_endpoint(self, handler, method: str, namespace: str, name: str | None, sub: str | None, query: dict, body):
+    def pod_endpoint(self, handler, method: str, namespace: str, name: str, sub: str | None, query: dict, body: dict):
         if name is None:
             if method == "GET":
                 return self.list_or_watch(handler, "Pod", query, namespace)

@@ -29,7 +29,7 @@ class Command(BaseCommand):
             options.args = rest
             return options
 
-        parser.parse_args = parse_args
+        setattr(parser, "parse_args", parse_args)  # noqa: B010 (replacing a bound method on purpose)
         return parser
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -30,7 +31,7 @@ GPU_MODELS = [
     ("T4", 16, []),
 ]
 # (name prefix, model, count of nodes, GPUs per node, CPU cores, memory GiB, pool, capacity type, extra)
-NODE_GROUPS = [
+NODE_GROUPS: list[tuple[str, str, int, int, int, int, str, str, dict[str, Any]]] = [
     ("h100", "H100-80GB", 2, 8, 192, 2048, "training", "on-demand", {}),
     ("a100", "A100-80GB", 3, 8, 128, 1024, "training", "on-demand", {}),
     ("a100-spot", "A100-80GB", 1, 8, 128, 1024, "training", "spot", {"taint": "spot"}),
@@ -184,7 +185,7 @@ class Command(BaseCommand):
         priorities = {p.name: p for p in PriorityClass.objects.all()}
         owners = {"vision": users["alice"], "nlp": users["bob"]}
         count = 0
-        shapes = [
+        shapes: list[dict[str, Any]] = [
             {"gpu": 1}, {"gpu": 2}, {"gpu": 4}, {"gpu_milli": 500}, {"gpu_milli": 250}, {"mig_profile": "3g.40gb"},
         ]  # fmt: skip
         # Finished history: transitions stamped in the past, GPU model and share recorded at admission.
@@ -217,7 +218,7 @@ class Command(BaseCommand):
                     count += 1
                     self.replay_history(job, models[model], submitted, runtime, rng)
         # Live jobs: the scheduler admits what fits; the rest waits with a reason and an estimated start.
-        live = [
+        live: list[tuple[str, str, dict[str, Any], str, int, list[str]]] = [
             ("vision", "resnet-sweep", {"gpu": 1, "replicas": 4}, "default", 4 * 3600, []),
             ("vision", "detector-finetune", {"gpu": 8}, "high", 8 * 3600, ["H100-80GB"]),
             ("vision", "notebook-share", {"gpu_milli": 250}, "low", 2 * 3600, ["T4"]),
