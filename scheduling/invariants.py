@@ -19,7 +19,7 @@ Steps:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -29,7 +29,7 @@ from portal.jobs.states import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, JobStat
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend
 from scheduling.engine.mig import COMPUTE_SLICES, default_device_memory_gib, mig_geometry
-from scheduling.engine.model import GpuNode
+from scheduling.engine.model import GpuNode, Snapshot
 from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
 
 FULL = 1000
@@ -73,59 +73,37 @@ def placement_findings(nodes: dict[str, GpuNode] | None) -> list[Finding]:
     return out
 
 
-def capacity_findings(snapshot) -> list[Finding]:
-    out: list[Finding] = []
+@dataclass
+class _Tally:
+    """What the placements and foreign pods of a snapshot hold, per node and per device."""
+
+    cpu: Counter[str] = field(default_factory=Counter)
+    memory: Counter[str] = field(default_factory=Counter)
+    shares: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
+    mig_masks: dict[tuple[str, int], list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
+    compute: Counter[tuple[str, int]] = field(default_factory=Counter)
+    holders: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
+
+
+def capacity_findings(snapshot: Snapshot) -> list[Finding]:
+    """Nothing over-committed: CPU and memory per node, share per device, MIG slices per device."""
     nodes = {n.name: n for n in snapshot.nodes}
-    model_memory = dict(snapshot.gpu_memory_gib)
-    cpu: Counter[str] = Counter()
-    memory: Counter[str] = Counter()
-    shares: dict[tuple[str, int], int] = defaultdict(int)
-    mig_masks: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
-    compute: Counter[tuple[str, int]] = Counter()
-    holders: dict[tuple[str, int], set[str]] = defaultdict(set)
-    for usage in snapshot.foreign:
-        cpu[usage.node] += usage.cpu_milli
-        memory[usage.node] += usage.memory_mib
-        for index in usage.gpu_indices:
-            shares[(usage.node, index)] += usage.gpu_milli
-            holders[(usage.node, index)].add("a foreign pod")
-    for workload in snapshot.workloads:
-        for p in workload.placements:
-            node = nodes.get(p.node)
-            cpu[p.node] += p.cpu_milli
-            memory[p.node] += p.memory_mib
-            for index in p.gpu_indices:
-                device = (p.node, index)
-                holders[device].add(f"job {workload.id}")
-                if node is not None and index >= node.gpu_count:
-                    out.append(
-                        Finding(
-                            "capacity", f"job {workload.id} uses device {index} of {p.node}, which has {node.gpu_count}"
-                        )
-                    )
-                if p.mig_profile:
-                    geometry = mig_geometry(p.mig_profile, _device_memory(node, model_memory)) if node else None
-                    if geometry is None:
-                        out.append(
-                            Finding("capacity", f"job {workload.id}: MIG {p.mig_profile} cannot exist on {p.node}")
-                        )
-                        continue
-                    mig_masks[device].append((geometry.mask_at(p.mig_slot or 0), workload.id))
-                    compute[device] += geometry.compute
-                else:
-                    shares[device] += p.gpu_milli
+    tally = _Tally()
+    out = _tally(snapshot, nodes, tally)
     for name, node in nodes.items():
-        if cpu[name] > node.cpu_milli:
-            out.append(Finding("capacity", f"{name}: CPU over-committed, {cpu[name]}m of {node.cpu_milli}m"))
-        if memory[name] > node.memory_mib:
-            out.append(Finding("capacity", f"{name}: memory over-committed, {memory[name]} MiB of {node.memory_mib}"))
-    for device, milli in sorted(shares.items()):
+        if tally.cpu[name] > node.cpu_milli:
+            out.append(Finding("capacity", f"{name}: CPU over-committed, {tally.cpu[name]}m of {node.cpu_milli}m"))
+        if tally.memory[name] > node.memory_mib:
+            out.append(
+                Finding("capacity", f"{name}: memory over-committed, {tally.memory[name]} MiB of {node.memory_mib}")
+            )
+    for device, milli in sorted(tally.shares.items()):
         if milli > FULL:
-            who = ", ".join(sorted(holders[device]))
+            who = ", ".join(sorted(tally.holders[device]))
             out.append(Finding("capacity", f"{device[0]} GPU {device[1]} over-committed: {milli}/1000 milli ({who})"))
-        if milli and mig_masks.get(device):
+        if milli and tally.mig_masks.get(device):
             out.append(Finding("capacity", f"{device[0]} GPU {device[1]} is used both whole/shared and as MIG slices"))
-    for device, masks in sorted(mig_masks.items()):
+    for device, masks in sorted(tally.mig_masks.items()):
         seen = 0
         for mask, owner in masks:
             if seen & mask:
@@ -133,8 +111,46 @@ def capacity_findings(snapshot) -> list[Finding]:
                     Finding("capacity", f"{device[0]} GPU {device[1]}: MIG slice of job {owner} overlaps another")
                 )
             seen |= mask
-        if compute[device] > COMPUTE_SLICES:
-            out.append(Finding("capacity", f"{device[0]} GPU {device[1]}: {compute[device]} MIG compute slices of 7"))
+        if tally.compute[device] > COMPUTE_SLICES:
+            out.append(
+                Finding("capacity", f"{device[0]} GPU {device[1]}: {tally.compute[device]} MIG compute slices of 7")
+            )
+    return out
+
+
+def _tally(snapshot: Snapshot, nodes: dict[str, GpuNode], tally: _Tally) -> list[Finding]:
+    """Add up every placement and foreign pod into ``tally``; returns placements that cannot exist."""
+    out: list[Finding] = []
+    model_memory = dict(snapshot.gpu_memory_gib)
+    for usage in snapshot.foreign:
+        tally.cpu[usage.node] += usage.cpu_milli
+        tally.memory[usage.node] += usage.memory_mib
+        for index in usage.gpu_indices:
+            tally.shares[(usage.node, index)] += usage.gpu_milli
+            tally.holders[(usage.node, index)].add("a foreign pod")
+    for workload in snapshot.workloads:
+        for p in workload.placements:
+            node = nodes.get(p.node)
+            tally.cpu[p.node] += p.cpu_milli
+            tally.memory[p.node] += p.memory_mib
+            for index in p.gpu_indices:
+                device = (p.node, index)
+                tally.holders[device].add(f"job {workload.id}")
+                if node is not None and index >= node.gpu_count:
+                    out.append(
+                        Finding(
+                            "capacity", f"job {workload.id} uses device {index} of {p.node}, which has {node.gpu_count}"
+                        )
+                    )
+                if not p.mig_profile:
+                    tally.shares[device] += p.gpu_milli
+                    continue
+                geometry = mig_geometry(p.mig_profile, _device_memory(node, model_memory)) if node else None
+                if geometry is None:
+                    out.append(Finding("capacity", f"job {workload.id}: MIG {p.mig_profile} cannot exist on {p.node}"))
+                    continue
+                tally.mig_masks[device].append((geometry.mask_at(p.mig_slot or 0), workload.id))
+                tally.compute[device] += geometry.compute
     return out
 
 

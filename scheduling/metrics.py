@@ -16,7 +16,7 @@ worker processes report the same figures without a multiprocess registry:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -57,7 +57,27 @@ def _share(gpu_indices: list, gpu_milli: int, mig_profile: str, device_memory_gi
 
 
 class PortalCollector:
+    """One collector for every family; each family is one method, read at scrape time."""
+
     def collect(self):
+        runs = list(CycleRun.objects.order_by("-started_at").values_list("duration_ms", "total_gpus")[:1000])
+        yield self.pending_workloads()
+        yield self.admitted_active_workloads()
+        yield self.admitted_gpus()
+        yield self.admission_wait_time()
+        yield _histogram(
+            "portal_scheduling_cycle_duration_seconds",
+            "Duration of the last 1000 scheduling cycles.",
+            [],
+            CYCLE_BUCKETS_S,
+            {(): [ms / 1000 for ms, _ in runs]} if runs else {},
+        )
+        yield self.admitted_workloads()
+        total = GaugeMetricFamily("portal_cluster_gpus", "GPUs in the cluster at the last cycle.")
+        total.add_metric([], runs[0][1] if runs else 0)
+        yield total
+
+    def pending_workloads(self) -> GaugeMetricFamily:
         pending = GaugeMetricFamily(
             "portal_pending_workloads",
             "Pending jobs per queue and the kind of reason they wait for.",
@@ -71,8 +91,9 @@ class PortalCollector:
             reasons[(cq, f"{team}/{lq}", kind)] += 1
         for key, count in sorted(reasons.items()):
             pending.add_metric(list(key), count)
-        yield pending
+        return pending
 
+    def admitted_active_workloads(self) -> GaugeMetricFamily:
         active = GaugeMetricFamily(
             "portal_admitted_active_workloads", "Admitted or running jobs.", labels=["cluster_queue"]
         )
@@ -82,8 +103,9 @@ class PortalCollector:
             ).items()
         ):
             active.add_metric([cq], count)
-        yield active
+        return active
 
+    def admitted_gpus(self) -> GaugeMetricFamily:
         gpus = GaugeMetricFamily(
             "portal_admitted_gpus",
             "GPUs held by admitted or running jobs (fractions and MIG slices as shares).",
@@ -107,12 +129,13 @@ class PortalCollector:
                 held[(cq, f"{team}/{lq}", model or "")] += _share(indices, milli, mig, memory)
         for key, value in sorted(held.items()):
             gpus.add_metric(list(key), float(value))
-        yield gpus
+        return gpus
 
+    def admission_wait_time(self) -> HistogramMetricFamily:
         since = timezone.now() - timedelta(seconds=settings.METRICS_WAIT_WINDOW_S)
-        waits: dict[tuple[str], list[float]] = defaultdict(list)
+        waits: dict[tuple[str, ...], list[float]] = defaultdict(list)
         admitted_jobs = JobTransition.objects.filter(to_state=JobState.ADMITTED, at__gte=since).values("job_id")
-        queued_at: dict[int, object] = {}
+        queued_at: dict[int, datetime] = {}
         for job_id, target, at, cq in (
             JobTransition.objects.filter(job_id__in=admitted_jobs, to_state__in=[JobState.PENDING, JobState.ADMITTED])
             .order_by("job_id", "id")
@@ -122,7 +145,7 @@ class PortalCollector:
                 queued_at[job_id] = at
             elif job_id in queued_at and at >= since:
                 waits[(cq,)].append(max(0.0, (at - queued_at.pop(job_id)).total_seconds()))
-        yield _histogram(
+        return _histogram(
             "portal_admission_wait_time_seconds",
             "Time from (re)queueing to admission.",
             ["cluster_queue"],
@@ -130,14 +153,7 @@ class PortalCollector:
             waits,
         )
 
-        runs = list(CycleRun.objects.order_by("-started_at").values_list("duration_ms", "total_gpus")[:1000])
-        yield _histogram(
-            "portal_scheduling_cycle_duration_seconds",
-            "Duration of the last 1000 scheduling cycles.",
-            [],
-            CYCLE_BUCKETS_S,
-            {(): [ms / 1000 for ms, _ in runs]} if runs else {},
-        )
+    def admitted_workloads(self) -> CounterMetricFamily:
         admitted = CounterMetricFamily(
             "portal_admitted_workloads", "Admissions so far (a requeued job counts again).", labels=["cluster_queue"]
         )
@@ -149,10 +165,7 @@ class PortalCollector:
             ).items()
         ):
             admitted.add_metric([cq], count)
-        yield admitted
-        total = GaugeMetricFamily("portal_cluster_gpus", "GPUs in the cluster at the last cycle.")
-        total.add_metric([], runs[0][1] if runs else 0)
-        yield total
+        return admitted
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

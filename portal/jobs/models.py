@@ -240,6 +240,21 @@ class ReplicaPlacement(models.Model):
     def __str__(self) -> str:
         return f"job {self.job_id} replica {self.replica} on {self.node} {self.gpu_indices}"
 
+    @classmethod
+    def from_engine(cls, *, job: Job, replica: int, placement: EnginePlacement) -> ReplicaPlacement:
+        """The row of an engine placement (the inverse of :meth:`engine_placement`)."""
+        return cls(
+            job=job,
+            replica=replica,
+            node=placement.node,
+            gpu_indices=list(placement.gpu_indices),
+            gpu_milli=placement.gpu_milli,
+            mig_profile=placement.mig_profile or "",
+            mig_slot=placement.mig_slot,
+            cpu_milli=placement.cpu_milli,
+            memory_mib=placement.memory_mib,
+        )
+
     def engine_placement(self) -> EnginePlacement:
         """This row as the engine's value (the shares and the engine are defined on it)."""
         return EnginePlacement(

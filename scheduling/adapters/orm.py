@@ -193,74 +193,80 @@ def plan_apply(
     """
     nodes = {n.name: n for n in snapshot.nodes}
     gpu_models = {g.name: g for g in GpuModel.objects.all()}
-    counts = {"admitted": 0, "preempted": 0, "pending": 0}
-    grace_s = getattr(settings, "K8S_POD_GRACE_S", 30)
     with transaction.atomic():
         if fence is not None and not fence():
             raise LostCycleLock("the cycle lock was lost before the plan was written")
-        for preemption in plan.preemptions:
-            job = Job.objects.select_for_update().filter(pk=int(preemption.workload_id)).first()
-            if job is None or job.state not in ACTIVE_STATES:
-                continue
-            job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason)
-            if job.restart_policy == Job.RestartPolicy.REQUEUE:
-                job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption")
-            transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=grace_s))
-            counts["preempted"] += 1
-        for admission in plan.admissions:
-            job = Job.objects.select_for_update().filter(pk=int(admission.workload_id)).first()
-            if job is None or job.state != JobState.PENDING:
-                continue
-            first_node = nodes.get(admission.placements[0].node) if admission.placements else None
-            capacity_type = node_capacity_type(first_node) if first_node else ""
-            job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
-            job.capacity_type = capacity_type
-            job.save(update_fields=["gpu_model", "capacity_type"])
-            detail = {
-                "gpu_model": admission.gpu_model or "",
-                "gpus": str(placement_gpus(admission.placements)),
-                "replicas": len(admission.placements),
-                "capacity_type": capacity_type,
-                "nodes": sorted({p.node for p in admission.placements}),
-                "borrowed": admission.borrowed,
-            }
-            job_transition(
-                job=job,
-                to_state=JobState.ADMITTED,
-                at=now,
-                reason=f"admitted on {admission.gpu_model or 'CPU'}"
-                + (" (borrowing from the cohort)" if admission.borrowed else ""),
-                detail=detail,
-            )
-            ReplicaPlacement.objects.bulk_create(
-                ReplicaPlacement(
-                    job=job,
-                    replica=index,
-                    node=p.node,
-                    gpu_indices=list(p.gpu_indices),
-                    gpu_milli=p.gpu_milli,
-                    mig_profile=p.mig_profile or "",
-                    mig_slot=p.mig_slot,
-                    cpu_milli=p.cpu_milli,
-                    memory_mib=p.memory_mib,
-                )
-                for index, p in enumerate(admission.placements)
-            )
-            transaction.on_commit(partial(backend.start, job_id=job.pk))
-            counts["admitted"] += 1
-        pending_rows = []
-        infos = {int(info.workload_id): info for info in plan.pending}
-        current = Job.objects.filter(pk__in=infos, state=JobState.PENDING).values_list(
-            "id", "pending_reason", "queue_position", "estimated_start"
+        preempted = sum(preemption_apply(p, now=now, backend=backend) for p in plan.preemptions)
+        admitted = sum(
+            admission_apply(a, now=now, backend=backend, nodes=nodes, gpu_models=gpu_models) for a in plan.admissions
         )
-        for job_id, old_reason, old_position, old_estimate in current:
-            info = infos[job_id]
-            reason = reason_to_json(info)
-            estimate = (
-                datetime.fromtimestamp(info.estimated_start, tz=UTC) if info.estimated_start is not None else None
-            )
-            if (reason, info.position, estimate) != (old_reason, old_position, old_estimate):
-                pending_rows.append((job_id, reason, info.position, estimate))
-        pending_update(pending_rows)
-        counts["pending"] = len(infos)
-    return counts
+        pending_apply(plan.pending)
+    return {"admitted": admitted, "preempted": preempted, "pending": len(plan.pending)}
+
+
+def preemption_apply(preemption: m.Preemption, *, now: datetime, backend: ClusterBackend) -> bool:
+    """Evict one victim (requeued unless its restart policy says never); False if it already left."""
+    # The row lock orders this write after a concurrent cancel, which the state re-check then sees.
+    job = Job.objects.select_for_update().filter(pk=int(preemption.workload_id)).first()
+    if job is None or job.state not in ACTIVE_STATES:
+        return False
+    job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason)
+    if job.restart_policy == Job.RestartPolicy.REQUEUE:
+        job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption")
+    grace_s = getattr(settings, "K8S_POD_GRACE_S", 30)
+    transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=grace_s))
+    return True
+
+
+def admission_apply(
+    admission: m.Admission,
+    *,
+    now: datetime,
+    backend: ClusterBackend,
+    nodes: dict[str, m.GpuNode],
+    gpu_models: dict[str, GpuModel],
+) -> bool:
+    """Admit one job on its placements (its pods start after commit); False if it is no longer pending."""
+    # The row lock orders this write after a concurrent cancel, which the state re-check then sees.
+    job = Job.objects.select_for_update().filter(pk=int(admission.workload_id)).first()
+    if job is None or job.state != JobState.PENDING:
+        return False
+    first_node = nodes.get(admission.placements[0].node) if admission.placements else None
+    capacity_type = node_capacity_type(first_node) if first_node else ""
+    job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
+    job.capacity_type = capacity_type
+    job.save(update_fields=["gpu_model", "capacity_type"])
+    detail = {
+        "gpu_model": admission.gpu_model or "",
+        "gpus": str(placement_gpus(admission.placements)),
+        "replicas": len(admission.placements),
+        "capacity_type": capacity_type,
+        "nodes": sorted({p.node for p in admission.placements}),
+        "borrowed": admission.borrowed,
+    }
+    reason = f"admitted on {admission.gpu_model or 'CPU'}" + (
+        " (borrowing from the cohort)" if admission.borrowed else ""
+    )
+    job_transition(job=job, to_state=JobState.ADMITTED, at=now, reason=reason, detail=detail)
+    ReplicaPlacement.objects.bulk_create(
+        ReplicaPlacement.from_engine(job=job, replica=index, placement=p)
+        for index, p in enumerate(admission.placements)
+    )
+    transaction.on_commit(partial(backend.start, job_id=job.pk))
+    return True
+
+
+def pending_apply(pending: tuple[m.PendingInfo, ...]) -> None:
+    """Store each pending job's reason, position and estimate, writing only the rows that changed."""
+    rows = []
+    infos = {int(info.workload_id): info for info in pending}
+    current = Job.objects.filter(pk__in=infos, state=JobState.PENDING).values_list(
+        "id", "pending_reason", "queue_position", "estimated_start"
+    )
+    for job_id, old_reason, old_position, old_estimate in current:
+        info = infos[job_id]
+        reason = reason_to_json(info)
+        estimate = datetime.fromtimestamp(info.estimated_start, tz=UTC) if info.estimated_start is not None else None
+        if (reason, info.position, estimate) != (old_reason, old_position, old_estimate):
+            rows.append((job_id, reason, info.position, estimate))
+    pending_update(rows)

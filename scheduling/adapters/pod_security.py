@@ -51,7 +51,18 @@ def pod_spec_violations(pod: Mapping, *, namespace: str | None = None) -> list[s
     out: list[str] = []
     if namespace is not None and "metadata" in pod and (pod["metadata"].get("namespace") or "") != namespace:
         out.append(f"namespace {pod['metadata'].get('namespace')!r} is not the team's namespace {namespace!r}")
-    out.extend(f"{key} is set" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key))
+    out.extend(_pod_level_violations(spec))
+    pod_security = spec.get("securityContext") or {}
+    pod_non_root = pod_security.get("runAsNonRoot") is True
+    pod_seccomp = (pod_security.get("seccompProfile") or {}).get("type")
+    for where, container in _containers(spec):
+        out.extend(_container_violations(where, container, pod_non_root=pod_non_root, pod_seccomp=pod_seccomp))
+    return out
+
+
+def _pod_level_violations(spec: Mapping) -> list[str]:
+    """Host namespaces, volumes, sysctls and the pod's own security context."""
+    out = [f"{key} is set" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key)]
     out.extend(
         f"volume {volume.get('name')!r} uses {kind}"
         for volume in spec.get("volumes") or []
@@ -63,7 +74,6 @@ def pod_spec_violations(pod: Mapping, *, namespace: str | None = None) -> list[s
         for sysctl in pod_security.get("sysctls") or []
         if sysctl.get("name") not in SAFE_SYSCTLS
     )
-    pod_non_root = pod_security.get("runAsNonRoot") is True
     pod_seccomp = (pod_security.get("seccompProfile") or {}).get("type")
     if pod_seccomp is not None and pod_seccomp not in ALLOWED_SECCOMP:
         out.append(f"pod seccompProfile {pod_seccomp}")
@@ -75,39 +85,44 @@ def pod_spec_violations(pod: Mapping, *, namespace: str | None = None) -> list[s
     apparmor = (pod_security.get("appArmorProfile") or {}).get("type")
     if apparmor == "Unconfined":
         out.append("pod appArmorProfile Unconfined")
-    for where, container in _containers(spec):
-        sc = container.get("securityContext") or {}
-        if sc.get("privileged"):
-            out.append(f"{where} is privileged")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            out.append(f"{where} allowPrivilegeEscalation is not false")
-        capabilities = sc.get("capabilities") or {}
-        out.extend(
-            f"{where} adds capability {cap}"
-            for cap in capabilities.get("add") or []
-            if cap not in ALLOWED_ADDED_CAPABILITIES
-        )
-        if "ALL" not in (capabilities.get("drop") or []):
-            out.append(f"{where} does not drop ALL capabilities")
-        non_root = sc.get("runAsNonRoot")
-        if non_root is False or (non_root is None and not pod_non_root):
-            out.append(f"{where} runAsNonRoot is not true")
-        if sc.get("runAsUser") == 0:
-            out.append(f"{where} runAsUser is 0 (root)")
-        seccomp = (sc.get("seccompProfile") or {}).get("type")
-        if seccomp is None and pod_seccomp is None:
-            out.append(f"{where} has no seccompProfile (RuntimeDefault or Localhost)")
-        elif seccomp is not None and seccomp not in ALLOWED_SECCOMP:
-            out.append(f"{where} seccompProfile {seccomp}")
-        if sc.get("procMount") not in (None, "Default"):
-            out.append(f"{where} procMount {sc['procMount']}")
-        if (sc.get("seLinuxOptions") or {}).get("type", "") not in ALLOWED_SELINUX_TYPES:
-            out.append(f"{where} seLinuxOptions type")
-        if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined":
-            out.append(f"{where} appArmorProfile Unconfined")
-        out.extend(
-            f"{where} uses hostPort {port['hostPort']}" for port in container.get("ports") or [] if port.get("hostPort")
-        )
+    return out
+
+
+def _container_violations(where: str, container: Mapping, *, pod_non_root: bool, pod_seccomp: str | None) -> list[str]:
+    """One container's security context and ports; the pod's ``runAsNonRoot`` and seccomp are inherited."""
+    out: list[str] = []
+    sc = container.get("securityContext") or {}
+    if sc.get("privileged"):
+        out.append(f"{where} is privileged")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        out.append(f"{where} allowPrivilegeEscalation is not false")
+    capabilities = sc.get("capabilities") or {}
+    out.extend(
+        f"{where} adds capability {cap}"
+        for cap in capabilities.get("add") or []
+        if cap not in ALLOWED_ADDED_CAPABILITIES
+    )
+    if "ALL" not in (capabilities.get("drop") or []):
+        out.append(f"{where} does not drop ALL capabilities")
+    non_root = sc.get("runAsNonRoot")
+    if non_root is False or (non_root is None and not pod_non_root):
+        out.append(f"{where} runAsNonRoot is not true")
+    if sc.get("runAsUser") == 0:
+        out.append(f"{where} runAsUser is 0 (root)")
+    seccomp = (sc.get("seccompProfile") or {}).get("type")
+    if seccomp is None and pod_seccomp is None:
+        out.append(f"{where} has no seccompProfile (RuntimeDefault or Localhost)")
+    elif seccomp is not None and seccomp not in ALLOWED_SECCOMP:
+        out.append(f"{where} seccompProfile {seccomp}")
+    if sc.get("procMount") not in (None, "Default"):
+        out.append(f"{where} procMount {sc['procMount']}")
+    if (sc.get("seLinuxOptions") or {}).get("type", "") not in ALLOWED_SELINUX_TYPES:
+        out.append(f"{where} seLinuxOptions type")
+    if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined":
+        out.append(f"{where} appArmorProfile Unconfined")
+    out.extend(
+        f"{where} uses hostPort {port['hostPort']}" for port in container.get("ports") or [] if port.get("hostPort")
+    )
     return out
 
 

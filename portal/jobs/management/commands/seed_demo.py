@@ -180,10 +180,15 @@ class Command(BaseCommand):
 
     def seed_jobs(self, teams, users, queues, models) -> int:
         """A week of finished history (for charts and bills), then live jobs the scheduler will place."""
-        rng = random.Random(7)
-        now = timezone.now()
         priorities = {p.name: p for p in PriorityClass.objects.all()}
         owners = {"vision": users["alice"], "nlp": users["bob"]}
+        count = self.seed_history(teams, owners, queues, models, priorities)
+        return count + self.seed_live(teams, owners, queues, models, priorities)
+
+    def seed_history(self, teams, owners, queues, models, priorities) -> int:
+        """Finished jobs of the last seven days: transitions stamped in the past, as the cluster reported."""
+        rng = random.Random(7)
+        now = timezone.now()
         count = 0
         shapes: list[dict[str, Any]] = [
             {"gpu": 1}, {"gpu": 2}, {"gpu": 4}, {"gpu_milli": 500}, {"gpu_milli": 250}, {"mig_profile": "3g.40gb"},
@@ -217,7 +222,11 @@ class Command(BaseCommand):
                     )
                     count += 1
                     self.replay_history(job, models[model], submitted, runtime, rng)
-        # Live jobs: the scheduler admits what fits; the rest waits with a reason and an estimated start.
+        return count
+
+    def seed_live(self, teams, owners, queues, models, priorities) -> int:
+        """Live jobs: the scheduler admits what fits; the rest waits with a reason and an estimated start."""
+        count = 0
         live: list[tuple[str, str, dict[str, Any], str, int, list[str]]] = [
             ("vision", "resnet-sweep", {"gpu": 1, "replicas": 4}, "default", 4 * 3600, []),
             ("vision", "detector-finetune", {"gpu": 8}, "high", 8 * 3600, ["H100-80GB"]),
