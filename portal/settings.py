@@ -6,18 +6,27 @@ in-process. Set DATABASE_URL / REDIS_URL / CLUSTER_BACKEND for the full stack.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+
+from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
-# The development default carries Django's "django-insecure-" prefix, so `manage.py check --deploy`
-# flags it; docker-compose refuses to start without a real SECRET_KEY.
-SECRET_KEY = env_str("SECRET_KEY", "") or "django-insecure-gpu-portal-development-key-change-me"
+# The public development key is used only with DEBUG=1 (`make demo`); anything else refuses to start
+# without a real SECRET_KEY rather than sign sessions with a key everyone can read.
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: set it to a long random string (DEBUG=1 uses a public development key)"
+        )
+    SECRET_KEY = "django-insecure-gpu-portal-development-key-change-me"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -29,17 +38,20 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "rest_framework.authtoken",  # kept only so its table can be emptied by tokens' migration 0002
     "django_filters",
+    "axes",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "portal.tenants",
     "portal.jobs",
+    "portal.tokens",
     "scheduling",
     "billing",
 ]
 
 MIDDLEWARE = [
+    "portal.middleware.HostileInputMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -48,6 +60,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "portal.middleware.DatabaseOutageMiddleware",
+    # Last, as django-axes asks: it turns the lockout raised during authentication into a 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -97,8 +112,17 @@ LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.tokens.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "portal.api.throttling.UserThrottle",
+        "portal.api.throttling.IpThrottle",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
@@ -186,7 +210,8 @@ CELERY_BEAT_SCHEDULE["sweeper"] = {
     "schedule": SWEEP_INTERVAL_S,
     "kwargs": {"periodic": True},
 }
-# /metrics: empty token = open (scrape inside the cluster); admission waits counted over this window.
+# /metrics wants `Authorization: Bearer <METRICS_TOKEN>`; with no token set it answers 403 (closed by
+# default). `python manage.py generate_secrets` prints one. Admission waits counted over this window.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_WAIT_WINDOW_S = env_float("METRICS_WAIT_WINDOW_S", 86400.0)
 
@@ -212,3 +237,75 @@ CELERY_BEAT_SCHEDULE.update(
         "budget-check": {"task": "billing.tasks.budget_check", "schedule": BUDGET_CHECK_INTERVAL_S},
     }
 )
+
+# --- Security (README, Security settings) -------------------------------------------------------
+# Behind a TLS-terminating proxy set SECURE_PROXY_SSL_HEADER=1: the proxy's X-Forwarded-Proto then
+# tells Django the request was HTTPS (set it only when the proxy overwrites that header).
+if env_bool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+# Probes and Prometheus scrape over plain HTTP inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# The OpenAPI schema and its docs pages: public, authenticated (any logged-in user or token) or off.
+API_DOCS = env_choice("API_DOCS", "public" if DEBUG else "off", {"public", "authenticated", "off"})
+# Request bodies: Django's own limit for forms, the API's JSON parser's limits for the API.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 1024 * 1024)
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 256 * 1024)
+API_MAX_JSON_DEPTH = env_int("API_MAX_JSON_DEPTH", 20)
+
+# Login lockout (django-axes): AXES_FAILURE_LIMIT wrong passwords for one username from one address
+# lock that pair out for AXES_COOLOFF_S; the lockout page answers 429 with Retry-After.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = env_bool("AXES_ENABLED", True)
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 10)
+AXES_COOLOFF_S = env_int("AXES_COOLOFF_S", 900)
+AXES_COOLOFF_TIME = timedelta(seconds=AXES_COOLOFF_S)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "portal.tokens.views.lockout_response"
+AXES_VERBOSE = False
+# Behind a proxy, X-Forwarded-For names the client (one proxy hop by default).
+AXES_IPWARE_PROXY_COUNT = env_int("AXES_PROXY_COUNT", 0) or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
+)
+
+# API throttling (DRF): per user and per client address, 429 with Retry-After. Failed token
+# authentications are counted per address too, so guessing tokens is throttled as well.
+API_THROTTLE_ENABLED = env_bool("API_THROTTLE_ENABLED", True)
+API_THROTTLE_USER = env_str("API_THROTTLE_USER", "1200/min")
+API_THROTTLE_IP = env_str("API_THROTTLE_IP", "2400/min")
+API_THROTTLE_ANON = env_str("API_THROTTLE_ANON", "120/min")
+API_THROTTLE_AUTH_FAILURES = env_str("API_THROTTLE_AUTH_FAILURES", "20/min")
+API_NUM_PROXIES = env_int("API_NUM_PROXIES", 0) or None
+REST_FRAMEWORK["NUM_PROXIES"] = API_NUM_PROXIES
+# Throttle counters live in the cache: Redis when REDIS_URL is set (shared by every web process).
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "gpu-portal"}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+# Idempotency-Key on submit: a key and its first answer are kept this long.
+IDEMPOTENCY_TTL_S = env_int("IDEMPOTENCY_TTL_S", 24 * 3600)
+# Seconds a client is told to wait (Retry-After) when the database is unreachable.
+DB_OUTAGE_RETRY_AFTER_S = env_int("DB_OUTAGE_RETRY_AFTER_S", 5)
+
+# An admitted job whose pods never run (Kueue's waitForPodsReady): requeued with exponential back-off
+# (ADMITTED_BACKOFF_BASE_S doubling up to ADMITTED_BACKOFF_MAX_S), failed after ADMITTED_REQUEUE_LIMIT.
+ADMITTED_REQUEUE_LIMIT = env_int("ADMITTED_REQUEUE_LIMIT", 3)
+ADMITTED_BACKOFF_BASE_S = env_float("ADMITTED_BACKOFF_BASE_S", 60.0)
+ADMITTED_BACKOFF_MAX_S = env_float("ADMITTED_BACKOFF_MAX_S", 3600.0)

@@ -3,7 +3,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from portal.api.docs import ApiDocsPermission
 from portal.pages import views as pages
+from portal.tokens import views as tokens
+
+handler500 = "portal.middleware.server_error"
+docs = {"permission_classes": [ApiDocsPermission]}
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -19,9 +24,11 @@ urlpatterns = [
     path("plotly.min.js", pages.plotly_js, name="plotly-js"),
     path("healthz", pages.healthz, name="healthz"),
     path("api/v1/", include("portal.api.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    path("account/tokens/", tokens.token_list, name="token-list"),
+    path("account/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
+    path("api/schema/", SpectacularAPIView.as_view(**docs), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **docs), name="swagger-ui"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema", **docs), name="redoc"),
     path("", include("scheduling.urls")),
     path("", include("billing.urls")),
 ]

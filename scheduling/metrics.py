@@ -15,6 +15,7 @@ worker processes report the same figures without a multiprocess registry:
 
 from __future__ import annotations
 
+import hmac
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -169,9 +170,14 @@ class PortalCollector:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus exposition. With METRICS_TOKEN set, a scrape must send ``Authorization: Bearer <token>``."""
+    """Prometheus exposition: a scrape sends ``Authorization: Bearer <METRICS_TOKEN>``.
+
+    Closed by default: with no token configured the endpoint answers 403 (set METRICS_TOKEN)."""
     token = settings.METRICS_TOKEN
-    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
+    if not token:
+        return HttpResponse("metrics are off: set METRICS_TOKEN\n", status=403, content_type="text/plain")
+    given = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
         return HttpResponse("unauthorized\n", status=401, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PortalCollector())

@@ -6,6 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from portal.celery import app as celery_app
+from portal.tokens.services import api_token_create
 from tests.factories import World, build_world
 
 
@@ -13,6 +14,22 @@ from tests.factories import World, build_world
 def _fast_password_hashing(settings):
     # PBKDF2 with Django's default cost takes ~0.3 s per user on this machine; tests need no strength.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_security_state(settings, request):
+    """Each test gets its own empty throttle counters (a cache of its own), so one test's requests
+    never throttle the next. django-axes is off by default because ``Client.login`` authenticates
+    without a request, which axes refuses; the brute-force tests turn it on (``axes_on``)."""
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": f"test-{id(request)}"}
+    }
+    settings.AXES_ENABLED = False
+
+
+@pytest.fixture
+def axes_on(settings):
+    settings.AXES_ENABLED = True
 
 
 @pytest.fixture(autouse=True)
@@ -31,13 +48,14 @@ def world(db) -> World:
 
 @pytest.fixture
 def api(world):
-    """An API client factory: api("alice") is authenticated as alice with her token."""
-    from rest_framework.authtoken.models import Token
+    """An API client factory: api("alice") is authenticated as alice with a token of her own."""
+    keys: dict[str, str] = {}
 
     def client_for(username: str) -> APIClient:
+        if username not in keys:
+            keys[username] = api_token_create(user=world.users[username], name="tests")[1]
         client = APIClient()
-        token, _ = Token.objects.get_or_create(user=world.users[username])
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {keys[username]}")
         return client
 
     return client_for

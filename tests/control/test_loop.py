@@ -113,15 +113,17 @@ def test_metrics_are_exposed_in_kueue_style(world, client, settings):
     world.submit(gpu=0, gpu_milli=500)
     with TestCase.captureOnCommitCallbacks(execute=True):
         cycle_run(now=timezone.now(), backend=SimulatedCluster())
-    body = client.get("/metrics").content.decode()
+    assert client.get("/metrics").status_code == 403  # closed while no token is configured
+    settings.METRICS_TOKEN = "s3cret"
+    body = client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).content.decode()
     assert 'portal_pending_workloads{cluster_queue="cq-vision",local_queue="vision/default",reason=' in body
     assert 'portal_admitted_gpus{cluster_queue="cq-vision",gpu_model="A100-80GB",local_queue="vision/default"}' in body
     assert "portal_admission_wait_time_seconds_bucket" in body
     assert "portal_scheduling_cycle_duration_seconds_count 1.0" in body
     assert "portal_admitted_active_workloads" in body
     assert 'portal_admitted_workloads_total{cluster_queue="cq-vision"} 3.0' in body
-    settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer s3cre"}).status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
 
 

@@ -228,7 +228,8 @@ def test_read_endpoints_for_notebooks(api, world):
     assert api("admin").patch("/api/v1/cluster-queues/", {}, format="json").status_code == 405
 
 
-def test_openapi_schema_and_docs_are_served(client, world):
+def test_openapi_schema_and_docs_are_served_when_public(client, world, settings):
+    settings.API_DOCS = "public"
     schema = client.get("/api/schema/")
     assert schema.status_code == 200
     assert b"/api/v1/jobs/" in schema.content
@@ -268,6 +269,7 @@ def test_job_and_cluster_queue_lists_cost_the_same_queries_for_any_number_of_job
     from django.test.utils import CaptureQueriesContext
 
     alice = api("alice")
+    alice.get("/api/v1/teams/")  # the token's first use is recorded (a write at most once a minute)
 
     def queries(url):
         with CaptureQueriesContext(connection) as captured:
@@ -302,3 +304,15 @@ def test_a_quota_patch_that_adds_a_gpu_model_records_its_new_quota(api, world):
         ("H100-80GB nominal_gpus", "", "0")
     ]
     assert QuotaChange.objects.get().changed_by == world.users["admin"]
+
+
+def test_the_schema_and_docs_are_off_by_default_without_debug_and_can_require_a_login(client, world, settings):
+    from django.conf import settings as live
+
+    assert live.API_DOCS == "off"  # the tests run with DEBUG=0, as production does
+    for path in ("/api/schema/", "/api/docs/", "/api/redoc/"):
+        assert client.get(path).status_code == 404, path
+    settings.API_DOCS = "authenticated"
+    assert client.get("/api/schema/").status_code in (401, 403)
+    client.force_login(world.users["bob"])
+    assert client.get("/api/schema/").status_code == 200

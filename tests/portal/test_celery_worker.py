@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from billing.models import UsageRecord
 from portal.celery import app as celery_app
 from portal.jobs.models import Job
+from portal.tokens.services import api_token_create
 from tests.factories import build_world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,8 +76,8 @@ def test_a_real_worker_runs_a_submitted_job_to_success_and_meters_it(tmp_path, s
     )  # fmt: skip
     try:
         client = APIClient()
-        token, _ = Token.objects.get_or_create(user=world.users["alice"])
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        _, key = api_token_create(user=world.users["alice"], name="worker test")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
         response = client.post(
             "/api/v1/jobs/",
             {"queue": "default", "image": "pytorch:2.4", "gpu": 2, "runtime_s": 3600},

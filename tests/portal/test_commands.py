@@ -31,7 +31,7 @@ def test_seed_demo_loads_the_demo_and_a_second_run_changes_nothing(settings):
     assert client.get("/api/v1/jobs/?team=vision").json()["count"] > 0
 
 
-def test_issue_token_prints_a_working_token(world):
+def test_issue_token_prints_a_working_token_once_and_rotate_revokes_the_old_one(world):
     out = StringIO()
     call_command("issue_token", "alice", stdout=out)
     token = out.getvalue().strip()
@@ -39,8 +39,12 @@ def test_issue_token_prints_a_working_token(world):
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get("/api/v1/jobs/").status_code == 200
     again = StringIO()
-    call_command("issue_token", "alice", stdout=again)
-    assert again.getvalue().strip() == token
+    call_command("issue_token", "alice", "--rotate", stdout=again)
+    rotated = again.getvalue().strip()
+    assert rotated != token  # only hashes are stored: a key cannot be printed twice
+    assert client.get("/api/v1/jobs/").status_code == 401
+    client.credentials(HTTP_AUTHORIZATION=f"Token {rotated}")
+    assert client.get("/api/v1/jobs/").status_code == 200
     with pytest.raises(CommandError, match="no user named 'mallory'"):
         call_command("issue_token", "mallory")
 
