@@ -10,7 +10,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
-
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str

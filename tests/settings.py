@@ -10,4 +10,4 @@ import os
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-not-for-production-0123456789abcdef")
 os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
 
-from portal.settings import *  # noqa: E402,F403
+from portal.settings import *  # noqa: F403

@@ -6,6 +6,8 @@ turns domain errors raised by services (``portal.jobs.services.ServiceError``) i
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -14,6 +16,10 @@ from portal.jobs.errors import ServiceError
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        message = f"larger than {limit} bytes"
+        return Response({"detail": f"invalid input: body: {message}", "errors": {"body": [message]}}, status=413)
     if isinstance(exc, ServiceError):
         body = {"detail": str(exc), "errors": {exc.field: [exc.message]} if exc.field else {}}
         return Response(body, status=exc.status_code)

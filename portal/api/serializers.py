@@ -8,18 +8,25 @@ from rest_framework import serializers
 
 from portal.jobs.models import GpuModel, Job, JobTransition, LocalQueue, PriorityClass, ReplicaPlacement
 from portal.jobs.services import (
+    MAX_ALLOWED_GPU_MODELS,
+    MAX_COMMAND_ARGS,
+    MAX_COMMAND_CHARS,
     MAX_CPU_MILLI,
     MAX_GPU_MEMORY_GIB,
     MAX_GPUS_PER_REPLICA,
+    MAX_LABELS,
     MAX_MEMORY_MIB,
     MAX_REPLICAS,
     MAX_RUNTIME_S,
+    MAX_TOLERATIONS,
     SPEC_FIELDS,
     JobSpec,
 )
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.pod_security import job_request_violations
+
+BIGINT_MAX = 2**63 - 1
 
 
 class PlacementSerializer(serializers.ModelSerializer):
@@ -69,8 +76,36 @@ class JobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TolerationSerializer(serializers.Serializer):
-    key = serializers.CharField(max_length=253, allow_blank=True, default="")
+class StrictSerializer(serializers.Serializer):
+    """Refuses unknown fields (400 naming them): a misspelt field must not be a silent no-op."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = {k: ["unknown field"] for k in data if k not in self.fields}
+            if unknown:
+                raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+class BoundedDictField(serializers.DictField):
+    """A string-to-string mapping of at most ``max_items`` entries, keys at most ``max_key_length``."""
+
+    def __init__(self, *, max_items: int, max_key_length: int = 317, **kwargs):
+        self.max_items = max_items
+        self.max_key_length = max_key_length
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            if len(data) > self.max_items:
+                raise serializers.ValidationError(f"at most {self.max_items} entries (got {len(data)})")
+            if long := next((k for k in data if len(str(k)) > self.max_key_length), None):
+                raise serializers.ValidationError(f"key {str(long)[:40]!r}… is longer than {self.max_key_length}")
+        return super().to_internal_value(data)
+
+
+class TolerationSerializer(StrictSerializer):
+    key = serializers.CharField(max_length=317, allow_blank=True, default="")
     operator = serializers.ChoiceField(choices=["Equal", "Exists"], default="Equal")
     value = serializers.CharField(max_length=63, allow_blank=True, default="")
     effect = serializers.ChoiceField(
@@ -82,6 +117,10 @@ class CommandField(serializers.Field):
     """An argv list, or a shell-like string split with shlex."""
 
     def to_internal_value(self, data):
+        if isinstance(data, str) and len(data) > MAX_COMMAND_CHARS:
+            raise serializers.ValidationError(f"longer than {MAX_COMMAND_CHARS} characters")
+        if isinstance(data, list) and len(data) > MAX_COMMAND_ARGS:
+            raise serializers.ValidationError(f"at most {MAX_COMMAND_ARGS} arguments (got {len(data)})")
         if isinstance(data, str):
             try:
                 return shlex.split(data)
@@ -99,8 +138,10 @@ class JobCreateSerializer(serializers.Serializer):
     """A job submission. Unknown fields are refused (400 naming them), never silently dropped."""
 
     name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
-    team = serializers.SlugField(required=False, help_text="Team slug; optional if you belong to one team.")
-    namespace = serializers.CharField(required=False, help_text="Must be the team's namespace if given.")
+    team = serializers.SlugField(
+        max_length=63, required=False, help_text="Team slug; optional if you belong to one team."
+    )
+    namespace = serializers.CharField(max_length=63, required=False, help_text="Must be the team's namespace if given.")
     queue = serializers.CharField(max_length=130, help_text="Local queue name in the team (or team/queue).")
     kind = serializers.ChoiceField(choices=Job.Kind.choices, default=Job.Kind.TRAINING)
     image = serializers.CharField(max_length=500)
@@ -113,13 +154,18 @@ class JobCreateSerializer(serializers.Serializer):
     gpu_memory_gib = serializers.IntegerField(min_value=0, max_value=MAX_GPU_MEMORY_GIB, default=0)
     cpu_milli = serializers.IntegerField(min_value=1, max_value=MAX_CPU_MILLI, default=1000)
     memory_mib = serializers.IntegerField(min_value=1, max_value=MAX_MEMORY_MIB, default=4096)
-    allowed_gpu_models = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list)
+    allowed_gpu_models = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False, default=list, max_length=MAX_ALLOWED_GPU_MODELS
+    )
     priority_class = serializers.CharField(max_length=64, required=False)
     runtime_s = serializers.IntegerField(min_value=1, max_value=MAX_RUNTIME_S, default=3600)
     restart_policy = serializers.ChoiceField(choices=Job.RestartPolicy.choices, default=Job.RestartPolicy.REQUEUE)
-    node_selector = serializers.DictField(child=serializers.CharField(max_length=253), required=False, default=dict)
-    tolerations = TolerationSerializer(many=True, required=False, default=list)
-    labels = serializers.DictField(
+    node_selector = BoundedDictField(
+        max_items=MAX_LABELS, child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict
+    )
+    tolerations = TolerationSerializer(many=True, required=False, default=list, max_length=MAX_TOLERATIONS)
+    labels = BoundedDictField(
+        max_items=MAX_LABELS,
         child=serializers.CharField(max_length=63, allow_blank=True),
         required=False,
         default=dict,
@@ -166,11 +212,9 @@ class JobCreateSerializer(serializers.Serializer):
             )
         queue = LocalQueue.objects.filter(team=team, name=queue_name).select_related("team").first()
         if queue is None:
-            other = LocalQueue.objects.filter(name=queue_name).exclude(team=team).exists()
-            why = "is a queue of another team" if other else "does not exist"
-            raise serializers.ValidationError(
-                {"queue": [f"{queue_name!r} {why}; team {team.slug!r} has no such queue"]}
-            )
+            # The same answer whether another team has a queue of that name or nobody has: the
+            # answer must not reveal other teams' queue names.
+            raise serializers.ValidationError({"queue": [f"team {team.slug!r} has no queue {queue_name!r}"]})
         names = attrs.get("allowed_gpu_models") or []
         models = list(GpuModel.objects.filter(name__in=names))
         unknown = sorted(set(names) - {m.name for m in models})
@@ -245,17 +289,6 @@ class PriorityClassSerializer(serializers.ModelSerializer):
         fields = ["name", "value", "preemptible", "description"]
 
 
-class StrictSerializer(serializers.Serializer):
-    """Refuses unknown fields (400 naming them): a misspelt quota field must not be a silent no-op."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = {k: ["unknown field"] for k in data if k not in self.fields}
-            if unknown:
-                raise serializers.ValidationError(unknown)
-        return super().to_internal_value(data)
-
-
 class FlavorQuotaUpdateSerializer(StrictSerializer):
     nominal_gpus = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False)
     borrowing_limit = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, allow_null=True)
@@ -263,6 +296,7 @@ class FlavorQuotaUpdateSerializer(StrictSerializer):
 
 
 class QuotaUpdateSerializer(StrictSerializer):
-    cpu_quota_milli = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    memory_quota_mib = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    flavors = serializers.DictField(child=FlavorQuotaUpdateSerializer(), required=False)
+    # The columns are PostgreSQL bigints: a larger number is a 400 here, not an overflow in the database.
+    cpu_quota_milli = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, allow_null=True)
+    memory_quota_mib = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, allow_null=True)
+    flavors = BoundedDictField(max_items=64, max_key_length=64, child=FlavorQuotaUpdateSerializer(), required=False)

@@ -27,7 +27,8 @@ from portal.jobs.models import (
 from portal.jobs.states import CANCELLABLE_STATES, IllegalTransition, JobState
 from portal.jobs.transitions import job_transition
 from portal.tenants.models import Team
-from portal.tenants.selectors import user_is_team_admin
+from portal.tenants.selectors import team_toleration_allowlist, user_is_team_admin
+from portal.tenants.tolerations import toleration_allowed, toleration_text
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s_objects import valid_label
 from scheduling.engine.admission import pending_limit_error
@@ -41,7 +42,17 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 MAX_GPU_MEMORY_GIB = 8 * 1024
 MAX_RUNTIME_S = 90 * 24 * 3600
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
+# Every list and string of a spec is bounded, so one tenant's request cannot make the cycle (which
+# reads every pending job) slower for everyone: the largest legal job costs the same as a small one.
 MAX_LABELS = 32
+MAX_TOLERATIONS = 32
+MAX_COMMAND_ARGS = 256
+MAX_COMMAND_ARG_CHARS = 4096
+MAX_COMMAND_CHARS = 32 * 1024
+MAX_ALLOWED_GPU_MODELS = 32
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+TOLERATION_FIELDS = frozenset({"key", "operator", "value", "effect"})
 
 
 def label_problem(key: str, value: str) -> str | None:
@@ -53,6 +64,51 @@ def label_problem(key: str, value: str) -> str | None:
         return f"{key!r} is not a valid label key (an optional DNS prefix and '/', then 1-63 of [A-Za-z0-9-_.])"
     if not valid_label(key, value):
         return f"value {value!r} of {key!r} is not a valid label value (0-63 of [A-Za-z0-9-_.])"
+    return None
+
+
+def toleration_problem(toleration: Mapping[str, Any]) -> str | None:
+    """Why a toleration is not one Kubernetes accepts (its ValidateTolerations rules), None if it is.
+
+    The key is a qualified name (as a label key), an empty key needs ``Exists``, ``Exists`` takes no
+    value, an ``Equal`` value is a label value, and the effect is one of Kubernetes' three (or empty)."""
+    if not isinstance(toleration, Mapping):
+        return "a toleration is an object with key, operator, value and effect"
+    if unknown := sorted(set(toleration) - TOLERATION_FIELDS):
+        return f"unknown toleration field {unknown[0]!r} (key, operator, value, effect)"
+    key, operator = toleration.get("key", ""), toleration.get("operator", "Equal") or "Equal"
+    value, effect = toleration.get("value", ""), toleration.get("effect", "")
+    if not all(isinstance(v, str) for v in (key, operator, value, effect)):
+        return "key, operator, value and effect are strings"
+    if operator not in TOLERATION_OPERATORS:
+        return f"operator {operator!r} is not Equal or Exists"
+    if effect not in TOLERATION_EFFECTS:
+        return f"effect {effect!r} is not NoSchedule, PreferNoSchedule or NoExecute"
+    if key and not valid_label(key, ""):
+        return f"key {key!r} is not a qualified name (an optional DNS prefix and '/', then 1-63 of [A-Za-z0-9-_.])"
+    if not key and operator != "Exists":
+        return "a toleration without a key must use operator Exists"
+    if operator == "Exists" and value:
+        return f"operator Exists takes no value (got {value!r})"
+    if value and not valid_label("k", value):
+        return f"value {value!r} is not a label value (0-63 of [A-Za-z0-9-_.])"
+    return None
+
+
+def command_problem(command: tuple[str, ...]) -> str | None:
+    if len(command) > MAX_COMMAND_ARGS:
+        return f"at most {MAX_COMMAND_ARGS} arguments (got {len(command)})"
+    total = 0
+    for index, arg in enumerate(command):
+        if not isinstance(arg, str):
+            return f"argument {index} is not a string"
+        if len(arg) > MAX_COMMAND_ARG_CHARS:
+            return f"argument {index} is longer than {MAX_COMMAND_ARG_CHARS} characters"
+        if "\x00" in arg:
+            return f"argument {index} holds a NUL character"
+        total += len(arg)
+    if total > MAX_COMMAND_CHARS:
+        return f"longer than {MAX_COMMAND_CHARS} characters in all"
     return None
 
 
@@ -178,6 +234,31 @@ def job_spec_validate(spec: JobSpec) -> None:
                 raise ServiceError(problem, field=field_name)
     if not 1 <= spec.runtime_s <= MAX_RUNTIME_S:
         raise ServiceError(f"must be between 1 s and {MAX_RUNTIME_S} s (90 days)", field="runtime_s")
+    if problem := command_problem(spec.command):
+        raise ServiceError(problem, field="command")
+    if len(spec.allowed_gpu_models) > MAX_ALLOWED_GPU_MODELS:
+        raise ServiceError(f"at most {MAX_ALLOWED_GPU_MODELS} GPU models", field="allowed_gpu_models")
+    tolerations_validate(spec)
+
+
+def tolerations_validate(spec: JobSpec) -> None:
+    """Kubernetes' syntax for each toleration, then the team's allow-list (platform admins grant the
+    taints a team may tolerate; anything else is refused, naming the toleration)."""
+    if len(spec.tolerations) > MAX_TOLERATIONS:
+        raise ServiceError(f"at most {MAX_TOLERATIONS} tolerations (got {len(spec.tolerations)})", field="tolerations")
+    for index, toleration in enumerate(spec.tolerations):
+        if problem := toleration_problem(toleration):
+            raise ServiceError(f"toleration {index}: {problem}", field="tolerations")
+    if not spec.tolerations:
+        return
+    grants = team_toleration_allowlist(team_slugs=[spec.team.slug]).get(spec.team.slug, ())
+    for toleration in spec.tolerations:
+        if not toleration_allowed(toleration, grants):
+            raise ServiceError(
+                f"toleration {toleration_text(toleration)} is not allowed for team {spec.team.slug!r}: platform "
+                "admins list the taints a team may tolerate",
+                field="tolerations",
+            )
 
 
 def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycle: bool = True) -> Job:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.tenants.models import Membership, Team, TeamHold
+from portal.tenants.models import Membership, Team, TeamHold, TolerationGrant
 
 
 class MembershipInline(admin.TabularInline):
@@ -9,12 +9,28 @@ class MembershipInline(admin.TabularInline):
     autocomplete_fields = ["user"]
 
 
+class TolerationGrantInline(admin.TabularInline):
+    """The taints the team may tolerate. Additions, changes and removals are recorded in the team's
+    admin history (who, when, what)."""
+
+    model = TolerationGrant
+    extra = 0
+    fields = ["all_taints", "key", "value", "effect", "note"]
+
+
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "namespace", "created_at"]
     search_fields = ["name", "slug", "namespace"]
     prepopulated_fields = {"slug": ["name"]}
-    inlines = [MembershipInline]
+    inlines = [MembershipInline, TolerationGrantInline]
+
+
+@admin.register(TolerationGrant)
+class TolerationGrantAdmin(admin.ModelAdmin):
+    list_display = ["team", "all_taints", "key", "value", "effect", "note"]
+    list_filter = ["team", "all_taints", "effect"]
+    search_fields = ["team__slug", "key", "note"]
 
 
 @admin.register(Membership)

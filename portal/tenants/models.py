@@ -66,3 +66,44 @@ class TeamHold(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} held by {self.source}"
+
+
+class TolerationGrant(models.Model):
+    """A taint a team's jobs may tolerate. Platform admins keep this allow-list in the admin; a job
+    whose toleration no grant covers is refused at submission (400 naming the toleration).
+
+    The portal binds pods itself, so a toleration is a key to a node: without this list a tenant
+    could land on nodes dedicated to another team or on the control plane."""
+
+    class Effect(models.TextChoices):
+        ANY = "", "any effect"
+        NO_SCHEDULE = "NoSchedule"
+        PREFER_NO_SCHEDULE = "PreferNoSchedule"
+        NO_EXECUTE = "NoExecute"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="toleration_grants")
+    all_taints = models.BooleanField(
+        default=False, help_text="Every taint, including an empty-key Exists toleration (e.g. a platform team)."
+    )
+    key = models.CharField(
+        max_length=316, blank=True, help_text="Taint key, e.g. karpenter.sh/capacity-type or nvidia.com/gpu."
+    )
+    value = models.CharField(max_length=63, blank=True, help_text="Empty = any value.")
+    effect = models.CharField(max_length=20, choices=Effect.choices, blank=True, default=Effect.ANY)
+    note = models.CharField(max_length=200, blank=True, help_text="Why the team may tolerate it.")
+
+    class Meta:
+        ordering = ["team__slug", "key", "value", "effect"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(all_taints=True) | ~models.Q(key=""), name="toleration_grant_names_a_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        if self.all_taints:
+            return f"{self.team}: every taint"
+        return f"{self.team}: {self.key}={self.value or '*'}:{self.effect or '*'}"
+
+    def as_data(self) -> dict[str, object]:
+        return {"key": self.key, "value": self.value, "effect": self.effect, "all": self.all_taints}

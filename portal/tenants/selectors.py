@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db.models import QuerySet
 
-from portal.tenants.models import Membership, Team, TeamHold
+from portal.tenants.models import Membership, Team, TeamHold, TolerationGrant
 
 
 def team_list_for_user(*, user) -> QuerySet[Team]:
@@ -29,3 +31,17 @@ def team_holds() -> tuple[tuple[str, str], ...]:
     for slug, reason in TeamHold.objects.order_by("team__slug", "source").values_list("team__slug", "reason"):
         reasons.setdefault(slug, []).append(reason)
     return tuple((slug, "; ".join(r for r in why if r)) for slug, why in reasons.items())
+
+
+def team_toleration_allowlist(*, team_slugs: Iterable[str] | None = None) -> dict[str, tuple[dict[str, object], ...]]:
+    """The taints each team may tolerate, as plain data: ``{slug: ({"key", "value", "effect", "all"}, ...)}``.
+
+    Every team asked for (all teams when ``team_slugs`` is None) has an entry, empty when it may
+    tolerate nothing. ``portal.tenants.tolerations.toleration_allowed`` applies it; the engine reads
+    the same data from its snapshot."""
+    teams = Team.objects.all() if team_slugs is None else Team.objects.filter(slug__in=list(team_slugs))
+    allow: dict[str, list[dict[str, object]]] = {slug: [] for slug in teams.values_list("slug", flat=True)}
+    grants = TolerationGrant.objects.filter(team__slug__in=list(allow)).select_related("team")
+    for grant in grants.order_by("team__slug", "key", "value", "effect", "id"):
+        allow[grant.team.slug].append(grant.as_data())
+    return {slug: tuple(rows) for slug, rows in sorted(allow.items())}

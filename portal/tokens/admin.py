@@ -21,6 +21,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
+
 # The old plain-text tokens are migrated into hashed ones (migration 0002); their admin page goes.
 from rest_framework.authtoken.models import TokenProxy  # noqa: E402
 

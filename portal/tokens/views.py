@@ -71,9 +71,7 @@ def token_revoke(request, pk: int):
 
 def lockout_response(request, original_response=None, credentials=None) -> HttpResponse:
     """django-axes' lockout answer: 429 with Retry-After (the cool-off), on the login page's layout."""
-    body = render_to_string(
-        "registration/locked_out.html", {"cooloff_s": settings.AXES_COOLOFF_S}, request=request
-    )
+    body = render_to_string("registration/locked_out.html", {"cooloff_s": settings.AXES_COOLOFF_S}, request=request)
     response = HttpResponse(body, status=429)
     response["Retry-After"] = str(settings.AXES_COOLOFF_S)
     return response

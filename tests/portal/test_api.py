@@ -98,7 +98,7 @@ def test_unauthenticated_requests_are_refused(world):
         ({"gpu_milli": 1500, "gpu": 0}, "gpu_milli", "less than or equal to 999"),
         ({"allowed_gpu_models": ["B200"]}, "allowed_gpu_models", "unknown GPU model(s) ['B200']"),
         ({"image": ""}, "image", "may not be blank"),
-        ({"queue": "nope"}, "queue", "does not exist"),
+        ({"queue": "nope"}, "queue", "has no queue 'nope'"),
         ({"team": "nlp"}, "team", "not a member"),
         ({"priority_class": "vip"}, "priority_class", "unknown priority class"),
         ({"min_available": 3, "replicas": 2}, "min_available", "exceeds replicas"),

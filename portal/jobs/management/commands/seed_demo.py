@@ -20,7 +20,7 @@ from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, LocalQu
 from portal.jobs.services import JobSpec, job_submit
 from portal.jobs.states import JobState
 from portal.jobs.transitions import job_transition
-from portal.tenants.models import Membership, Team
+from portal.tenants.models import Membership, Team, TolerationGrant
 from scheduling.models import SimNode
 
 MIG_PROFILES_80GB = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
@@ -145,6 +145,9 @@ class Command(BaseCommand):
         Membership.objects.update_or_create(
             user=users["bob"], team=teams["nlp"], defaults={"role": Membership.Role.TEAM_ADMIN}
         )
+        # Both teams may use the spot node (its taint spot=true:NoSchedule); nothing else is granted.
+        for team in teams.values():
+            TolerationGrant.objects.get_or_create(team=team, key="spot", defaults={"note": "the demo's spot pool"})
         return teams, users
 
     def seed_queues(self, models, teams):
