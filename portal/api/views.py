@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import django_filters
 from django.db import transaction
-from drf_spectacular.utils import extend_schema
+from django.http import QueryDict
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -22,7 +26,7 @@ from portal.api.serializers import (
 )
 from portal.jobs.models import ClusterQueue, GpuModel, Job, PriorityClass
 from portal.jobs.selectors import cluster_queue_list, job_list, local_queue_list
-from portal.jobs.services import job_cancel, job_submit, queue_quota_update
+from portal.jobs.services import idempotent_submit, job_cancel, job_submit, queue_quota_update
 from portal.jobs.states import JobState
 from portal.tenants.selectors import team_list_for_user
 
@@ -48,13 +52,41 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         # JobSerializer nests all three, in lists too.
         return job_list(user=self.request.user).prefetch_related("allowed_gpu_models", "placements", "transitions")
 
-    @extend_schema(request=JobCreateSerializer, responses={201: JobSerializer})
+    @extend_schema(
+        request=JobCreateSerializer,
+        responses={201: JobSerializer},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="Retry-safe submission: the same key and body within 24 h return the first job.",
+            )
+        ],
+    )
     def create(self, request, *args, **kwargs):
+        key = request.headers.get("Idempotency-Key")
+        if key is None:
+            status_code, body = self._submit(request)
+            return Response(body, status=status_code)
+        if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable():
+            raise ValidationError({"Idempotency-Key": ["must be 1-255 printable ASCII characters"]})
+        data = dict(request.data.lists()) if isinstance(request.data, QueryDict) else request.data
+        fingerprint = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+        status_code, body, replayed = idempotent_submit(
+            owner=request.user, key=key, fingerprint=fingerprint, submit=lambda: self._submit(request)
+        )
+        response = Response(body, status=status_code)
+        if replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+    def _submit(self, request) -> tuple[int, dict]:
         serializer = JobCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         job = job_submit(owner=request.user, spec=serializer.to_spec())
         job = self.get_queryset().get(pk=job.pk)
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+        return status.HTTP_201_CREATED, JobSerializer(job).data
 
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])

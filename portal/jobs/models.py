@@ -266,3 +266,24 @@ class ReplicaPlacement(models.Model):
             cpu_milli=self.cpu_milli,
             memory_mib=self.memory_mib,
         )
+
+
+class IdempotencyKey(models.Model):
+    """An ``Idempotency-Key`` a user sent with a submission, and the answer it got.
+
+    The same user, key and body within ``IDEMPOTENCY_TTL_S`` get that answer again (the first job,
+    never a second one); the same key with another body is refused."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the request body, canonical JSON.")
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="uniq_idempotency_key")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.key}"

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import partial
 from types import EllipsisType
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import RedisError
 
 from portal.jobs.errors import ServiceError
 from portal.jobs.models import (
     ClusterQueue,
     FlavorQuota,
     GpuModel,
+    IdempotencyKey,
     Job,
     JobTransition,
     LocalQueue,
@@ -34,6 +40,8 @@ from scheduling.adapters.k8s_objects import valid_label
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
 from scheduling.tasks import scheduling_cycle_task
+
+logger = logging.getLogger(__name__)
 
 MAX_GPUS_PER_REPLICA = 64
 MAX_REPLICAS = 1024
@@ -295,8 +303,56 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
     return job
 
 
+# What a broker that is down or unreachable raises when a task is sent.
+BROKER_ERRORS: tuple[type[BaseException], ...] = (KombuOperationalError, RedisError, OSError)
+
+
 def _request_cycle() -> None:
-    scheduling_cycle_task.delay()
+    """Ask for a cycle now, best effort. It runs after the write committed, so a broker outage must
+    not turn the committed write into an error (a client would retry and submit twice): beat's next
+    periodic cycle picks the change up."""
+    try:
+        scheduling_cycle_task.delay()
+    except BROKER_ERRORS as exc:
+        logger.warning("could not enqueue a scheduling cycle (%s); the next periodic cycle will run it", exc)
+
+
+def idempotent_submit(
+    *, owner, key: str, fingerprint: str, submit: Callable[[], tuple[int, dict]], now: datetime | None = None
+) -> tuple[int, dict, bool]:
+    """Run ``submit`` (which answers ``(status, body)``) at most once per user and ``Idempotency-Key``.
+
+    Returns ``(status, body, replayed)``. Within ``IDEMPOTENCY_TTL_S`` the same key and body get the
+    first answer again; the same key with another body is a 422 naming the header. A submission
+    that fails (4xx) leaves no trace, so the key can be used again.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        record = IdempotencyKey.objects.select_for_update().filter(user=owner, key=key).first()
+        if record is not None and record.created_at < now - timedelta(seconds=settings.IDEMPOTENCY_TTL_S):
+            record.delete()
+            record = None
+        if record is None:
+            try:
+                # The unique (user, key) index serializes two racing requests with one key: the second
+                # insert waits for the first transaction, then fails, and the second replays the first.
+                with transaction.atomic():
+                    record = IdempotencyKey.objects.create(user=owner, key=key, fingerprint=fingerprint, created_at=now)
+            except IntegrityError:
+                record = IdempotencyKey.objects.select_for_update().get(user=owner, key=key)
+            else:
+                status_code, body = submit()
+                record.status_code, record.response = status_code, body
+                record.job_id = body.get("id") if isinstance(body, dict) else None
+                record.save(update_fields=["status_code", "response", "job"])
+                return status_code, body, False
+        if record.fingerprint != fingerprint:
+            raise ServiceError(
+                "this key was used with a different request body; use a new key for a new job",
+                field="Idempotency-Key",
+                status_code=422,
+            )
+        return record.status_code or 201, record.response, True
 
 
 def job_cancel(*, job: Job, by, at: datetime | None = None) -> Job:
@@ -318,9 +374,15 @@ def job_cancel(*, job: Job, by, at: datetime | None = None) -> Job:
         except IllegalTransition as exc:  # pragma: no cover - guarded above
             raise ServiceError(str(exc), field="state", status_code=409) from exc
         if held_capacity:
-            transaction.on_commit(lambda: cluster_backend().stop(job_id=job.pk, grace_s=30))
+            # Best effort after the commit (robust: a cluster API error is logged, not raised): the
+            # cycle's reconcile deletes the pods of a cancelled job if this call fails.
+            transaction.on_commit(partial(_stop_pods, job_id=job.pk), robust=True)
         transaction.on_commit(_request_cycle)
     return job
+
+
+def _stop_pods(*, job_id: int) -> None:
+    cluster_backend().stop(job_id=job_id, grace_s=30)
 
 
 QUOTA_FIELDS = ("nominal_gpus", "borrowing_limit", "lending_limit")
