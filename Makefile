@@ -7,7 +7,7 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/portal
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test install install-dev system-deps lint bench clean
+.PHONY: demo test install install-dev system-deps lint bench chaos secrets env clean
 
 $(VENV)/.installed: requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=/path/to/python3.11"; exit 1; }
@@ -46,6 +46,16 @@ lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# New secrets as KEY=value lines (for .env, or the gpu-portal Secret of deploy/).
+secrets:
+	@$(PYTHON) -c 'import secrets; print("SECRET_KEY=" + secrets.token_urlsafe(50)); print("METRICS_TOKEN=" + secrets.token_urlsafe(32))'
+
+# A .env for docker compose with freshly generated secrets (never overwrites an existing one).
+env:
+	@test ! -e .env || { echo ".env exists; delete it first to generate new secrets"; exit 1; }
+	@{ grep -v -e '^SECRET_KEY=' -e '^METRICS_TOKEN=' .env.example; $(MAKE) -s secrets; } > .env
+	@echo "wrote .env with a new SECRET_KEY and METRICS_TOKEN"
 
 clean:
 	rm -rf $(VENV) db.sqlite3 staticfiles

@@ -26,6 +26,9 @@ if not SECRET_KEY:
             "SECRET_KEY is not set: set it to a long random string (DEBUG=1 uses a public development key)"
         )
     SECRET_KEY = "django-insecure-gpu-portal-development-key-change-me"
+PLACEHOLDER = "change-me"  # what .env.example and deploy/secret.yaml ship: never a real secret
+if not DEBUG and SECRET_KEY.startswith(PLACEHOLDER):
+    raise ImproperlyConfigured("SECRET_KEY is still the placeholder: `make secrets` prints one")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -138,6 +141,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "portal.jobs.states.JobState"},
 }
 
 # --- Celery ------------------------------------------------------------------------------------
@@ -210,8 +214,10 @@ CELERY_BEAT_SCHEDULE["sweeper"] = {
     "kwargs": {"periodic": True},
 }
 # /metrics wants `Authorization: Bearer <METRICS_TOKEN>`; with no token set it answers 403 (closed by
-# default). `python manage.py generate_secrets` prints one. Admission waits counted over this window.
+# default). `make secrets` prints one. Admission waits counted over this window.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+if not DEBUG and METRICS_TOKEN.startswith(PLACEHOLDER):
+    raise ImproperlyConfigured("METRICS_TOKEN is still the placeholder: `make secrets` prints one")
 METRICS_WAIT_WINDOW_S = env_float("METRICS_WAIT_WINDOW_S", 86400.0)
 
 # --- Billing (issue 6: cost allocation, efficiency, budgets) -------------------------------------
@@ -247,7 +253,9 @@ SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# The preload directive only permits submitting the domain to browsers' preload list; nothing is
+# submitted by it.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SESSION_COOKIE_HTTPONLY = True

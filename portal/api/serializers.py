@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.jobs.models import GpuModel, Job, JobTransition, LocalQueue, PriorityClass, ReplicaPlacement
@@ -113,6 +114,7 @@ class TolerationSerializer(StrictSerializer):
     )
 
 
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})
 class CommandField(serializers.Field):
     """An argv list, or a shell-like string split with shlex."""
 

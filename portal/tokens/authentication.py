@@ -6,6 +6,7 @@ Failed attempts are counted per client address; past ``API_THROTTLE_AUTH_FAILURE
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -42,3 +43,18 @@ class ApiTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return self.keyword
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI schema describes the token header."""
+
+    target_class = "portal.tokens.authentication.ApiTokenAuthentication"
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Token <key>` (or `Bearer <key>`); create keys on the API tokens page.",
+        }
