@@ -83,6 +83,6 @@ def test_the_api_answers_503_json_with_retry_after_while_the_database_is_down(se
 
 
 def test_a_page_answers_503_with_retry_after_while_the_database_is_down(server_without_database):
-    status, headers, body = fetch(server_without_database + "/jobs/", {"Cookie": "sessionid=" + "a" * 32})
+    status, headers, _body = fetch(server_without_database + "/jobs/", {"Cookie": "sessionid=" + "a" * 32})
     assert status == 503
     assert int(headers["Retry-After"]) > 0

@@ -59,10 +59,12 @@ def test_users_create_name_list_and_revoke_their_own_tokens_on_a_page_and_see_th
     created = client.post("/account/tokens/", {"name": "laptop", "expires_in_days": "30"})
     assert created.status_code == 200
     key = created.context["new_key"]
-    assert key.startswith("gpt_") and key in created.content.decode()
+    assert key.startswith("gpt_")
+    assert key in created.content.decode()
     assert created["Cache-Control"] == "no-store"
     listed = client.get("/account/tokens/")
-    assert "laptop" in listed.content.decode() and key not in listed.content.decode()
+    assert "laptop" in listed.content.decode()
+    assert key not in listed.content.decode()
     assert client_with(key).get("/api/v1/jobs/").status_code == 200
     token = ApiToken.objects.get(name="laptop")
     assert token.expires_at is not None
