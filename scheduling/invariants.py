@@ -18,10 +18,13 @@ Steps:
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import connection, transaction
 from django.utils import timezone
 
 from portal.jobs.models import Job, JobTransition, ReplicaPlacement
@@ -252,15 +255,28 @@ def cluster_findings(backend: ClusterBackend, *, now: datetime, admitted_grace_s
         return []
     backend.sync()  # type: ignore[attr-defined]
     keyed = [(pod, key) for pod in raw_pods() if (key := ko.pod_job_attempt(pod)) is not None]
-    out: list[Finding] = []
+    with consistent_snapshot():
+        active, known, placements = _cluster_rows({key[0] for _, key in keyed})
+    return _pod_findings(keyed, active, known, placements, now=now, admitted_grace_s=admitted_grace_s)
+
+
+def _cluster_rows(job_ids: set[int]):
+    """What the pod checks compare against: active attempts, which jobs exist, placements per job."""
     active = {
         (job_id, attempt): (state, admitted_at)
         for job_id, attempt, state, admitted_at in Job.objects.filter(state__in=ACTIVE_STATES).values_list(
             "id", "attempt", "state", "admitted_at"
         )
     }
-    known = set(Job.objects.filter(pk__in={key[0] for _, key in keyed}).values_list("id", flat=True))
+    known = set(Job.objects.filter(pk__in=job_ids).values_list("id", flat=True))
     placements = Counter(ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True))
+    return active, known, placements
+
+
+def _pod_findings(keyed, active, known, placements, *, now: datetime, admitted_grace_s: float) -> list[Finding]:
+    from scheduling.adapters import k8s_objects as ko
+
+    out: list[Finding] = []
     by_attempt: Counter[tuple[int, int]] = Counter()
     live_replicas: dict[tuple[int, str], list[str]] = defaultdict(list)
     for pod, key in keyed:
@@ -299,18 +315,39 @@ class _NoCluster:
         return []
 
 
+@contextlib.contextmanager
+def consistent_snapshot() -> Iterator[None]:
+    """One read-only transaction that sees a single snapshot of the database for all its queries.
+
+    The checks read jobs, placements and transitions in several queries; under the default READ
+    COMMITTED isolation a cycle committing between two of them made the audit report states that
+    never existed (a job Pending with an Admitted history, quota counted twice). REPEATABLE READ
+    fixes the snapshot at the first query; READ ONLY makes it cheap and safe beside live cycles.
+    """
+    outermost = not connection.in_atomic_block  # inside a caller's transaction, its snapshot rules
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
 def audit_findings(
     *, backend: ClusterBackend | None, now: datetime | None = None, admitted_grace_s: float = 60.0
 ) -> list[Finding]:
-    """Every broken invariant; an empty list means the database (and cluster, given a backend) is sound."""
+    """Every broken invariant; an empty list means the database (and cluster, given a backend) is sound.
+
+    The database checks read one consistent snapshot (``consistent_snapshot``). The pod checks list
+    the cluster's pods first and then read the jobs in a second snapshot, newer than the pods."""
     now = now or timezone.now()
     findings: list[Finding] = []
-    snapshot = orm.snapshot_load(backend=backend or _NoCluster())
-    findings += placement_findings({n.name: n for n in snapshot.nodes} if backend is not None else None)
-    if backend is not None:
-        findings += capacity_findings(snapshot)
-    findings += quota_findings(snapshot)
-    findings += history_findings()
+    with consistent_snapshot():
+        snapshot = orm.snapshot_load(backend=backend or _NoCluster())
+        findings += placement_findings({n.name: n for n in snapshot.nodes} if backend is not None else None)
+        if backend is not None:
+            findings += capacity_findings(snapshot)
+        findings += quota_findings(snapshot)
+        findings += history_findings()
     if backend is not None:
         findings += cluster_findings(backend, now=now, admitted_grace_s=admitted_grace_s)
     return findings
