@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.db.models import Count, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
@@ -74,6 +75,7 @@ class PortalCollector:
             {(): [ms / 1000 for ms, _ in runs]} if runs else {},
         )
         yield self.admitted_workloads()
+        yield from self.pods_ready_timeouts()
         total = GaugeMetricFamily("portal_cluster_gpus", "GPUs in the cluster at the last cycle.")
         total.add_metric([], runs[0][1] if runs else 0)
         yield total
@@ -167,6 +169,42 @@ class PortalCollector:
         ):
             admitted.add_metric([cq], count)
         return admitted
+
+    def pods_ready_timeouts(self):
+        """Admissions whose pods never ran (Kueue's waitForPodsReady): how many, the quota-seconds they
+        held, and the jobs waiting out a back-off now."""
+        failures = CounterMetricFamily(
+            "portal_pods_ready_timeouts",
+            "Admissions whose pods did not run within ADMITTED_TIMEOUT_S (requeued or failed).",
+            labels=["cluster_queue"],
+        )
+        held = CounterMetricFamily(
+            "portal_quota_held_without_running_seconds",
+            "Seconds of quota held by admissions whose pods never ran.",
+            labels=["cluster_queue"],
+        )
+        backoff = GaugeMetricFamily(
+            "portal_backoff_workloads",
+            "Pending jobs waiting out a back-off after a failed start.",
+            labels=["cluster_queue"],
+        )
+        now = timezone.now()
+        rows = (
+            Job.objects.filter(start_failures__gt=0)
+            .values("local_queue__cluster_queue__name")
+            .annotate(
+                failures=Sum("start_failures"),
+                held=Sum("quota_held_s"),
+                waiting=Count("id", filter=Q(state=JobState.PENDING, not_before__gt=now)),
+            )
+            .order_by("local_queue__cluster_queue__name")
+        )
+        for row in rows:
+            cq = row["local_queue__cluster_queue__name"]
+            failures.add_metric([cq], row["failures"])
+            held.add_metric([cq], row["held"])
+            backoff.add_metric([cq], row["waiting"])
+        return failures, held, backoff
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

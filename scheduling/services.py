@@ -219,9 +219,13 @@ def cluster_sync_run(*, now: datetime | None = None, backend: ClusterBackend | N
 def jobs_sweep(*, now: datetime | None = None, backend: ClusterBackend | None = None) -> int | None:
     """Requeue jobs admitted longer than ``ADMITTED_TIMEOUT_S`` ago whose pods never ran.
 
-    Such a job holds quota and devices without running (an image that never pulls, a node that
-    rejects the pod). Its pods are deleted and it goes back to Pending, or fails if it must not be
-    requeued. Then the cluster is converged. None when a cycle holds the lock.
+    Such a job holds quota (borrowed quota too) and devices without running: an image that never
+    pulls, a node that refuses the pod. As Kueue's waitForPodsReady does, its pods are deleted and it
+    goes back to Pending with an exponential back-off (``ADMITTED_BACKOFF_BASE_S`` doubling per failed
+    start, at most ``ADMITTED_BACKOFF_MAX_S``); after ``ADMITTED_REQUEUE_LIMIT`` requeues, or at once if
+    its restart policy is ``never``, it fails with the reason. The time held is added to the job's
+    ``quota_held_s`` (shown on the job, counted per queue in /metrics). Then the cluster is converged.
+    None when a cycle holds the lock.
     """
     backend = backend or cluster_backend()
     now = now or timezone.now()
@@ -237,12 +241,50 @@ def jobs_sweep(*, now: datetime | None = None, backend: ClusterBackend | None = 
                 job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id, state=JobState.ADMITTED).first()
                 if job is None or job.admitted_at is None or job.admitted_at >= cutoff:
                     continue
-                reason = f"pods not running {settings.ADMITTED_TIMEOUT_S:g} s after admission"
-                target = JobState.PENDING if job.restart_policy == Job.RestartPolicy.REQUEUE else JobState.FAILED
                 transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=0))
-                job_transition(job=job, to_state=target, at=now, reason=reason)
+                start_failure_record(job=job, now=now)
                 swept += 1
         return swept
+
+
+def start_backoff_s(failures: int) -> float:
+    """Back-off after the ``failures``-th failed start: base, doubling, capped."""
+    return min(settings.ADMITTED_BACKOFF_MAX_S, settings.ADMITTED_BACKOFF_BASE_S * 2 ** max(0, failures - 1))
+
+
+def start_failure_record(*, job: Job, now: datetime) -> None:
+    """Move an admitted job whose pods never ran back to Pending with a back-off, or to Failed.
+
+    The caller holds the job's row lock."""
+    assert job.admitted_at is not None
+    held_s = max(0.0, (now - job.admitted_at).total_seconds())
+    failures = job.start_failures + 1
+    limit = settings.ADMITTED_REQUEUE_LIMIT
+    why = f"pods not running {settings.ADMITTED_TIMEOUT_S:g} s after admission"
+    detail: dict[str, object] = {"held_s": round(held_s, 3), "start_failures": failures}
+    job.start_failures = failures
+    job.quota_held_s += held_s
+    fields = ["start_failures", "quota_held_s"]
+    if job.restart_policy != Job.RestartPolicy.REQUEUE or failures > limit:
+        attempts = "once" if failures == 1 else f"{failures} times"
+        job_transition(
+            job=job, to_state=JobState.FAILED, at=now, reason=f"{why} ({attempts}); not retried", detail=detail
+        )
+    else:
+        backoff_s = start_backoff_s(failures)
+        job.not_before = now + timedelta(seconds=backoff_s)
+        detail.update(not_before=job.not_before.isoformat(), backoff_s=backoff_s)
+        reason = f"{why}; requeued, retried after a {backoff_s:g} s back-off ({failures} of {limit} requeues)"
+        job_transition(job=job, to_state=JobState.PENDING, at=now, reason=reason, detail=detail)
+        job.pending_reason = {
+            "kind": "backoff",
+            "message": f"waiting out a {backoff_s:g} s back-off after its pods did not start",
+            "details": {"not_before": job.not_before.isoformat(), "start_failures": failures},
+        }
+        job.queue_position = None
+        job.estimated_start = job.not_before
+        fields += ["not_before", "pending_reason", "queue_position", "estimated_start"]
+    job.save(update_fields=fields)
 
 
 def policy_from_settings() -> Policy:
@@ -265,7 +307,7 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         now = now or timezone.now()
         started = time.perf_counter()
         cluster_sync(backend=backend, now=now)
-        snapshot = orm.snapshot_load(backend=backend, teams_blocked=teams_blocked())
+        snapshot = orm.snapshot_load(backend=backend, teams_blocked=teams_blocked(), now=now)
         plan = run_cycle(snapshot, policy_from_settings(), now.timestamp())
         counts = orm.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held)
         allocated = sum(float(orm.placement_gpus(w.placements)) for w in snapshot.workloads if w.placements) + sum(

@@ -72,6 +72,7 @@ class JobSerializer(serializers.ModelSerializer):
             *(name for name in SPEC_FIELDS if name not in ("team", "local_queue")),
             "priority", "state", "message", "created_at",
             "admitted_at", "started_at", "finished_at", "attempt", "gpu_model", "capacity_type",
+            "start_failures", "not_before", "quota_held_s",
             "pending_reason", "queue_position", "estimated_start", "placements", "transitions",
         ]  # fmt: skip
         read_only_fields = fields

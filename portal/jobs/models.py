@@ -161,6 +161,13 @@ class Job(models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     message = models.CharField(max_length=500, blank=True, help_text="Last event in words.")
+    # Admissions whose pods never ran (Kueue's waitForPodsReady): each one requeues the job after a
+    # back-off doubling per failure, up to ADMITTED_REQUEUE_LIMIT requeues, then the job fails.
+    start_failures = models.PositiveIntegerField(default=0, help_text="Admissions whose pods never ran.")
+    not_before = models.DateTimeField(null=True, blank=True, help_text="Back-off: not admitted again before this.")
+    quota_held_s = models.FloatField(
+        default=0.0, help_text="Seconds quota and devices were held by admissions whose pods never ran."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -15,6 +15,8 @@ from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
+from django.utils.timezone import now as django_now
 
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
@@ -79,10 +81,17 @@ def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workloa
     )
 
 
-def snapshot_load(*, backend: ClusterView, teams_blocked: tuple[tuple[str, str], ...] = ()) -> m.Snapshot:
-    """Read queues and live jobs from the database and nodes from the cluster backend."""
+def snapshot_load(
+    *, backend: ClusterView, teams_blocked: tuple[tuple[str, str], ...] = (), now: datetime | None = None
+) -> m.Snapshot:
+    """Read queues and live jobs from the database and nodes from the cluster backend.
+
+    A pending job still in its back-off after a failed start (``not_before`` after ``now``) is left
+    out: the engine does not consider it until the back-off is over."""
+    in_backoff = Q(state=JobState.PENDING, not_before__gt=now or django_now())
     jobs = list(
         Job.objects.filter(state__in=[JobState.PENDING, *ACTIVE_STATES])
+        .exclude(in_backoff)
         .select_related("team", "local_queue__team", "priority_class", "gpu_model")
         .prefetch_related("allowed_gpu_models")
         .order_by("id")
