@@ -6,7 +6,7 @@ Each imports its service inside the function (the Django convention; see ``sched
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 
 
 @shared_task(
@@ -22,7 +22,16 @@ def metering_run_task() -> None:
     services.metering_run()
 
 
-@shared_task(name="billing.tasks.capacity_record", ignore_result=True)
+@shared_task(
+    name="billing.tasks.capacity_record",
+    ignore_result=True,
+    # A lost connection or a lock timeout is transient: retried with back-off like the other tasks
+    # (a capacity change that is not recorded bills idle GPUs at the old capacity).
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    retry_jitter=True,
+    max_retries=5,
+)
 def capacity_record_task() -> None:
     from billing import services
 
