@@ -47,6 +47,11 @@ lint: install-dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The chaos run (bench/chaos.py): its own PostgreSQL and Redis, 4 workers, 2,000 jobs, kill -9, Redis
+# and PostgreSQL restarts, then every job, quota and GPU-second accounted for (about 2 minutes).
+chaos: install-dev system-deps
+	$(PY) bench/chaos.py
+
 # New secrets as KEY=value lines (for .env, or the gpu-portal Secret of deploy/).
 secrets:
 	@$(PYTHON) -c 'import secrets; print("SECRET_KEY=" + secrets.token_urlsafe(50)); print("METRICS_TOKEN=" + secrets.token_urlsafe(32))'

@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-0123456789")
 
 SEED = 6
 END = datetime(2026, 11, 1, tzinfo=UTC)
