@@ -14,6 +14,7 @@ class BenchWorld:
     teams: list[str]
     users: dict[str, Any]
     tokens: dict[str, str] = field(default_factory=dict)
+    member_tokens: dict[str, list[str]] = field(default_factory=dict)
 
 
 def world_build(
@@ -23,7 +24,10 @@ def world_build(
     gpus_per_node: int = 8,
     nominal_gpus: dict[str, int] | None = None,
     borrowing_limit: dict[str, int | None] | None = None,
+    members: int = 1,
 ) -> BenchWorld:
+    """Teams (each with ``members`` users, the first in ``users``, every member's token in
+    ``member_tokens``), their cluster queues in one cohort, local queues and simulated nodes."""
     from django.contrib.auth import get_user_model
 
     from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, LocalQueue, PriorityClass
@@ -36,12 +40,17 @@ def world_build(
     user_model = get_user_model()
     users: dict[str, Any] = {}
     tokens: dict[str, str] = {}
+    member_tokens: dict[str, list[str]] = {}
     for slug in teams:
         team = Team.objects.create(name=slug.title(), slug=slug, namespace=f"team-{slug}")
-        user = user_model.objects.create_user(f"{slug}-user", password="bench")
-        Membership.objects.create(user=user, team=team)
-        users[slug] = user
-        tokens[slug] = api_token_create(user=user, name="bench")[1]
+        member_tokens[slug] = []
+        for index in range(members):
+            member = user_model.objects.create_user(f"{slug}-user{index or ''}", password="bench")
+            Membership.objects.create(user=member, team=team)
+            member_tokens[slug].append(api_token_create(user=member, name="bench")[1])
+            if index == 0:
+                users[slug] = member
+                tokens[slug] = member_tokens[slug][0]
         cq = ClusterQueue.objects.create(name=f"cq-{slug}", cohort="research")
         FlavorQuota.objects.create(
             cluster_queue=cq,
@@ -61,7 +70,7 @@ def world_build(
         )
         for i in range(nodes)
     )
-    return BenchWorld(teams=list(teams), users=users, tokens=tokens)
+    return BenchWorld(teams=list(teams), users=users, tokens=tokens, member_tokens=member_tokens)
 
 
 def jobs_bulk(world: BenchWorld, team: str, count: int, **fields: Any) -> list[int]:

@@ -1,0 +1,159 @@
+"""Load benchmark: the API under a mixed load while scheduling cycles run, on its own stack.
+
+Usage: ``python bench/bench_load.py [--users 60] [--user-rps 2] [--seconds 60] [--web-workers 4]``.
+Starts its own PostgreSQL and Redis (free ports, a temporary directory), migrates, seeds 5 teams of
+10 members, 64 simulated 8-GPU nodes, a history of finished and metered jobs and a backlog of
+pending ones; starts gunicorn, one Celery worker and beat (a cycle every 2 s over the backlog), then
+runs Locust headless on the same machine: each user sends ``--user-rps`` requests a second, 80 %
+reads (job list 40 %, one job 30 %, cost allocation of the last week 10 %) and 20 % submissions.
+
+Prints requests/s and the 50th/95th/99th percentile latency per endpoint, the failures, and the
+verdict against the target: at least 100 requests/s at P99 under 300 ms with no error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.stack import ROOT, Stack, django_against, free_port, wait_until
+
+TEAMS = ("vision", "nlp", "speech", "robotics", "search")
+TARGET_RPS, TARGET_P99_MS = 100.0, 300.0
+
+
+def seed(history_per_team: int, backlog_per_team: int) -> dict:
+    """Teams, nodes, finished and metered history, a pending backlog; returns the Locust data file's content."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from bench.world import jobs_bulk, world_build
+    from billing.services import metering_run
+    from portal.jobs.models import Job, JobTransition
+    from portal.jobs.states import JobState
+
+    world = world_build(teams=TEAMS, nodes=64, members=10)
+    now = timezone.now()
+    for team in TEAMS:
+        ids = jobs_bulk(world, team, history_per_team, runtime_s=3600)
+        # A finished history: admitted, ran an hour within the last week, succeeded.
+        rows, updates = [], []
+        for n, job_id in enumerate(ids):
+            start = now - timedelta(hours=1 + (n % 150))
+            end = start + timedelta(hours=1)
+            detail = {
+                "gpu_model": "A100-80GB",
+                "gpus": "1.000000",
+                "capacity_type": "on-demand",
+                "nodes": ["a100-0000"],
+            }
+            rows += [
+                JobTransition(job_id=job_id, from_state="Pending", to_state="Admitted", at=start, detail=detail),
+                JobTransition(job_id=job_id, from_state="Admitted", to_state="Running", at=start, detail=detail),
+                JobTransition(job_id=job_id, from_state="Running", to_state="Succeeded", at=end, actor="cluster"),
+            ]
+            updates.append(job_id)
+        JobTransition.objects.bulk_create(rows, batch_size=2000)
+        ran = now - timedelta(hours=2)
+        Job.objects.filter(pk__in=updates).update(
+            state=JobState.SUCCEEDED, attempt=1, admitted_at=ran, started_at=ran,
+            finished_at=now - timedelta(hours=1), capacity_type="on-demand",
+        )  # fmt: skip
+        jobs_bulk(world, team, backlog_per_team, gpu=2, runtime_s=7200)
+    metering_run()
+    data = {"users": []}
+    for team in TEAMS:
+        job_ids = list(Job.objects.filter(team__slug=team).order_by("-id").values_list("id", flat=True)[:300])
+        data["users"] += [{"token": token, "job_ids": job_ids} for token in world.member_tokens[team]]
+    return data
+
+
+def read_stats(prefix: Path) -> list[dict[str, str]]:
+    with open(f"{prefix}_stats.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--users", type=int, default=60)
+    parser.add_argument("--user-rps", type=float, default=2.0)
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--web-workers", type=int, default=4)
+    parser.add_argument("--web-threads", type=int, default=1)
+    parser.add_argument("--history", type=int, default=2000, help="finished jobs per team")
+    parser.add_argument("--backlog", type=int, default=400, help="pending jobs per team")
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    with Stack("load", keep=args.keep) as stack:
+        env = stack.environment(
+            DATABASE_URL=stack.start_postgres(free_port()), REDIS_URL=stack.start_redis(free_port()),
+            SECRET_KEY="bench-only-secret-key-0123456789abcdefghijklmnopqrstuvwxyz", SECURE_SSL_REDIRECT="0",
+            CELERY_QUEUE="load", CELERY_TASK_ALWAYS_EAGER="0", SCHEDULER_INTERVAL_S="2", SIM_SPEEDUP="60",
+            METERING_INTERVAL_S="30", CLUSTER_SYNC_INTERVAL_S="10", DB_CONN_MAX_AGE="60", LOG_LEVEL="WARNING",
+            API_THROTTLE_IP="1000000/min",  # every simulated user comes from 127.0.0.1
+        )  # fmt: skip
+        stack.manage("migrate", "--noinput")
+        print(f"seeding: {len(TEAMS)} teams × 10 users, {args.history} finished and {args.backlog} pending jobs each")
+        with django_against(env):
+            from django.db import connection
+
+            from scheduling.models import CycleRun
+
+            data = seed(args.history, args.backlog)
+            connection.close()
+            data_file = stack.tmp / "locust-data.json"
+            data_file.write_text(json.dumps(data))
+            stack.worker(0, "load")
+            stack.beat()
+            wait_until(lambda: CycleRun.objects.exists(), timeout_s=60, what="the first cycle")
+            base = stack.web(free_port(), workers=args.web_workers, threads=args.web_threads)
+            connection.close()
+            prefix = stack.tmp / "locust"
+            print(f"load: {args.users} users × {args.user_rps:g} req/s for {args.seconds} s against {base}", flush=True)
+            started = time.monotonic()
+            cycles_before = CycleRun.objects.count()
+            connection.close()
+            subprocess.run(
+                [sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "locustfile.py"), "--headless",
+                 "-u", str(args.users), "-r", str(args.users), "-t", f"{args.seconds}s", "--host", base,
+                 "--csv", str(prefix), "--only-summary", "--loglevel", "WARNING"],
+                env={**env, "BENCH_LOAD_DATA": str(data_file), "BENCH_LOAD_USER_RPS": str(args.user_rps)},
+                check=False, stdout=subprocess.DEVNULL, stderr=stack.log("locust").open("w"),
+            )  # fmt: skip
+            cycles = CycleRun.objects.filter(started_at__isnull=False).count() - cycles_before
+            elapsed = time.monotonic() - started
+            durations = list(CycleRun.objects.order_by("-started_at").values_list("duration_ms", flat=True)[:cycles])
+        rows = read_stats(prefix)
+    print(f"\n{'endpoint':32} {'req/s':>7} {'P50 ms':>7} {'P95 ms':>7} {'P99 ms':>7} {'fail':>5} {'count':>7}")
+    total = None
+    for row in rows:
+        name = row["Name"] if row["Name"] != "Aggregated" else "all"
+        line = (
+            f"{name:32} {float(row['Requests/s']):7.1f} {row['50%']:>7} {row['95%']:>7} {row['99%']:>7} "
+            f"{row['Failure Count']:>5} {row['Request Count']:>7}"
+        )
+        print(line)
+        if row["Name"] == "Aggregated":
+            total = row
+    mean_cycle = sum(durations) / len(durations) if durations else 0.0
+    print(f"\n{cycles} scheduling cycles ran during the {elapsed:.0f} s (mean {mean_cycle:.0f} ms each)")
+    assert total is not None
+    rps, p99, failures = float(total["Requests/s"]), float(total["99%"]), int(total["Failure Count"])
+    met = rps >= TARGET_RPS and p99 < TARGET_P99_MS and failures == 0
+    print(
+        f"target ≥ {TARGET_RPS:g} req/s at P99 < {TARGET_P99_MS:g} ms, 0 errors: "
+        f"{'met' if met else 'NOT met'} ({rps:.1f} req/s, P99 {p99:g} ms, {failures} errors)"
+    )
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
