@@ -147,6 +147,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("billing.pricing", 0),
     ("billing.charts", 0),
     ("portal.pages.charts", 0),
+    ("portal.tenants.tolerations", 0),
     # 1: rows, the state table and its one write, settings helpers
     ("*.models", 1),
     ("portal.jobs.states", 1),
@@ -176,6 +177,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("scheduling.metrics", 4),
     ("portal.settings", 4),
     ("portal.wsgi", 4),
+    ("portal.middleware", 4),
     ("portal.celery", 4),
     ("portal", 4),
     ("portal.*", 4),

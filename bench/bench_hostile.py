@@ -1,0 +1,106 @@
+"""Hostile-tenant benchmark: one team's largest legal jobs do not slow another team's admissions.
+
+Usage: ``python bench/bench_hostile.py [--hostile-jobs 50] [--rounds 30]`` (its own PostgreSQL).
+
+Team nlp submits a job through the API and a scheduling cycle runs; the time from the request to
+the job's admission is one sample (``--rounds`` samples, median). First on a quiet cluster, then
+after team vision has filled its queue with ``--hostile-jobs`` jobs of the largest spec the API
+accepts (32 tolerations, 32 labels, 32 node-selector entries that match no node so they stay
+pending and are reconsidered every cycle, 256 command arguments of 128 characters), and has tried
+the 40,000-toleration body of the adversarial test (refused: its answer time is printed too).
+
+Target: the hostile jobs change nlp's median submit-to-admit by less than 10 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.stack import Stack, django_against, free_port
+
+TARGET_RATIO = 1.10
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hostile-jobs", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    with Stack("hostile") as stack:
+        env = stack.environment(
+            DATABASE_URL=stack.start_postgres(free_port()), SECRET_KEY="bench-only-secret-key-0123456789abcdefghijkl",
+            SECURE_SSL_REDIRECT="0", REDIS_URL="", CELERY_TASK_ALWAYS_EAGER="1", API_THROTTLE_ENABLED="0",
+            LOG_LEVEL="WARNING", ALLOWED_HOSTS="testserver",
+        )  # fmt: skip
+        stack.manage("migrate", "--noinput")
+        with django_against(env):
+            from django.test.utils import setup_test_environment
+            from django.utils import timezone
+            from rest_framework.test import APIClient
+
+            from bench.world import world_build
+            from portal.jobs.models import Job
+            from portal.jobs.services import MAX_COMMAND_ARGS, MAX_LABELS, MAX_TOLERATIONS
+            from portal.tenants.models import Team, TolerationGrant
+            from scheduling.adapters.simulated import SimulatedCluster
+            from scheduling.services import cycle_run
+
+            setup_test_environment()
+            world = world_build(nodes=64, members=1)
+            clients = {}
+            for team in ("vision", "nlp"):
+                clients[team] = APIClient()
+                clients[team].credentials(HTTP_AUTHORIZATION=f"Token {world.tokens[team]}")
+            backend = SimulatedCluster(speedup=1.0)
+
+            def submit_to_admit() -> float:
+                started = time.perf_counter()
+                response = clients["nlp"].post(
+                    "/api/v1/jobs/", {"queue": "default", "image": "pytorch:2.4", "gpu": 1}, format="json"
+                )
+                assert response.status_code == 201, response.content
+                cycle_run(now=timezone.now(), backend=backend)
+                elapsed = time.perf_counter() - started
+                assert Job.objects.get(pk=response.json()["id"]).state in ("Admitted", "Running")
+                return elapsed
+
+            def median_ms() -> float:
+                submit_to_admit()  # warm-up
+                return statistics.median(submit_to_admit() for _ in range(args.rounds)) * 1000
+
+            quiet = median_ms()
+            vision = Team.objects.get(slug="vision")
+            TolerationGrant.objects.create(team=vision, all_taints=True)
+            hostile = {
+                "queue": "default", "image": "pytorch:2.4", "gpu": 1,
+                "tolerations": [{"key": f"k{i}.example.com/t", "operator": "Exists"} for i in range(MAX_TOLERATIONS)],
+                "labels": {f"l{i}": "x" * 63 for i in range(MAX_LABELS)},
+                "node_selector": {f"pool{i}": "none" for i in range(MAX_LABELS)},
+                "command": ["x" * 128] * MAX_COMMAND_ARGS,
+            }  # fmt: skip
+            for _ in range(args.hostile_jobs):
+                response = clients["vision"].post("/api/v1/jobs/", hostile, format="json")
+                assert response.status_code == 201, response.content[:300]
+            huge = json.dumps({**hostile, "tolerations": [{"key": "spot", "operator": "Exists"}] * 40_000})
+            started = time.perf_counter()
+            refused = clients["vision"].post("/api/v1/jobs/", data=huge, content_type="application/json")
+            refused_ms = (time.perf_counter() - started) * 1000
+            loaded = median_ms()
+    ratio = loaded / quiet
+    print(f"nlp submit-to-admit, median of {args.rounds}: quiet {quiet:.1f} ms")
+    print(f"  with {args.hostile_jobs} of vision's largest legal jobs pending: {loaded:.1f} ms ({ratio - 1:+.1%})")
+    print(f"  vision's 40,000-toleration body ({len(huge) / 1e6:.1f} MB): {refused.status_code} in {refused_ms:.0f} ms")
+    met = ratio < TARGET_RATIO and refused.status_code in (400, 413)
+    print(f"target < {TARGET_RATIO - 1:.0%} change: {'met' if met else 'NOT met'}")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
