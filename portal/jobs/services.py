@@ -39,6 +39,7 @@ from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s_objects import valid_label
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
+from scheduling.services import cycle_request_claim
 from scheduling.tasks import scheduling_cycle_task
 
 logger = logging.getLogger(__name__)
@@ -312,7 +313,8 @@ def _request_cycle() -> None:
     not turn the committed write into an error (a client would retry and submit twice): beat's next
     periodic cycle picks the change up."""
     try:
-        scheduling_cycle_task.delay()
+        if cycle_request_claim():  # a cycle already queued and not started covers this write
+            scheduling_cycle_task.delay()
     except BROKER_ERRORS as exc:
         logger.warning("could not enqueue a scheduling cycle (%s); the next periodic cycle will run it", exc)
 
