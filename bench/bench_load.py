@@ -69,7 +69,7 @@ def seed(history_per_team: int, backlog_per_team: int) -> dict:
         )  # fmt: skip
         jobs_bulk(world, team, backlog_per_team, gpu=2, runtime_s=7200)
     metering_run()
-    data = {"users": []}
+    data: dict[str, list[dict]] = {"users": []}
     for team in TEAMS:
         job_ids = list(Job.objects.filter(team__slug=team).order_by("-id").values_list("id", flat=True)[:300])
         data["users"] += [{"token": token, "job_ids": job_ids} for token in world.member_tokens[team]]

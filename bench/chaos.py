@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter, defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -136,32 +136,34 @@ def quota_replay(report: Report) -> None:
         for f in FlavorQuota.objects.select_related("cluster_queue")
     }
     cohort_nominal = sum(nominal for nominal, _ in limits.values())
-    events = []
+    events: list[tuple[datetime, int, int, int, Decimal]] = []
     for job_id, source, target, at, detail, pk in JobTransition.objects.values_list(
         "job_id", "from_state", "to_state", "at", "detail", "id"
     ):
         if target == "Admitted":
             events.append((at, 1, pk, job_id, Decimal(detail.get("gpus") or "0")))
         elif source in ACTIVE_STATES and target not in ACTIVE_STATES:
-            events.append((at, 0, pk, job_id, None))  # releases before admissions at the same instant
+            events.append((at, 0, pk, job_id, Decimal(0)))  # releases before admissions at the same instant
     held: dict[int, Decimal] = {}
-    per_cq: Counter[str] = Counter()
+    per_cq: dict[str, Decimal] = defaultdict(Decimal)
     worst: dict[str, Decimal] = defaultdict(Decimal)
     breaches = []
     for at, kind, _, job_id, gpus in sorted(events):
         cq = cq_of[job_id]
         if kind == 1:
-            held[job_id] = gpus or Decimal(0)
-            per_cq[cq] += held[job_id]
+            held[job_id] = gpus
+            per_cq[cq] += gpus
         elif job_id in held:
             per_cq[cq] -= held.pop(job_id)
         for name, used in per_cq.items():
-            worst[name] = max(worst[name], used)
+            if used > worst[name]:
+                worst[name] = used
             nominal, borrowing = limits[name]
             if borrowing is not None and used > nominal + borrowing:
                 breaches.append(f"{at:%H:%M:%S.%f} {name} held {used} > {nominal} + {borrowing}")
-        total = sum(per_cq.values())
-        worst["cohort"] = max(worst["cohort"], total)
+        total = sum(per_cq.values(), Decimal(0))
+        if total > worst["cohort"]:
+            worst["cohort"] = total
         if total > cohort_nominal or total > NODES * GPUS_PER_NODE:
             breaches.append(f"{at:%H:%M:%S.%f} the cohort held {total} > {cohort_nominal}")
     peaks = ", ".join(f"{name} peak {value}" for name, value in sorted(worst.items()))

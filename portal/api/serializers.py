@@ -166,7 +166,12 @@ class JobCreateSerializer(serializers.Serializer):
     node_selector = BoundedDictField(
         max_items=MAX_LABELS, child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict
     )
-    tolerations = TolerationSerializer(many=True, required=False, default=list, max_length=MAX_TOLERATIONS)
+    tolerations = TolerationSerializer(
+        many=True,
+        required=False,
+        default=list,
+        max_length=MAX_TOLERATIONS,  # type: ignore[call-arg]  # DRF ≥ 3.14
+    )
     labels = BoundedDictField(
         max_items=MAX_LABELS,
         child=serializers.CharField(max_length=63, allow_blank=True),

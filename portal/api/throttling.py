@@ -11,6 +11,7 @@ import time
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -19,7 +20,13 @@ class _SettingsRateThrottle(SimpleRateThrottle):
     setting = ""
 
     def get_rate(self) -> str:
-        return getattr(settings, self.setting)
+        return str(getattr(settings, self.setting))
+
+    def parse_rate(self, rate) -> tuple[int, int]:
+        limit, window_s = super().parse_rate(rate)
+        if limit is None or window_s is None:
+            raise ImproperlyConfigured(f"{self.setting}={rate!r}: a rate like 100/min")
+        return limit, window_s
 
     def allow_request(self, request, view) -> bool:
         if not settings.API_THROTTLE_ENABLED:
@@ -63,7 +70,8 @@ class AuthFailureThrottle(_SettingsRateThrottle):
 
     def __init__(self, request) -> None:
         super().__init__()
-        self.key = self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+        self.key: str = self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+        self.limit, self.window_s = self.parse_rate(self.get_rate())
 
     def get_cache_key(self, request, view) -> str:
         return self.key
@@ -72,14 +80,14 @@ class AuthFailureThrottle(_SettingsRateThrottle):
         if not settings.API_THROTTLE_ENABLED:
             return
         now = time.time()
-        history = [at for at in cache.get(self.key, []) if at > now - self.duration]
-        if len(history) >= self.num_requests:
-            raise Throttled(wait=max(1.0, self.duration - (now - history[-1])), detail="too many failed logins")
+        history = [at for at in cache.get(self.key, []) if at > now - self.window_s]
+        if len(history) >= self.limit:
+            raise Throttled(wait=max(1.0, self.window_s - (now - history[-1])), detail="too many failed logins")
 
     def record(self) -> None:
         if not settings.API_THROTTLE_ENABLED:
             return
         now = time.time()
-        history = [at for at in cache.get(self.key, []) if at > now - self.duration]
+        history = [at for at in cache.get(self.key, []) if at > now - self.window_s]
         history.insert(0, now)
-        cache.set(self.key, history, self.duration)
+        cache.set(self.key, history, self.window_s)

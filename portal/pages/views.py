@@ -166,7 +166,8 @@ def running_intervals(*, since, now) -> list[tuple]:
         .order_by("job_id", "at", "id")
         .values_list("job_id", "from_state", "to_state", "at", "detail")
     )
-    intervals, open_runs = [], {}
+    intervals: list[tuple] = []
+    open_runs: dict[int, tuple] = {}
     for job_id, from_state, to_state, at, detail in transitions.iterator():
         if from_state == JobState.RUNNING and job_id in open_runs:
             start, model, gpus = open_runs.pop(job_id)

@@ -137,7 +137,7 @@ def isolation_sweep(world: World, *, urlconf: str | None = None) -> Sweep:
             for method in METHODS:
                 response = client.generic(method, path, data=b"{}", content_type="application/json")
                 sweep.requests += 1
-                body = b"".join(response.streaming_content) if response.streaming else response.content
+                body = b"".join(response.streaming_content) if response.streaming else response.content  # type: ignore[attr-defined]
                 if response.status_code >= 500:
                     sweep.problems.append(f"{method} {path}: server error {response.status_code}")
                 if MARKER.encode() in body:

@@ -1,0 +1,1 @@
+"""Benchmarks and the chaos run (each a script: ``python bench/NAME.py``)."""
