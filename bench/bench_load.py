@@ -33,6 +33,7 @@ def seed(history_per_team: int, backlog_per_team: int) -> dict:
     """Teams, nodes, finished and metered history, a pending backlog; returns the Locust data file's content."""
     from datetime import timedelta
 
+    from django.db import connection
     from django.utils import timezone
 
     from bench.world import jobs_bulk, world_build
@@ -69,6 +70,8 @@ def seed(history_per_team: int, backlog_per_team: int) -> dict:
         )  # fmt: skip
         jobs_bulk(world, team, backlog_per_team, gpu=2, runtime_s=7200)
     metering_run()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # as autovacuum would after a bulk load: plans from real statistics
     data: dict[str, list[dict]] = {"users": []}
     for team in TEAMS:
         job_ids = list(Job.objects.filter(team__slug=team).order_by("-id").values_list("id", flat=True)[:300])
@@ -90,6 +93,9 @@ def main() -> int:
     parser.add_argument("--web-threads", type=int, default=1)
     parser.add_argument("--history", type=int, default=2000, help="finished jobs per team")
     parser.add_argument("--backlog", type=int, default=400, help="pending jobs per team")
+    parser.add_argument(
+        "--worker-nice", type=int, default=0, help="run the Celery worker (the cycles) at this nice level"
+    )
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     with Stack("load", keep=args.keep) as stack:
@@ -111,13 +117,17 @@ def main() -> int:
             connection.close()
             data_file = stack.tmp / "locust-data.json"
             data_file.write_text(json.dumps(data))
-            stack.worker(0, "load")
+            stack.worker(0, "load", nice=args.worker_nice)
             stack.beat()
             wait_until(lambda: CycleRun.objects.exists(), timeout_s=60, what="the first cycle")
             base = stack.web(free_port(), workers=args.web_workers, threads=args.web_threads)
             connection.close()
             prefix = stack.tmp / "locust"
-            print(f"load: {args.users} users × {args.user_rps:g} req/s for {args.seconds} s against {base}", flush=True)
+            print(
+                f"load: {args.users} users × {args.user_rps:g} req/s for {args.seconds} s against {base} "
+                f"({args.web_workers} gunicorn workers × {args.web_threads} threads, worker nice {args.worker_nice})",
+                flush=True,
+            )
             started = time.monotonic()
             cycles_before = CycleRun.objects.count()
             connection.close()

@@ -180,8 +180,9 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
         return result.stdout
 
-    def worker(self, index: int, queue: str, *, concurrency: int = 1) -> subprocess.Popen:
-        command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", queue, "-c", str(concurrency)]
+    def worker(self, index: int, queue: str, *, concurrency: int = 1, nice: int = 0) -> subprocess.Popen:
+        command = ["nice", "-n", str(nice)] if nice else []
+        command += [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", queue, "-c", str(concurrency)]
         command += ["-P", "prefork", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
         return self.spawn(f"worker{index}", [*command, "-n", f"w{index}-{queue}@%h"])
 
