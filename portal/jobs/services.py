@@ -29,7 +29,7 @@ from portal.jobs.transitions import job_transition
 from portal.tenants.models import Team
 from portal.tenants.selectors import user_is_team_admin
 from scheduling.adapters.factory import cluster_backend
-from scheduling.adapters.k8s_objects import valid_label
+from scheduling.adapters.k8s.pods import valid_label
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
 from scheduling.tasks import scheduling_cycle_task

@@ -12,14 +12,14 @@ from django.utils import timezone
 
 from portal.jobs.models import Job, ReplicaPlacement
 from portal.jobs.states import JobState
-from scheduling.adapters import k8s_objects as ko
+from scheduling.adapters.k8s import manifests as ko
 from scheduling.adapters.kubernetes import KubernetesBackend
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
 from scheduling.invariants import audit_findings
 from scheduling.models import SimNode
 from scheduling.services import cycle_run
-from tests.k8s.conftest import settle
+from tests.scheduling.adapters.conftest import settle
 
 
 def run_cycles(backend, n=2, kube=None):

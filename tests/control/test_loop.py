@@ -126,7 +126,8 @@ def test_metrics_are_exposed_in_kueue_style(world, client, settings):
 
 
 def test_a_task_retries_kubernetes_api_errors_then_gives_up(db, kube, settings, tmp_path):
-    from scheduling.adapters.kubernetes import ClusterApiError, KubernetesBackend
+    from scheduling.adapters.kubernetes import KubernetesBackend
+    from scheduling.adapters.kubernetes_api import ClusterApiError
     from scheduling.tasks import cluster_sync_task
 
     kubeconfig = tmp_path / "kubeconfig"

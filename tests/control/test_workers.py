@@ -28,8 +28,8 @@ from portal.jobs.models import FlavorQuota, Job, JobTransition
 from portal.jobs.states import JobState
 from scheduling.models import CycleRun
 from tests.factories import build_world
-from tests.k8s.factories import bulk_jobs
-from tests.k8s.fakeapi import FakeKubeApi
+from tests.scheduling.adapters.factories import bulk_jobs
+from tests.scheduling.adapters.fakeapi import FakeKubeApi
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 4

@@ -287,7 +287,7 @@ def test_job_and_cluster_queue_lists_cost_the_same_queries_for_any_number_of_job
 @pytest.mark.parametrize("value", ["", "atlas", "a" * 64, "has space", "x-"])
 def test_a_label_is_accepted_at_submission_exactly_when_the_pod_builder_accepts_it(key, value):
     from portal.jobs.services import label_problem
-    from scheduling.adapters.k8s_objects import valid_label
+    from scheduling.adapters.k8s.pods import valid_label
 
     assert (label_problem(key, value) is None) == valid_label(key, value)
 

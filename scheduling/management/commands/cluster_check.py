@@ -56,7 +56,7 @@ class Command(BaseCommand):
             used_memory[usage.node] += usage.memory_mib
         problems_of: dict[str, list[str]] = {}
         if hasattr(backend, "raw_nodes"):
-            from scheduling.adapters import k8s_objects as ko
+            from scheduling.adapters.k8s import nodes as ko
 
             problems_of = {
                 raw["metadata"]["name"]: ko.node_problems(raw, rack_label=settings.K8S_RACK_LABEL)

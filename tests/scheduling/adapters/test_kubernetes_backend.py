@@ -2,50 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import TestCase
 from django.utils import timezone
-from kubernetes.client.exceptions import ApiException
 
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.services import job_cancel
 from portal.jobs.states import JobState
-from scheduling.adapters import k8s_objects as ko
-from scheduling.adapters.kubernetes import ClusterApiError, KubernetesBackend, call
+from scheduling.adapters.k8s.manifests import PodJob, pod_manifest
+from scheduling.adapters.k8s.pods import ANN_DEVICES, LABEL_QUEUE, LABEL_REPLICA, LABEL_TEAM, pod_phase
+from scheduling.adapters.kubernetes import KubernetesBackend
+from scheduling.adapters.kubernetes_api import ClusterApiError
 from scheduling.adapters.pod_security import pod_spec_violations
 from scheduling.engine.model import ReplicaPlacement
 from scheduling.services import cluster_sync, cycle_run, jobs_sweep
-from tests.factories import build_world
-from tests.k8s.conftest import backend_for, settle
+from tests.scheduling.adapters.conftest import backend_for, cycle, pods_of, settle
 
 T1 = datetime(2026, 3, 1, 12, 0, 7, tzinfo=UTC)
+
+
 T2 = datetime(2026, 3, 1, 13, 30, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def kworld(db):
-    return build_world(a100_nodes=0, t4_nodes=0, nominal_a100=16)
-
-
-def cycle(backend, kube, now=None):
-    """One cycle with the on-commit pod creation run (the test's transaction never commits)."""
-    settle(backend, kube)
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        run = cycle_run(now=now or timezone.now(), backend=backend)
-    settle(backend, kube)
-    return run
-
-
-def pods_of(kube, job: Job) -> list[dict]:
-    return sorted(
-        (p for p in kube.pods.values() if p["metadata"]["labels"].get(ko.LABEL_JOB) == str(job.pk)),
-        key=lambda p: p["metadata"]["name"],
-    )
 
 
 def test_it_sees_gpu_nodes_and_what_foreign_pods_hold(kworld, kube, backend):
@@ -94,13 +73,13 @@ def test_an_admitted_job_becomes_bound_labelled_restricted_pods(kworld, kube, ba
     assert [p["metadata"]["name"] for p in pods] == [f"job-{job.pk}-a1-r0", f"job-{job.pk}-a1-r1"]
     placements = {p.replica: p for p in job.placements.all()}
     for pod in pods:
-        replica = int(pod["metadata"]["labels"][ko.LABEL_REPLICA])
+        replica = int(pod["metadata"]["labels"][LABEL_REPLICA])
         assert pod["metadata"]["namespace"] == "team-vision"
         assert pod["spec"]["schedulerName"] == "gpu-portal"
         assert pod["spec"]["nodeName"] == placements[replica].node  # bound through the Binding API
-        assert pod["metadata"]["labels"][ko.LABEL_TEAM] == "vision"
-        assert pod["metadata"]["labels"][ko.LABEL_QUEUE] == "default"
-        assert pod["metadata"]["annotations"][ko.ANN_DEVICES] == ",".join(map(str, placements[replica].gpu_indices))
+        assert pod["metadata"]["labels"][LABEL_TEAM] == "vision"
+        assert pod["metadata"]["labels"][LABEL_QUEUE] == "default"
+        assert pod["metadata"]["annotations"][ANN_DEVICES] == ",".join(map(str, placements[replica].gpu_indices))
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
         assert pod_spec_violations(pod, namespace="team-vision") == []
     bindings = [path for method, path in kube.requests if method == "POST" and path.endswith("/binding")]
@@ -138,7 +117,7 @@ def test_pod_phases_become_job_states_at_the_clusters_times(kworld, kube, backen
     assert not job.placements.exists()  # a finished job releases its capacity
     # Its finished pod holds nothing; it is kept for its logs.
     cycle(backend, kube)
-    assert [ko.pod_phase(p) for p in pods_of(kube, job)] == ["Succeeded"]
+    assert [pod_phase(p) for p in pods_of(kube, job)] == ["Succeeded"]
 
 
 def test_a_failed_container_fails_the_job(kworld, kube, backend):
@@ -238,16 +217,6 @@ def test_a_retried_create_that_gets_409_counts_as_success(kworld, kube, backend)
     assert (len(creates), len(bindings)) == (6, 6)  # the retries' creates and bindings got 409, taken as done
 
 
-def test_5xx_answers_are_retried_with_backoff(kworld, kube, backend):
-    kube.add_node("a100-0", gpus=8)
-    kube.fail("POST", r"/pods$", status=503, times=2)
-    kube.fail("POST", r"/binding$", status=500, times=1)
-    job = kworld.submit(gpu=1)
-    cycle(backend, kube)
-    (pod,) = pods_of(kube, job)
-    assert pod["spec"]["nodeName"] == "a100-0"
-
-
 def test_an_api_that_stays_down_fails_the_cycle_and_the_next_one_converges(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     kube.fail("POST", r"/pods$", status=500, times=100)
@@ -278,43 +247,6 @@ def test_a_pod_created_but_left_unbound_by_an_api_outage_is_bound_by_the_next_cy
     assert pod["spec"]["nodeName"] == "a100-0"
 
 
-def test_a_call_that_hangs_times_out_on_the_client_and_is_retried(kworld, kube, backend):
-    kube.add_node("a100-0", gpus=8)
-    kube.fail("POST", r"/pods$", status=0, delay_s=backend.options.timeout_s + 1, times=1)
-    job = kworld.submit(gpu=1)
-    settle(backend, kube)
-    started = time.monotonic()
-    cycle(backend, kube)
-    assert time.monotonic() - started < 3 * backend.options.timeout_s + 5
-    assert len(pods_of(kube, job)) == 1  # the stalled create did land; the retry got 409
-
-
-def test_an_expired_watch_410_relists_and_misses_nothing(kworld, kube, backend):
-    kube.add_node("a100-0", gpus=8)
-    settle(backend, kube)
-    relists = backend.node_informer.relists
-    kube.compact()
-    kube.add_node("a100-1", gpus=8)
-    deadline = time.monotonic() + 10
-    while backend.node_informer.relists == relists and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert backend.node_informer.relists > relists
-    assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
-
-
-def test_watch_errors_reconnect_with_backoff(kworld, kube, backend):
-    kube.add_node("a100-0", gpus=8)
-    settle(backend, kube)
-    kube.fail("GET", r"^/api/v1/nodes$", status=500, times=2)
-    kube.compact()  # ends the open watch; its reconnects fail twice, then relist after a 410
-    kube.add_node("a100-1", gpus=8)
-    deadline = time.monotonic() + 10
-    while len(backend.nodes()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
-    assert backend.node_informer.watch_errors >= 1
-
-
 def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
 
@@ -334,8 +266,8 @@ def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube,
     with TestCase.captureOnCommitCallbacks(execute=True):
         cycle_run(now=timezone.now(), backend=CrashesBeforePods())
     assert pods_of(kube, job) == []
-    orphan = ko.pod_manifest(
-        ko.PodJob(999999, 1, "team-vision", "vision", "default", "x", (), 1, 100, 100),
+    orphan = pod_manifest(
+        PodJob(999999, 1, "team-vision", "vision", "default", "x", (), 1, 100, 100),
         0,
         ReplicaPlacement(node="a100-0"),
         scheduler_name="gpu-portal",
@@ -365,26 +297,6 @@ def test_the_sweeper_requeues_a_job_whose_pods_never_ran(kworld, kube, backend, 
     assert pods_of(kube, job) == []
 
 
-def test_kubeconfig_selects_the_cluster(kworld, kube, settings, tmp_path):
-    from scheduling.adapters.factory import cluster_backend
-
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps(json.loads(kube.kubeconfig())))
-    settings.CLUSTER_BACKEND = "kubernetes"
-    settings.KUBECONFIG = str(path)
-    KubernetesBackend._instances = {}
-    kube.add_node("a100-0", gpus=8)
-    try:
-        backend = cluster_backend()
-        assert isinstance(backend, KubernetesBackend)
-        assert [n.name for n in backend.nodes()] == ["a100-0"]
-        assert cluster_backend() is backend  # one set of informers per process
-        assert ("GET", "/api/v1/nodes") in [(m, p.split("?")[0]) for m, p in kube.requests]
-    finally:
-        backend.close()
-        KubernetesBackend._instances = {}
-
-
 def test_a_second_backend_converges_on_the_same_cluster_without_duplicates(kworld, kube, backend):
     """A restarted worker (fresh caches) rebuilds its view from the API and the database."""
     kube.add_node("a100-0", gpus=8)
@@ -399,22 +311,6 @@ def test_a_second_backend_converges_on_the_same_cluster_without_duplicates(kworl
         fresh.close()
     for job in jobs:
         assert kube.created_pods.count(f"team-vision/job-{job.pk}-a1-r0") == 1
-
-
-def test_a_cache_whose_watch_died_is_relisted_before_it_is_read(kworld, kube, backend):
-    kube.add_node("a100-0", gpus=8)
-    settle(backend, kube)
-    backend.node_informer.stop()
-    deadline = time.monotonic() + 10
-    while backend.node_informer._thread.is_alive():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    kube.add_node("a100-1", gpus=8)  # no watch is running to see it
-    relists = backend.node_informer.relists
-    backend.sync()
-    assert backend.node_informer.relists == relists + 1
-    assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
-    assert backend.node_informer._thread.is_alive()  # watching again
 
 
 def test_a_namespace_that_refuses_pods_does_not_hold_up_other_teams(kworld, kube, backend):
@@ -437,19 +333,5 @@ def test_the_jobs_own_labels_go_on_its_pods_but_never_over_the_portals(kworld, k
     labels = pod["metadata"]["labels"]
     assert labels["project"] == "vision-2026"
     assert labels["cost-center"] == "cc-42"
-    assert labels[ko.LABEL_TEAM] == "vision"
+    assert labels[LABEL_TEAM] == "vision"
     assert "bad key!" not in labels
-
-
-@pytest.mark.parametrize("retries", [0, 1])
-def test_with_retries_off_a_call_is_made_once_and_a_failure_is_a_cluster_error(retries):
-    calls = []
-
-    def fails():
-        calls.append(1)
-        raise ApiException(status=503)
-
-    assert call(lambda: "ok", retries=retries, backoff_s=0, what="get") == "ok"
-    with pytest.raises(ClusterApiError):
-        call(fails, retries=retries, backoff_s=0, what="get")
-    assert len(calls) == 1
