@@ -9,7 +9,7 @@ data and fill again), ``--repeat N`` (timed runs, default 7). Target (issue 6): 
 
 Steps:
 1. Fill (only when the data set is missing or ``--rebuild``): teams, one local queue each, jobs, usage
-   records (COPY), and the hourly rollup computed by ``billing.services.rollup_increments`` from the same
+   records (COPY), and the hourly rollup computed by ``billing.core.usage.rollup_increments`` from the same
    records, so the benchmark reads exactly what metering would have written.
 2. Time ``billing.selectors.cost_allocation`` (SQL + assembly) and, separately, rendering it as the
    API's JSON; report median and worst of ``--repeat`` runs after one warm-up.
@@ -76,8 +76,8 @@ def fill(*, records: int, namespaces: int) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection, transaction
 
+    from billing.core.usage import rollup_increments
     from billing.models import CapacitySnapshot, UsageHourly, UsageRecord
-    from billing.services import rollup_increments
     from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, PriorityClass
     from portal.tenants.models import Team
 
@@ -169,7 +169,7 @@ def fill(*, records: int, namespaces: int) -> None:
             "gpu_usage, cpu_milli_us, memory_mib_us, gpu_util_usage, gpu_util_measured_usage) FROM STDIN"
         ) as copy:
             for key, values in increments.items():
-                copy.write_row((*key, *values))
+                copy.write_row((*key, *values.as_row()))
     print(f"{len(increments)} hourly rollup rows in {time.perf_counter() - t0:.1f} s", flush=True)
     derived_rollups()
 
@@ -216,7 +216,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0, interactive=False)
 
-    from billing.api import allocation_json
+    from billing.api.render import allocation_json
     from billing.models import UsageRecord
     from billing.selectors import AllocationQuery, cost_allocation, cost_rollup_current
     from billing.services import price_book_seed_defaults
