@@ -86,14 +86,17 @@ AllocationPath = Callable[[Inputs], Allocation]
 
 def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> Allocation:
     """Cost per group and step over a window (see the module docstring)."""
-    now = now or timezone.now()
-    hour_from, hour_to = epoch_hour(query.start), epoch_hour(query.end)
+    inputs = allocation_inputs(query, now=now or timezone.now())
+    return allocation_path(query, inputs.prices)(inputs)
+
+
+def allocation_inputs(query: AllocationQuery, *, now: datetime) -> Inputs:
+    """Step 1: the price book over the window, and the teams."""
     prices = price_list()
     gpu_models = gpu_model_names()
-    segments = price_segments(prices, gpu_models, hour_from, hour_to)
+    segments = price_segments(prices, gpu_models, epoch_hour(query.start), epoch_hour(query.end))
     teams = {t.pk: t for t in Team.objects.only("pk", "slug", "namespace")}
-    inputs = Inputs(query, now, prices, gpu_models, segments, teams)
-    return allocation_path(query, prices)(inputs)
+    return Inputs(query, now, prices, gpu_models, segments, teams)
 
 
 def allocation_path(query: AllocationQuery, prices: list[Price]) -> AllocationPath:
