@@ -111,6 +111,8 @@ def allocation_path(query: AllocationQuery, prices: list[Price]) -> AllocationPa
 
 
 def team_cost_path(inputs: Inputs) -> Allocation:
+    """2a. Namespace or team from ``TeamCostHourly`` (priced with the current book): exact totals from its
+    cost numerators, step figures from its stored floats."""
     query = inputs.query
     totals = team_cost_totals(query, inputs.teams)
     running, idle = _running_and_idle(inputs, PriceLookup(inputs.segments))
@@ -119,6 +121,8 @@ def team_cost_path(inputs: Inputs) -> Allocation:
 
 
 def rollup_path(inputs: Inputs) -> Allocation:
+    """2b. ``UsageHourly`` joined with the price segments: totals summed per segment and priced in
+    integers, step figures priced and summed by the database in floating point."""
     query = inputs.query
     segments = inputs.segments
     totals, unpriced = rollup_totals(query, segments, inputs.teams)
@@ -154,6 +158,8 @@ def _assemble_fast(
 
 
 def rollup_shared_idle_path(inputs: Inputs) -> Allocation:
+    """2c. ``UsageHourly`` priced per row in SQL and kept per model and capacity type, so each group's
+    share of a model's idle cost can be computed."""
     query = inputs.query
     prices = PriceLookup(inputs.segments)
     rows = [
@@ -164,6 +170,8 @@ def rollup_shared_idle_path(inputs: Inputs) -> Allocation:
 
 
 def record_path(inputs: Inputs) -> Allocation:
+    """2d. The usage records themselves, cut at hour boundaries and priced in Python: any aggregate
+    (job, label:<key>, and every rollup one), the general path the others must agree with."""
     query = inputs.query
     prices = PriceLookup(inputs.segments)
     records = UsageRecord.objects.filter(start__lt=query.end, end__gt=query.start).only(*RECORD_FIELDS)
