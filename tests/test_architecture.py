@@ -144,7 +144,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("scheduling.engine.*", 0),
     ("scheduling.sim", 0),
     ("scheduling.sim.*", 0),
-    ("billing.pricing", 0),
+    ("billing.core", 0),
+    ("billing.core.*", 0),
     ("billing.charts", 0),
     ("portal.pages.charts", 0),
     # 1: rows, the state table and its one write, settings helpers
@@ -153,15 +154,19 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("portal.jobs.transitions", 1),
     ("portal.jobs.errors", 1),
     ("portal.env", 1),
+    ("billing.records", 1),
     ("*.apps", 1),
     # 2: reads and the outside world
     ("scheduling.adapters", 2),
     ("scheduling.adapters.*", 2),
     ("*.selectors", 2),
+    ("billing.selectors.*", 2),
+    ("billing.sql", 2),
     ("scheduling.invariants", 2),
     ("billing.utilization", 2),
     # 3: writes
     ("*.services", 3),
+    ("billing.services.*", 3),
     # 4: entry points
     ("*.tasks", 4),
     ("*.api", 4),

@@ -1,4 +1,5 @@
-"""Cost pages: the dashboard with its plotly charts and a team's monthly invoice (HTML and CSV)."""
+"""Cost pages (``billing.views``): the dashboard with its plotly charts and a team's monthly invoice
+(HTML and CSV)."""
 
 from __future__ import annotations
 
@@ -10,29 +11,15 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.models import Budget, PriceBookEntry
-from billing.services import budget_check, metering_run
-from tests.billing.conftest import Run, run_job, utc
-
-
-@pytest.fixture
-def logged_in(client, world):
-    def login(username: str):
-        client.login(username=username, password=f"pw-{username}")
-        return client
-
-    return login
+from billing.models import PriceBookEntry
+from billing.services import metering_run
+from tests.billing.conftest import Run, over_a_hard_stop_budget, run_job, utc
 
 
 @pytest.mark.django_db
 def test_the_cost_dashboard_shows_charts_budgets_and_advice(world, logged_in, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    now = timezone.now()
-    start = max(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), now - timedelta(hours=3))
-    run_job(world, gpu=4, runs=[Run(start, start + timedelta(hours=1))])
-    metering_run()
-    Budget.objects.create(team=world.teams["vision"], monthly_gpu_usd=Decimal(1), hard_stop=True)
-    budget_check()
+    over_a_hard_stop_budget(world)
     page = logged_in("alice").get("/cost/?window=7d")
     assert page.status_code == 200
     html = page.content.decode()
@@ -86,45 +73,3 @@ def test_an_invoice_for_a_month_that_cannot_exist_is_not_found(world, logged_in,
     client = logged_in("alice")
     assert client.get(f"/cost/invoice/vision/{month}/").status_code == 404
     assert client.get(f"/cost/invoice/vision/{month}.csv").status_code == 404
-
-
-@pytest.mark.django_db
-def test_the_budget_banner_context_shows_the_highest_alert_of_the_users_teams(
-    world, rf, settings, django_assert_num_queries
-):
-    from django.template.loader import render_to_string
-
-    from billing.context import budget_alerts
-
-    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    now = timezone.now()
-    start = max(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), now - timedelta(hours=3))
-    run_job(world, gpu=4, runs=[Run(start, start + timedelta(hours=1))])
-    metering_run()
-    Budget.objects.create(team=world.teams["vision"], monthly_gpu_usd=Decimal(1), hard_stop=True)
-    budget_check()
-    request = rf.get("/")
-    request.user = world.users["alice"]
-    context = budget_alerts(request)
-    assert [a.threshold_pct for a in context["budget_alerts"]] == [100]
-    with django_assert_num_queries(0):  # the banner is on every page: no query per alert
-        html = render_to_string("billing/_budget_alerts.html", context)
-    assert "new jobs will not start" in html
-    request.user = world.users["bob"]
-    assert budget_alerts(request)["budget_alerts"] == []
-
-
-@pytest.mark.django_db
-def test_prices_in_force_cannot_be_edited_or_deleted_in_the_admin(world, logged_in):
-    past = PriceBookEntry.objects.filter(resource="gpu", gpu_model="T4", capacity_type="spot").first()
-    future = PriceBookEntry.objects.create(
-        resource="gpu", gpu_model="T4", capacity_type="spot",
-        effective_from=timezone.now() + timedelta(days=30), usd_per_hour=Decimal("0.2"),
-    )  # fmt: skip
-    client = logged_in("admin")
-    assert client.get(f"/admin/billing/pricebookentry/{past.pk}/delete/").status_code == 403
-    assert client.get(f"/admin/billing/pricebookentry/{future.pk}/delete/").status_code == 200
-    page = client.get(f"/admin/billing/pricebookentry/{past.pk}/change/").content.decode()
-    assert 'name="usd_per_hour"' not in page
-    page = client.get(f"/admin/billing/pricebookentry/{future.pk}/change/").content.decode()
-    assert 'name="usd_per_hour"' in page

@@ -1,4 +1,5 @@
-"""Efficiency through a real Prometheus server scraping a DCGM-format exporter served by the test."""
+"""Utilization sources (``billing.utilization``): efficiency through a real Prometheus server scraping a
+DCGM-format exporter served by the test."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import UsageRecord
-from billing.selectors import job_efficiency_list, team_efficiency_list
+from billing.selectors.efficiency import job_efficiency_list, team_efficiency_list
 from billing.services import metering_run
 from billing.utilization import PrometheusUtilization, utilization_source
 from tests.billing.conftest import Run, run_job

@@ -1,11 +1,8 @@
-"""The allocation API: exact totals against an independent recomputation, tenancy, idle, prices, CSV."""
+"""Cost allocation (``billing.selectors.allocation``) through the API: exact totals against an
+independent recomputation, tenancy, idle, prices, aggregates, running jobs, the priced rollup."""
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import random
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -14,49 +11,19 @@ import pytest
 
 from billing.models import PriceBookEntry
 from billing.services import capacity_record, metering_run
-from portal.jobs.states import JobState
-from tests.billing.conftest import History, Run, exact_gpu_hours, rounded, run_job, utc
-
-OCTOBER = "2026-10-01T00:00:00Z,2026-11-01T00:00:00Z"
-OCT_START, OCT_END = utc(2026, 10, 1), utc(2026, 11, 1)
-MIG = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
-
-
-def get_json(client, **params):
-    response = client.get("/api/v1/cost/allocation", params)
-    assert response.status_code == 200, response.content
-    return json.loads(response.content, parse_float=Decimal)
-
-
-def generated_month(world, seed: int = 6) -> list[History]:
-    """About 80 jobs over October (some starting in September) with preemptions, fractions and MIG."""
-    rng = random.Random(seed)
-    histories = []
-    for _ in range(80):
-        kind = rng.choice(["gpu", "milli", "mig", "cpu"])
-        spec = {"gpu": 0, "replicas": rng.choice([1, 1, 2, 3]), "cpu_milli": rng.choice([500, 2000, 8000])}
-        if kind == "gpu":
-            spec["gpu"] = rng.choice([1, 2, 4, 8])
-        elif kind == "milli":
-            spec["gpu_milli"] = rng.choice([125, 250, 333, 500, 750])
-        elif kind == "mig":
-            spec["mig_profile"] = rng.choice(MIG)
-        cursor = (
-            OCT_START
-            - timedelta(days=2)
-            + timedelta(seconds=rng.randrange(33 * 86_400), microseconds=rng.randrange(10**6))
-        )
-        runs = []
-        for _ in range(rng.choice([1, 1, 2, 3])):  # 2-3 runs: preempted and requeued in between
-            length = timedelta(seconds=rng.randrange(60, 40 * 3600), microseconds=rng.randrange(10**6))
-            model, ctype = rng.choice([("A100-80GB", "on-demand"), ("A100-80GB", "spot"), ("T4", "spot")])
-            if kind == "mig":
-                model = "A100-80GB"
-            runs.append(Run(cursor, cursor + length, model, ctype))
-            cursor += length + timedelta(minutes=rng.randrange(1, 600))
-        final = rng.choice([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED])
-        histories.append(run_job(world, team=rng.choice(["vision", "nlp"]), runs=runs, final=final, **spec))
-    return histories
+from tests.billing.conftest import (
+    OCT_END,
+    OCT_START,
+    OCTOBER,
+    History,
+    Run,
+    exact_gpu_hours,
+    generated_month,
+    get_json,
+    rounded,
+    run_job,
+    utc,
+)
 
 
 @pytest.mark.django_db
@@ -127,42 +94,6 @@ def test_tenants_see_only_their_own_teams_and_admins_see_all(world, api):
 
 
 @pytest.mark.django_db
-def test_anonymous_requests_are_refused(client):
-    assert client.get("/api/v1/cost/allocation").status_code in (401, 403)
-
-
-@pytest.mark.django_db
-def test_bad_parameters_answer_400_with_the_reason(world, api):
-    response = api("alice").get("/api/v1/cost/allocation", {"window": "7d", "step": "90m"})
-    assert response.status_code == 400
-    assert "whole hours" in response.content.decode()
-    response = api("alice").get("/api/v1/cost/allocation", {"aggregate": "pod"})
-    assert response.status_code == 400
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"window": "1000000d"},
-        {"window": "99999999999999,1"},
-        {"window": "9999-12-31T23:30:00Z,9999-12-31T23:50:00Z"},
-        {"window": "7d", "step": "0h"},
-        {"window": "7d", "step": "999999w"},
-    ],
-)
-def test_windows_and_steps_out_of_range_answer_400_not_500(world, api, params):
-    response = api("alice").get("/api/v1/cost/allocation", params)
-    assert response.status_code == 400, response.content
-
-
-@pytest.mark.django_db
-def test_a_step_longer_than_what_is_left_of_a_window_at_the_end_of_time_is_one_step(world, api):
-    body = get_json(api("alice"), window="9999-12-30T00:00:00Z,9999-12-31T00:00:00Z", step="1w")
-    assert len(body["data"]) == 1
-
-
-@pytest.mark.django_db
 def test_idle_is_capacity_not_allocated_shown_or_shared(world, api):
     # Recorded capacity: 16 A100 on-demand and 4 T4 spot from Oct 1st on (the world's simulated nodes).
     from scheduling.adapters.simulated import SimulatedCluster
@@ -228,22 +159,6 @@ def test_label_queue_and_capacity_type_aggregates(world, api):
 
 
 @pytest.mark.django_db
-def test_the_allocation_as_csv(world, api):
-    run_job(world, gpu=0, gpu_milli=500, runs=[Run(utc(2026, 10, 2), utc(2026, 10, 2, 4))])
-    metering_run()
-    for response in (
-        api("alice").get("/api/v1/cost/allocation", {"window": OCTOBER, "step": "1d", "format": "csv"}),
-        api("alice").get("/api/v1/cost/allocation.csv", {"window": OCTOBER, "step": "1d"}),
-    ):
-        assert response.status_code == 200
-        assert response["Content-Type"].startswith("text/csv")
-        rows = list(csv.DictReader(io.StringIO(response.content.decode())))
-        assert [(r["window_start"], r["name"], r["gpu_hours"]) for r in rows] == [
-            ("2026-10-02T00:00:00Z", "team-vision", "2.0")
-        ]
-
-
-@pytest.mark.django_db
 def test_running_jobs_count_up_to_now(world, api):
     from django.utils import timezone
 
@@ -257,7 +172,7 @@ def test_running_jobs_count_up_to_now(world, api):
 @pytest.mark.django_db
 def test_the_priced_team_rollup_and_pricing_at_query_time_agree_and_a_new_price_reprices(world, api):
     from billing.models import CostRollupState
-    from billing.selectors import cost_rollup_current
+    from billing.selectors.prices import cost_rollup_current
 
     generated_month(world, seed=11)
     metering_run()

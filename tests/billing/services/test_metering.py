@@ -1,4 +1,5 @@
-"""Metering: shares, exact units, idempotency, concurrency, the sweeper, cluster timestamps."""
+"""Metering (``billing.services.metering``): shares, exact units, idempotency, concurrency, the sweeper,
+cluster timestamps."""
 
 from __future__ import annotations
 
@@ -10,20 +11,14 @@ import pytest
 from django.db import connection
 from django.db.models import Sum
 
-from billing.models import UsageHourly, UsageRecord
-from billing.services import metering_run, rollup_rebuild
+from billing.models import UsageRecord
+from billing.services.metering import metering_run
 from billing.utilization import SimulatedUtilization
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import JobState
-from tests.billing.conftest import Run, run_job, utc
+from tests.billing.conftest import Run, rollup_totals, run_job, utc
 
 T0 = utc(2026, 10, 5, 9, 30)
-
-
-def rollup_totals() -> dict:
-    return UsageHourly.objects.aggregate(
-        gpu=Sum("gpu_usage"), cpu=Sum("cpu_milli_us"), mem=Sum("memory_mib_us"), util=Sum("gpu_util_usage")
-    )
 
 
 @pytest.mark.django_db
@@ -80,23 +75,6 @@ def test_running_the_metering_twice_changes_nothing(world):
     before = (list(UsageRecord.objects.values()), rollup_totals())
     assert metering_run() == 0
     assert (list(UsageRecord.objects.values()), rollup_totals()) == before
-
-
-@pytest.mark.django_db
-def test_the_rollup_is_exactly_the_sum_of_the_records(world):
-    run_job(world, gpu=0, mig_profile="1g.10gb", replicas=3, runs=[Run(T0, T0 + timedelta(hours=26, seconds=13))])
-    run_job(world, gpu=1, runs=[Run(T0 + timedelta(minutes=7), T0 + timedelta(hours=2, minutes=1))])
-    metering_run()
-    records = UsageRecord.objects.aggregate(gpu=Sum("gpu_usage"), cpu=Sum("cpu_milli_us"), mem=Sum("memory_mib_us"))
-    totals = rollup_totals()
-    assert (totals["gpu"], totals["cpu"], totals["mem"]) == (records["gpu"], records["cpu"], records["mem"])
-    # 27 hours touched by the first; the second's 3 hours share their keys (same team, queue, model).
-    assert UsageHourly.objects.count() == 27
-    rebuilt_before = rollup_totals()
-    rollup_rebuild()
-    rebuilt = rollup_totals()
-    assert rebuilt["util"] == pytest.approx(rebuilt_before.pop("util"))  # a float weight
-    assert {k: v for k, v in rebuilt.items() if k != "util"} == rebuilt_before
 
 
 @pytest.mark.django_db
