@@ -45,7 +45,7 @@ from billing.core.usage import MeteredUsage, idle_rows, record_usage_rows
 from billing.core.windows import step_windows
 from billing.models import UsageRecord
 from billing.selectors.capacity import capacity_changes
-from billing.selectors.prices import cost_rollup_current, gpu_model_names, price_list
+from billing.selectors.prices import cost_rollup_current, gpu_model_names_used, price_list
 from billing.selectors.rollups import (
     gpu_allocation,
     rollup_group,
@@ -93,8 +93,9 @@ def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> A
 def allocation_inputs(query: AllocationQuery, *, now: datetime) -> Inputs:
     """Step 1: the price book over the window, and the teams."""
     prices = price_list()
-    gpu_models = gpu_model_names()
-    segments = price_segments(prices, gpu_models, epoch_hour(query.start), epoch_hour(query.end))
+    hours = epoch_hour(query.start), epoch_hour(query.end)
+    gpu_models = gpu_model_names_used(*hours)
+    segments = price_segments(prices, gpu_models, *hours)
     teams = {t.pk: t for t in Team.objects.only("pk", "slug", "namespace")}
     return Inputs(query, now, prices, gpu_models, segments, teams)
 
@@ -125,11 +126,9 @@ def rollup_path(inputs: Inputs) -> Allocation:
     integers, step figures priced and summed by the database in floating point."""
     query = inputs.query
     segments = inputs.segments
-    totals, unpriced = rollup_totals(query, segments, inputs.teams)
-    if unpriced - {""}:  # models absent from the catalogue: price them by the fallback entries
-        hours = epoch_hour(query.start), epoch_hour(query.end)
-        segments = price_segments(inputs.prices, inputs.gpu_models | unpriced, *hours)
-        totals, _ = rollup_totals(query, segments, inputs.teams)
+    # The segments cover every model with usage in the window (``gpu_model_names_used``), so none is
+    # left unpriced.
+    totals, _unpriced = rollup_totals(query, segments, inputs.teams)
     running, idle = _running_and_idle(inputs, PriceLookup(segments))
     return _assemble_fast(inputs, rollup_step_rows(query, segments), totals, running, idle)
 

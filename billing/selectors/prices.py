@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from billing.core.prices import Price, PriceSegment, price_segments, price_version
-from billing.models import CostRollupState, PriceBookEntry
+from billing.models import CostRollupState, PriceBookEntry, UsageHourly
 from portal.jobs.models import GpuModel
 
 
@@ -27,6 +27,13 @@ def gpu_model_names() -> set[str]:
     return models
 
 
+def gpu_model_names_used(hour_from: int, hour_to: int) -> set[str]:
+    """GPU models of the catalogue and the price book, and every model with usage in [hour_from, hour_to):
+    usage on a model outside the catalogue is priced by the fallback entries, never left at $0."""
+    used = UsageHourly.objects.filter(epoch_hour__gte=hour_from, epoch_hour__lt=hour_to).exclude(gpu_model="")
+    return gpu_model_names() | set(used.values_list("gpu_model", flat=True).distinct())
+
+
 def price_segment_list(hour_from: int, hour_to: int) -> list[PriceSegment]:
-    """The price book's segments over [hour_from, hour_to) for every known GPU model."""
-    return price_segments(price_list(), gpu_model_names(), hour_from, hour_to)
+    """The price book's segments over [hour_from, hour_to) for every GPU model with usage or a price."""
+    return price_segments(price_list(), gpu_model_names_used(hour_from, hour_to), hour_from, hour_to)

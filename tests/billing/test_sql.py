@@ -35,6 +35,7 @@ from billing.selectors.allocation import (
     rollup_shared_idle_path,
     team_cost_path,
 )
+from billing.selectors.invoices import invoice_lines
 from billing.selectors.prices import cost_rollup_current
 from billing.services.rollups import cost_rollup_reprice, metering_lock, rollup_add
 from billing.sql import ROLLUP_AGGREGATES
@@ -172,11 +173,6 @@ def test_sql_and_python_pricing_give_the_same_figures(world, rows, changes, wind
         transaction.set_rollback(True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: pricing UsageHourly per row in SQL (idle sharing, invoices) finds no price segment for a "
-    "GPU model outside the catalogue and charges it nothing, where the other paths use the fallback price",
-)
 @pytest.mark.django_db
 def test_a_model_outside_the_catalogue_is_priced_by_the_fallback_on_every_path(world):
     jobs = bench_jobs(world)
@@ -188,3 +184,6 @@ def test_a_model_outside_the_catalogue_is_priced_by_the_fallback_on_every_path(w
     inputs = allocation_inputs(query, now=query.end)
     assert record_path(inputs).totals[UNCATALOGUED].gpu_cost == Decimal("3.000000")  # the fallback price
     assert rollup_shared_idle_path(inputs).totals == record_path(inputs).totals
+    # The invoice prices the same rollup rows per line in SQL: the fallback price there too.
+    lines = invoice_lines(team=jobs[0].team, month=T0, now=T0 + timedelta(days=40))
+    assert [(line.gpu_model, line.gpu_cost) for line in lines] == [(UNCATALOGUED, Decimal("3.000000"))]
