@@ -1,4 +1,5 @@
-import json
+"""The jobs app's management commands: ``seed_demo``, ``issue_token`` and the demo loop (``rundemo``)."""
+
 from io import StringIO
 
 import pytest
@@ -7,7 +8,6 @@ from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
 from portal.jobs.models import Job
-from scheduling.management.commands.schedule_snapshot import schedule_file
 from scheduling.models import SimNode
 
 pytestmark = pytest.mark.django_db
@@ -43,28 +43,6 @@ def test_issue_token_prints_a_working_token(world):
     assert again.getvalue().strip() == token
     with pytest.raises(CommandError, match="no user named 'mallory'"):
         call_command("issue_token", "mallory")
-
-
-def test_dump_snapshot_reproduces_the_next_cycle_offline(world, tmp_path):
-    for _ in range(3):
-        world.submit(gpu=8, allowed_gpu_models=(world.models["A100-80GB"],))
-    world.submit("nlp", gpu=0, gpu_milli=250, allowed_gpu_models=(world.models["T4"],))
-    path = tmp_path / "snap.json"
-    call_command("dump_snapshot", str(path), stderr=StringIO())
-    data = json.loads(path.read_text())
-    assert len(data["nodes"]) == 3
-    plan = schedule_file(path)
-    admitted = sorted(a["workload_id"] for a in plan["admissions"])
-    assert len(admitted) == 3
-
-    from django.utils import timezone
-
-    from scheduling.adapters.simulated import SimulatedCluster
-    from scheduling.services import cycle_run
-
-    cycle_run(now=timezone.now(), backend=SimulatedCluster())
-    live = sorted(str(pk) for pk in Job.objects.filter(state="Admitted").values_list("pk", flat=True))
-    assert live == admitted
 
 
 class OneTick:

@@ -1,3 +1,5 @@
+"""The job state table (``portal.jobs.states``) and its one write (``portal.jobs.transitions``)."""
+
 from datetime import timedelta
 
 import pytest

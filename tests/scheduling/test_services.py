@@ -1,4 +1,7 @@
-"""The whole path in-process: submit → cycle (engine) → simulated cluster runs → metered."""
+"""``scheduling.services``: the cycle in-process (submit → engine → simulated cluster → metered), one cycle
+at a time across workers (the advisory lock), and the fence that keeps a stale plan from being written."""
+
+from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
@@ -8,11 +11,22 @@ from django.utils import timezone
 
 from billing.models import UsageRecord
 from billing.services import metering_run
+from portal.jobs.models import Job
 from portal.jobs.services import job_cancel
 from portal.jobs.states import JobState
+from scheduling.adapters import orm
+from scheduling.adapters.orm import LostCycleLock
 from scheduling.adapters.simulated import SimulatedCluster
+from scheduling.engine.cycle import run_cycle
 from scheduling.models import CycleRun, SimNode
-from scheduling.services import cycle_run
+from scheduling.services import (
+    CYCLE_LOCK_KEY,
+    cycle_lock,
+    cycle_lock_held,
+    cycle_run,
+    policy_from_settings,
+)
+from tests.scheduling.helpers import other_session
 
 pytestmark = pytest.mark.django_db
 
@@ -132,3 +146,37 @@ def test_gpus_allocated_counts_whole_gpus_fractions_and_mig_slices_by_share(worl
     assert gpus_allocated() == 0
     cycle_run(now=timezone.now(), backend=SimulatedCluster())
     assert gpus_allocated() == pytest.approx(1 + 0.5 + 3 / 7, abs=1e-6)
+
+
+def test_a_cycle_is_skipped_while_another_worker_holds_the_lock(world):
+    job = world.submit(gpu=1)
+    with other_session() as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [CYCLE_LOCK_KEY])
+        assert cycle_run(now=timezone.now(), backend=SimulatedCluster()) is None
+        other.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+    assert Job.objects.get(pk=job.pk).state == JobState.PENDING
+    assert cycle_run(now=timezone.now(), backend=SimulatedCluster()) is not None
+    assert Job.objects.get(pk=job.pk).state == JobState.ADMITTED
+
+
+def test_the_lock_holder_is_named_in_pg_stat_activity(world):
+    with cycle_lock() as acquired, other_session() as other:
+        assert acquired
+        holder = other.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()"
+        ).fetchone()
+        assert holder[0].startswith("gpu-portal cycle pid=")
+        assert cycle_lock_held()
+    assert not cycle_lock_held()
+
+
+def test_a_plan_is_not_written_once_the_lock_is_lost(world):
+    job = world.submit(gpu=1)
+    backend = SimulatedCluster()
+    snapshot = orm.snapshot_load(backend=backend)
+    plan = run_cycle(snapshot, policy_from_settings(), timezone.now().timestamp())
+    assert plan.admissions
+    with pytest.raises(LostCycleLock):
+        orm.plan_apply(plan=plan, snapshot=snapshot, now=timezone.now(), backend=backend, fence=lambda: False)
+    assert Job.objects.get(pk=job.pk).state == JobState.PENDING

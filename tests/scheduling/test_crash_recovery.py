@@ -30,17 +30,11 @@ from scheduling.models import CycleRun
 from tests.factories import build_world
 from tests.scheduling.adapters.factories import bulk_jobs
 from tests.scheduling.adapters.fakeapi import FakeKubeApi
+from tests.scheduling.helpers import ROOT, database_url
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 4
 JOBS = 2000
 DEADLINE_S = 240  # a hard cap for a loaded machine; unloaded, every job finishes in 1-2 minutes
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def cycle_holder() -> int | None:

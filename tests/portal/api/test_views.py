@@ -1,3 +1,5 @@
+"""The REST API (``portal.api``): submit, list, cancel, isolation between teams, bad input, quotas."""
+
 import pytest
 
 from portal.jobs.models import FlavorQuota, Job, JobTransition, QuotaChange

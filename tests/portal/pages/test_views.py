@@ -1,3 +1,5 @@
+"""The browser pages (``portal.pages``): login, the submit form, job pages, dashboard, queues, admin."""
+
 import re
 
 import pytest

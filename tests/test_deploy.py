@@ -9,7 +9,7 @@ import yaml
 from scheduling.adapters.pod_security import pod_spec_violations
 from scheduling.management.commands.cluster_check import REQUIRED_ACCESS
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 
 
 def documents() -> list[dict]:

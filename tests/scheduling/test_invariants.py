@@ -1,35 +1,21 @@
-"""``manage.py audit`` and ``manage.py cluster_check``: clean on a sound world, loud on each broken invariant."""
+"""``scheduling.invariants`` (``manage.py audit``): clean on a sound world, loud on each broken invariant."""
 
 from __future__ import annotations
 
 import io
-import os
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.test import TestCase
-from django.utils import timezone
 
 from portal.jobs.models import Job, ReplicaPlacement
 from portal.jobs.states import JobState
 from scheduling.adapters.k8s import manifests as ko
-from scheduling.adapters.kubernetes import KubernetesBackend
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
 from scheduling.invariants import audit_findings
 from scheduling.models import SimNode
-from scheduling.services import cycle_run
 from tests.scheduling.adapters.conftest import settle
-
-
-def run_cycles(backend, n=2, kube=None):
-    for _ in range(n):
-        if kube is not None:
-            settle(backend, kube)
-        with TestCase.captureOnCommitCallbacks(execute=True):
-            cycle_run(now=timezone.now(), backend=backend)
-    if kube is not None:
-        settle(backend, kube)
+from tests.scheduling.helpers import run_cycles
 
 
 def test_a_sound_world_audits_clean(world):
@@ -102,13 +88,6 @@ def test_it_finds_broken_histories_and_stray_placements(world):
     assert any("still holds a placement" in m for m in messages), messages
 
 
-@pytest.fixture
-def kworld(db):
-    from tests.factories import build_world
-
-    return build_world(a100_nodes=0, t4_nodes=0)
-
-
 def test_it_finds_pods_without_jobs_and_jobs_without_pods(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     kube.auto_run = True
@@ -129,42 +108,3 @@ def test_it_finds_pods_without_jobs_and_jobs_without_pods(kworld, kube, backend)
     messages = [f.message for f in audit_findings(backend=backend)]
     assert any("job-777-a1-r0 belongs to no job" in m for m in messages), messages
     assert any(f"Running job {job.pk} has 0 of its 1 pods" in m for m in messages), messages
-
-
-def test_cluster_check_prints_nodes_models_problems_and_rbac_gaps(kworld, kube, backend, settings):
-    settings.CLUSTER_BACKEND = "kubernetes"
-    KubernetesBackend._instances = {os.getpid(): backend}
-    try:
-        kube.add_node("a100-0", gpus=8, labels={"topology.kubernetes.io/rack": "r1"})
-        kube.add_node("mystery", gpus=4, product="NVIDIA-B200")
-        bare = kube.add_node("no-plugin", gpus=0, labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
-        assert bare
-        kube.add_foreign_pod("kube-system", "dcgm", "a100-0", gpus=1)
-        settle(backend, kube)
-        out = io.StringIO()
-        call_command("cluster_check", stdout=out)
-        text = out.getvalue()
-        assert "a100-0" in text
-        assert "A100-80GB" in text
-        assert "B200 is not a portal GPU model" in text
-        assert "device plugin" in text
-        assert "no topology.kubernetes.io/rack label" in text
-        line = next(x for x in text.splitlines() if x.startswith("a100-0"))
-        assert line.split()[2:4] == ["8", "7"]  # 8 GPUs, 7 free: the foreign pod holds one
-        kube.denied.add(("create", "pods"))
-        with pytest.raises(CommandError):
-            call_command("cluster_check", stdout=(out := io.StringIO()))
-        assert "cannot create pods in team-vision" in out.getvalue()
-    finally:
-        KubernetesBackend._instances = {}
-
-
-def test_cluster_check_on_the_simulated_cluster_lists_its_nodes(world):
-    world.submit(gpu=2)
-    run_cycles(SimulatedCluster(), 1)
-    out = io.StringIO()
-    call_command("cluster_check", stdout=out)
-    text = out.getvalue()
-    assert "cluster backend: simulated" in text
-    assert "GPU models: A100-80GB ×16, T4 ×4" in text
-    assert "3 nodes, 20 GPUs" in text
