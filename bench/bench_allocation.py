@@ -9,7 +9,7 @@ data and fill again), ``--repeat N`` (timed runs, default 7). Target (issue 6): 
 
 Steps:
 1. Fill (only when the data set is missing or ``--rebuild``): teams, one local queue each, jobs, usage
-   records (COPY), and the hourly rollup computed by ``billing.services.rollup_increments`` from the same
+   records (COPY), and the hourly rollup computed by ``billing.core.usage.rollup_increments`` from the same
    records, so the benchmark reads exactly what metering would have written.
 2. Time ``billing.selectors.cost_allocation`` (SQL + assembly) and, separately, rendering it as the
    API's JSON; report median and worst of ``--repeat`` runs after one warm-up.
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -74,15 +75,22 @@ def ensure_database() -> None:
 
 
 def fill(*, records: int, namespaces: int) -> None:
+    """Step 1: teams and jobs, usage records and their hourly rollup, then the derived rollups."""
+    rng = random.Random(SEED)
+    teams, jobs = _teams_and_jobs(namespaces=namespaces, jobs_per_team=max(1, records // namespaces // 10))
+    recs = _generated_records(rng, teams=teams, jobs=jobs, records=records)
+    _copy_records(recs, namespaces_by_id={t.pk: t.namespace for t in teams})
+    derived_rollups()
+
+
+def _teams_and_jobs(*, namespaces: int, jobs_per_team: int) -> tuple[list[Any], list[Any]]:
     from django.contrib.auth import get_user_model
-    from django.db import connection, transaction
+    from django.db import transaction
 
     from billing.models import CapacitySnapshot, UsageHourly, UsageRecord
-    from billing.services import rollup_increments
     from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, PriorityClass
     from portal.tenants.models import Team
 
-    rng = random.Random(SEED)
     t0 = time.perf_counter()
     with transaction.atomic():
         UsageHourly.objects.all().delete()
@@ -101,7 +109,6 @@ def fill(*, records: int, namespaces: int) -> None:
             for i in range(namespaces)
         ]
         queues = [LocalQueue.objects.create(name="default", team=t, cluster_queue=cq) for t in teams]
-        jobs_per_team = max(1, records // namespaces // 10)
         jobs = Job.objects.bulk_create(
             [
                 Job(
@@ -123,7 +130,10 @@ def fill(*, records: int, namespaces: int) -> None:
             for m, c in COMBOS
         )
     print(f"teams and {len(jobs)} jobs in {time.perf_counter() - t0:.1f} s", flush=True)
+    return teams, jobs
 
+
+def _generated_records(rng: random.Random, *, teams: list[Any], jobs: list[Any], records: int) -> list[Rec]:
     t0 = time.perf_counter()
     combos_of = {t.pk: rng.sample(COMBOS, 2) for t in teams}
     recs: list[Rec] = []
@@ -141,6 +151,14 @@ def fill(*, records: int, namespaces: int) -> None:
                 2000 * micros, 8192 * micros, rng.choice([None, 12.5, 48.0, 93.0]))
         )  # fmt: skip
     print(f"{len(recs)} records generated in {time.perf_counter() - t0:.1f} s", flush=True)
+    return recs
+
+
+def _copy_records(recs: list[Rec], *, namespaces_by_id: dict[int, str]) -> None:
+    """The records and the hourly rollup computed from them, by COPY."""
+    from django.db import connection, transaction
+
+    from billing.core.usage import rollup_increments
 
     t0 = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
@@ -149,7 +167,6 @@ def fill(*, records: int, namespaces: int) -> None:
             "gpu_seconds, cpu_core_seconds, memory_gib_seconds, gpu_share_7000ths, duration_us, gpu_usage, "
             "cpu_milli_us, memory_mib_us, gpu_util_pct, labels"
         )
-        namespaces_by_id = {t.pk: t.namespace for t in teams}
         with cursor.cursor.copy(f"COPY billing_usagerecord ({columns}) FROM STDIN") as copy:
             for r in recs:
                 gpu_usage = r.gpu_share_7000ths * r.duration_us
@@ -170,9 +187,8 @@ def fill(*, records: int, namespaces: int) -> None:
             "gpu_usage, cpu_milli_us, memory_mib_us, gpu_util_usage, gpu_util_measured_usage) FROM STDIN"
         ) as copy:
             for key, values in increments.items():
-                copy.write_row((*key, *values))
+                copy.write_row((*key, *values.as_row()))
     print(f"{len(increments)} hourly rollup rows in {time.perf_counter() - t0:.1f} s", flush=True)
-    derived_rollups()
 
 
 def derived_rollups() -> None:
@@ -217,7 +233,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0, interactive=False)
 
-    from billing.api import allocation_json
+    from billing.api.render import allocation_json
     from billing.models import UsageRecord
     from billing.selectors import AllocationQuery, cost_allocation, cost_rollup_current
     from billing.services import price_book_seed_defaults

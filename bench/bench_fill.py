@@ -8,7 +8,7 @@ On a stack of its own (PostgreSQL and Redis on free ports, gunicorn, Celery work
 runs from the first submit until every job is Running:
 
 - ``simulated``: the embedded simulated cluster (a job runs once admitted; the next sync sees it);
-- ``kubernetes``: the in-test Kubernetes API server (``tests/k8s/fakeapi.py``, real HTTP) with that
+- ``kubernetes``: the in-test Kubernetes API server (``tests/scheduling/adapters/fakeapi.py``, real HTTP) with that
   many nodes; the workers create each pod and bind it through the real ``kubernetes`` client, the
   server's kubelet starts bound pods, and the workers' watches report them running.
 
@@ -101,7 +101,7 @@ def run(backend: str, args: argparse.Namespace) -> float:
     with Stack(f"fill-{backend}", keep=args.keep) as stack:
         extra = {}
         if backend == "kubernetes":
-            from tests.k8s.fakeapi import FakeKubeApi
+            from tests.scheduling.adapters.fakeapi import FakeKubeApi
 
             kube = FakeKubeApi(auto_run=True).start()
             for i in range(args.nodes):

@@ -1,12 +1,20 @@
-"""Plotly figures for the cost pages, built from plain data (no ORM, no Allocation objects here)."""
+"""Plotly figures for the cost pages, built from plain data and the core's allocation values (no ORM).
+
+Figures are chart data: amounts become floats here.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import plotly.graph_objects as go
 
+from billing.core.advice import HIGH_UTILIZATION_PCT, LOW_UTILIZATION_PCT
+from billing.core.allocation import IDLE, ZERO, Allocation, Figures
+
 LAYOUT = {"margin": {"l": 55, "r": 20, "t": 40, "b": 40}, "height": 340, "legend": {"orientation": "h"}}
+TOP_GROUPS = 12  # charts show the costliest groups and one "other" series: 100 stacked series are unreadable
 
 
 def stacked_over_time(
@@ -43,3 +51,68 @@ def efficiency_bars(labels: list[str], util_pct: list[float | None], *, low: flo
     fig.update_layout(title="GPU efficiency (GPU-hour weighted utilization)", yaxis_title="%", yaxis_range=[0, 100])
     fig.update_layout(**LAYOUT)
     return fig
+
+
+def series_over_steps(allocation: Allocation, attribute: str, *, skip: tuple[str, ...] = ()) -> dict[str, list[float]]:
+    """One series per group over the steps: the ``TOP_GROUPS`` costliest, the rest summed as "other"."""
+    ranked = sorted(
+        (n for n in allocation.totals if n not in skip), key=lambda n: (-allocation.totals[n].total_cost, n)
+    )
+    top, rest = ranked[:TOP_GROUPS], set(ranked[TOP_GROUPS:])
+    series = {
+        name: [float(getattr(groups[name], attribute)) if name in groups else 0.0 for _, _, groups in allocation.steps]
+        for name in top
+    }
+    if rest:
+        series["other"] = [
+            sum(float(getattr(f, attribute)) for n, f in groups.items() if n in rest)
+            for _, _, groups in allocation.steps
+        ]
+    return series
+
+
+def cost_dashboard_figures(by_namespace: Allocation, by_model: Allocation) -> dict[str, go.Figure]:
+    """The cost page's charts: GPU-hours and cost per namespace over time, GPU models (with idle for
+    admins), efficiency per namespace, and idle against allocated capacity when idle is shown."""
+    times = [s for s, _, _ in by_namespace.steps]
+    namespaces = by_namespace.group_totals()
+    idle_models = by_namespace.idle_by_model  # admins only (empty for tenants)
+    model_names = sorted(set(by_model.totals) | set(idle_models))
+
+    def per_model(totals: Mapping[str, Figures], attribute: str) -> list[float]:
+        return [float(getattr(totals.get(m, ZERO), attribute)) for m in model_names]
+
+    model_values = {
+        "GPU-hours": per_model(by_model.totals, "gpu_hours"),
+        "GPU cost (USD)": per_model(by_model.totals, "gpu_cost"),
+    }
+    if idle_models:
+        model_values["idle GPU-hours"] = per_model(idle_models, "gpu_hours")
+        model_values["idle cost (USD)"] = per_model(idle_models, "gpu_cost")
+    figures = {
+        "gpu_hours": stacked_over_time(
+            times, series_over_steps(by_namespace, "gpu_hours", skip=(IDLE,)),
+            title="GPU-hours per namespace", y_title="GPU-hours", bars=True,
+        ),
+        "cost": stacked_over_time(
+            times, series_over_steps(by_namespace, "total_cost", skip=(IDLE,)),
+            title="Cost per namespace (USD)", y_title="USD", bars=True,
+        ),
+        "models": by_category(model_names, model_values, title="By GPU model", y_title="GPU-hours / USD"),
+        "efficiency": efficiency_bars(
+            list(namespaces),
+            [None if f.gpu_efficiency is None else f.gpu_efficiency * 100 for f in namespaces.values()],
+            low=LOW_UTILIZATION_PCT, high=HIGH_UTILIZATION_PCT,
+        ),
+    }  # fmt: skip
+    if IDLE in by_namespace.totals:
+        allocated = [
+            sum(float(f.gpu_hours) for n, f in groups.items() if n != IDLE) for _, _, groups in by_namespace.steps
+        ]
+        figures["idle"] = stacked_over_time(
+            times,
+            {"idle GPU-hours": series_over_steps(by_namespace, "gpu_hours")[IDLE], "allocated GPU-hours": allocated},
+            title="Idle and allocated GPU capacity",
+            y_title="GPU-hours",
+        )
+    return figures

@@ -6,19 +6,23 @@ Add ``"billing.context.budget_alerts"`` to the template context processors and i
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.http import HttpRequest
 from django.utils import timezone
 
+from billing.models import BudgetAlert
 from billing.selectors import budget_alert_list
 from portal.tenants.selectors import team_list_for_user
 
 
-def budget_alerts(request) -> dict:
+def budget_alerts(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"budget_alerts": []}
     alerts = budget_alert_list(teams=team_list_for_user(user=user), now=timezone.now())
     # Only the highest threshold per team: 100 % supersedes 80 %.
-    highest = {}
+    highest: dict[int, BudgetAlert] = {}
     for alert in alerts:
         if alert.team_id not in highest or alert.threshold_pct > highest[alert.team_id].threshold_pct:
             highest[alert.team_id] = alert

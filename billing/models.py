@@ -1,9 +1,10 @@
 """Metered usage, its hourly rollup, the price book, recorded capacity and team budgets.
 
-Units. GPU shares are counted exactly as integers in 1/7000 of a GPU (``GPU_SHARE_DENOMINATOR``):
-whole GPUs (7000), thousandths of a GPU (7 each) and MIG slices (a ``3g`` slice of a 7-slice GPU is
-3000) are all whole numbers of it. Durations are whole microseconds (PostgreSQL's resolution), so
-GPU usage ``gpu_share_7000ths × duration_us`` is an exact integer and sums of it never round.
+Units (``billing.core.units``). GPU shares are counted exactly as integers in 1/7000 of a GPU (the
+billed share, ``scheduling.engine.shares.BILLED_UNITS_PER_GPU``): whole GPUs (7000), thousandths of a
+GPU (7 each) and MIG slices (a ``3g`` slice of a 7-slice GPU is 3000) are all whole numbers of it.
+Durations are whole microseconds (PostgreSQL's resolution), so GPU usage ``gpu_share_7000ths ×
+duration_us`` is an exact integer and sums of it never round.
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
-
-GPU_SHARE_DENOMINATOR = 7000  # lcm of 1000 (milli-GPU) and 7 (MIG slices of A100/H100)
-US_PER_HOUR = 3_600_000_000
 
 
 class CapacityType(models.TextChoices):
@@ -70,7 +68,7 @@ class UsageRecord(models.Model):
 class UsageHourly(models.Model):
     """Usage records cut at hour boundaries and summed per hour and key: what the allocation API reads.
 
-    Written in the same transaction as the records it sums (``billing.services.metering_run``), so it is
+    Written in the same transaction as the records it sums (``billing.services.metering.metering_run``), so it is
     always exactly the records' sum; ``manage.py billing_rollup_rebuild`` recomputes it from them.
     """
 
@@ -111,7 +109,7 @@ class TeamCostHourly(models.Model):
     What the namespace and team allocation reads: one row per team-hour, so a 30-day hourly query
     returns rows without aggregating. Cost numerators are exact integers (usage × price in 10^-6 USD).
     A price book change makes the whole table stale; queries then price ``UsageHourly`` themselves until
-    the next metering run re-prices it (``billing.services.cost_rollup_reprice``).
+    the next metering run re-prices it (``billing.services.rollups.cost_rollup_reprice``).
     """
 
     epoch_hour = models.PositiveIntegerField()
@@ -125,7 +123,7 @@ class TeamCostHourly(models.Model):
     gpu_util_usage = models.FloatField(default=0.0)
     gpu_util_measured_usage = models.BigIntegerField(default=0)
     # The same figures divided into hours and dollars, as floats for charts (set from the exact ones by
-    # ``billing.services.TEAM_COST_FLOATS``): reading them needs no arithmetic per row.
+    # ``billing.sql.TEAM_COST_FLOATS``): reading them needs no arithmetic per row.
     gpu_hours = models.FloatField(db_default=0.0)
     gpu_cost_usd = models.FloatField(db_default=0.0)
     cpu_core_hours = models.FloatField(db_default=0.0)
@@ -208,7 +206,7 @@ class PriceBookEntry(models.Model):
 class CapacitySnapshot(models.Model):
     """GPUs in the cluster per model and capacity type, from ``at`` until the next snapshot.
 
-    Recorded periodically (``billing.tasks.capacity_record``) but stored only when the figures change,
+    Recorded periodically (``billing.tasks.capacity_record_task``) but stored only when the figures change,
     so the table is a step function: a model absent from the newest set has no GPUs from then on.
     """
 

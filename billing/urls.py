@@ -2,19 +2,20 @@
 
 from django.urls import path
 
-from billing import api, views
+from billing import views
+from billing.api.views import BudgetListView, CostAllocationView
 
 app_name = "billing"
 urlpatterns = [
     path("cost/", views.cost_dashboard, name="cost-dashboard"),
     path("cost/invoice/<slug:slug>/<int:year>-<int:month>/", views.invoice, name="invoice"),
     path("cost/invoice/<slug:slug>/<int:year>-<int:month>.csv", views.invoice_csv, name="invoice-csv"),
-    path("api/v1/cost/allocation", api.CostAllocationView.as_view(), name="api-cost-allocation"),
+    path("api/v1/cost/allocation", CostAllocationView.as_view(), name="api-cost-allocation"),
     path(
         "api/v1/cost/allocation.csv",
-        api.CostAllocationView.as_view(),
+        CostAllocationView.as_view(),
         {"format": "csv"},
         name="api-cost-allocation-csv",
     ),
-    path("api/v1/cost/budgets", api.BudgetListView.as_view(), name="api-cost-budgets"),
+    path("api/v1/cost/budgets", BudgetListView.as_view(), name="api-cost-budgets"),
 ]

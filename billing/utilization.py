@@ -16,25 +16,17 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.conf import settings
+
+from billing.core.usage import UNKNOWN, Utilization
 
 logger = logging.getLogger(__name__)
 
 GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED_METRIC = "DCGM_FI_DEV_FB_USED"
-
-
-@dataclass(frozen=True, slots=True)
-class Utilization:
-    gpu_util_pct: float | None
-    fb_used_mib: float | None
-
-
-UNKNOWN = Utilization(None, None)
 
 
 class UtilizationSource(Protocol):
@@ -62,7 +54,7 @@ class PrometheusUtilization:
         self.pod_regex = pod_regex
         self.timeout_s = timeout_s
 
-    def query_range(self, *, query: str, start: datetime, end: datetime, step_s: float) -> list[dict]:
+    def query_range(self, *, query: str, start: datetime, end: datetime, step_s: float) -> list[dict[str, Any]]:
         params = urllib.parse.urlencode(
             {
                 "query": query,
@@ -116,7 +108,7 @@ class SimulatedUtilization:
 
     name = "simulated"
 
-    def __init__(self, backend=None) -> None:
+    def __init__(self, backend: Any = None) -> None:
         self.backend = backend
 
     def job_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> Utilization:

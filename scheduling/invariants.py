@@ -248,7 +248,7 @@ def history_findings() -> list[Finding]:
 
 
 def cluster_findings(backend: ClusterBackend, *, now: datetime, admitted_grace_s: float) -> list[Finding]:
-    from scheduling.adapters import k8s_objects as ko
+    from scheduling.adapters.k8s import pods as ko
 
     raw_pods = getattr(backend, "raw_pods", None)
     if raw_pods is None:

@@ -34,7 +34,7 @@ TASK_OPTIONS = {
 def _retryable() -> tuple[type[BaseException], ...]:
     """Resolved at run time, so importing the tasks never imports ``kubernetes``."""
     if settings.CLUSTER_BACKEND == "kubernetes":
-        from scheduling.adapters.kubernetes import ClusterApiError
+        from scheduling.adapters.kubernetes_api import ClusterApiError
 
         return (*RETRYABLE, ClusterApiError)
     return RETRYABLE

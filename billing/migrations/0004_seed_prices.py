@@ -6,7 +6,7 @@ from django.db import migrations
 
 
 def seed(apps, schema_editor):
-    from billing.pricing import default_prices
+    from billing.core.prices import default_prices
 
     entry = apps.get_model("billing", "PriceBookEntry")
     for price in default_prices(datetime(2024, 1, 1, tzinfo=UTC)):

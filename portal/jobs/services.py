@@ -36,7 +36,7 @@ from portal.tenants.models import Team
 from portal.tenants.selectors import team_toleration_allowlist, user_is_team_admin
 from portal.tenants.tolerations import toleration_allowed, toleration_text
 from scheduling.adapters.factory import cluster_backend
-from scheduling.adapters.k8s_objects import valid_label
+from scheduling.adapters.k8s.pods import valid_label
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
 from scheduling.services import cycle_request_claim

@@ -15,11 +15,11 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from billing.selectors import gpu_hours_by_team_and_day
+from billing.selectors import gpu_hours_by_team_and_day, run_interval_list
 from portal.api.serializers import JobCreateSerializer
 from portal.jobs import selectors, services
 from portal.jobs.errors import ServiceError
-from portal.jobs.models import JobTransition, QuotaChange
+from portal.jobs.models import QuotaChange
 from portal.jobs.states import CANCELLABLE_STATES, JobState
 from portal.pages import charts
 from portal.pages.forms import JobForm
@@ -155,32 +155,11 @@ def queue_list(request):
 
 def running_intervals(*, since, now) -> list[tuple]:
     """(start, end, gpu_model, gpus) of every Running interval overlapping [since, now]; open ones end now."""
-    # Every Running transition of a job with any event in the window, not only the events in it: a run
-    # that began before ``since`` and was preempted inside the window opened with an older transition.
-    recent = JobTransition.objects.filter(at__gte=since).values("job_id")
-    transitions = (
-        JobTransition.objects.filter(Q(to_state=JobState.RUNNING) | Q(from_state=JobState.RUNNING))
-        .filter(
-            Q(job__in=recent) | Q(job__state__in=[JobState.RUNNING, JobState.ADMITTED]) | Q(job__finished_at__gte=since)
-        )
-        .order_by("job_id", "at", "id")
-        .values_list("job_id", "from_state", "to_state", "at", "detail")
-    )
-    intervals: list[tuple] = []
-    open_runs: dict[int, tuple] = {}
-    for job_id, from_state, to_state, at, detail in transitions.iterator():
-        if from_state == JobState.RUNNING and job_id in open_runs:
-            start, model, gpus = open_runs.pop(job_id)
-            if at > since:
-                intervals.append((max(start, since), at, model, gpus))
-        if to_state == JobState.RUNNING:
-            open_runs[job_id] = (
-                at,
-                (detail or {}).get("gpu_model") or "CPU",
-                float((detail or {}).get("gpus") or 0),
-            )
-    intervals.extend((max(start, since), now, model, gpus) for start, model, gpus in open_runs.values())
-    return [i for i in intervals if i[3] > 0]
+    return [
+        (interval.start, interval.end, interval.gpu_model or "CPU", gpus)
+        for interval in run_interval_list(since=since, now=now)
+        if (gpus := float(interval.detail.get("gpus") or 0)) > 0
+    ]
 
 
 def _int_param(request, name: str, *, default: int, low: int, high: int) -> int:

@@ -1,14 +1,15 @@
-"""The Kubernetes cluster backend: the only module that imports ``kubernetes``.
+"""The Kubernetes cluster backend: reads the cluster through two caches, writes pods through the API.
 
-Reading the cluster (informers):
+The ``scheduling.adapters.kubernetes*`` modules are the only ones that import the ``kubernetes``
+client: this one (the backend), ``kubernetes_api`` (configuration, calls with retries) and
+``kubernetes_informer`` (the caches). The pure ``scheduling.adapters.k8s`` package translates what
+they read and write.
 
-1. Each process keeps two caches, nodes and pods, each filled by LIST and kept current by WATCH from
-   the list's resourceVersion in a daemon thread. A watch ends after ``K8S_WATCH_TIMEOUT_S`` (server
-   side) and resumes from the last resourceVersion seen; 410 Gone means the version is too old, so the
-   cache is relisted; any other failure is retried with exponential backoff.
-2. Every call carries a client-side timeout (connect and read), watches included, so a silent
-   network partition raises instead of hanging a worker.
-3. The caches are eventually consistent, as every Kubernetes controller's are; everything written
+Reading the cluster (``nodes``, ``foreign_usage``, ``observe``):
+
+1. Each process keeps two caches, nodes and pods (``Informer``: LIST, then WATCH from the list's
+   resourceVersion in a daemon thread; relist on 410 Gone; every call with a client-side timeout).
+2. The caches are eventually consistent, as every Kubernetes controller's are; everything written
    from them is idempotent or re-checked against the database (see ``reconcile``). Before a cycle
    reads them, ``sync`` relists a cache whose watch has been out of contact for longer than one watch
    plus its timeouts (a dead thread, an API outage), and an API that stays down fails the cycle.
@@ -27,241 +28,30 @@ Writing the cluster (``start``, ``stop``, ``reconcile``):
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import urllib3
-from django.conf import settings
 from django.utils import timezone
-from kubernetes import client, config, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
-from scheduling.adapters import k8s_objects as ko
 from scheduling.adapters.contract import Observation
+from scheduling.adapters.k8s.manifests import PodJob, binding_manifest, event_manifest, pod_manifest
+from scheduling.adapters.k8s.nodes import gpu_node_from
+from scheduling.adapters.k8s.observations import ActiveJob, job_observations
+from scheduling.adapters.k8s.pods import ANN_NODE, pod_job_attempt, pod_name, pod_phase
+from scheduling.adapters.k8s.usage import foreign_usage_from
+from scheduling.adapters.kubernetes_api import NETWORK_ERRORS, K8sOptions, api_client_from_settings, call, logger
+from scheduling.adapters.kubernetes_informer import Informer
 from scheduling.engine.model import ForeignUsage, GpuNode
 
-logger = logging.getLogger(__name__)
-
 T = TypeVar("T")
-RETRYABLE_STATUS = frozenset({0, 408, 429, 500, 502, 503, 504})
-NETWORK_ERRORS = (urllib3.exceptions.HTTPError, OSError, TimeoutError)
-
-
-class ClusterApiError(Exception):
-    """A Kubernetes API call kept failing in a retryable way (5xx, 429, timeout, connection)."""
-
-
-@dataclass(frozen=True, slots=True)
-class K8sOptions:
-    scheduler_name: str = "gpu-portal"
-    rack_label: str = "topology.kubernetes.io/rack"
-    timeout_s: float = 10.0  # connect and read timeout of every call
-    watch_timeout_s: int = 60  # server-side length of one watch
-    sync_timeout_s: float = 10.0  # how long a cycle waits for the caches to catch up
-    grace_s: int = 30
-    run_as_user: int = 1000
-    retries: int = 3  # attempts per call on retryable failures
-    backoff_s: float = 0.2  # first retry delay; doubles, capped at 5 s
-
-    @classmethod
-    def from_settings(cls) -> K8sOptions:
-        return cls(
-            scheduler_name=settings.K8S_SCHEDULER_NAME,
-            rack_label=settings.K8S_RACK_LABEL,
-            timeout_s=settings.K8S_TIMEOUT_S,
-            watch_timeout_s=settings.K8S_WATCH_TIMEOUT_S,
-            sync_timeout_s=settings.K8S_SYNC_TIMEOUT_S,
-            grace_s=settings.K8S_POD_GRACE_S,
-            run_as_user=settings.K8S_RUN_AS_USER,
-            retries=settings.K8S_API_RETRIES,
-            backoff_s=settings.K8S_API_BACKOFF_S,
-        )
-
-
-def api_client_from_settings() -> client.ApiClient:
-    """An API client from ``KUBECONFIG`` (first file of the list) or, without it, the in-cluster config."""
-    configuration = client.Configuration()
-    kubeconfig = settings.KUBECONFIG.split(os.pathsep)[0] if settings.KUBECONFIG else ""
-    try:
-        if kubeconfig:
-            config.load_kube_config(
-                config_file=kubeconfig, context=settings.K8S_CONTEXT or None, client_configuration=configuration
-            )
-        else:
-            config.load_incluster_config(client_configuration=configuration)
-    except ConfigException as exc:
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured(
-            f"CLUSTER_BACKEND=kubernetes but no cluster configuration: {exc} "
-            "(set KUBECONFIG, or run in a pod with a service account)"
-        ) from exc
-    # Retries are ours (with backoff and a bound); urllib3's own would multiply the timeouts.
-    configuration.retries = False
-    return client.ApiClient(configuration)
-
-
-def call(fn: Callable[[], T], *, retries: int, backoff_s: float, what: str) -> T:
-    """Run one API call, retrying retryable failures with exponential backoff; others propagate.
-
-    ``retries`` counts attempts; anything below 1 still makes one (``K8S_API_RETRIES=0``: no retry).
-    """
-    retries = max(1, retries)
-    for attempt in range(retries):
-        try:
-            return fn()
-        except ApiException as exc:
-            if exc.status not in RETRYABLE_STATUS:
-                raise
-            error: Exception = exc
-        except NETWORK_ERRORS as exc:
-            error = exc
-        if attempt + 1 < retries:
-            time.sleep(min(5.0, backoff_s * 2**attempt))
-    logger.warning("kubernetes: %s failed after %d attempts: %s", what, retries, error)
-    raise ClusterApiError(f"{what}: {error}") from error
-
-
-def _key(obj: Mapping) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-class Informer:
-    """A cache of one resource kind: LIST, then WATCH from the resourceVersion, relist on 410 Gone."""
-
-    def __init__(self, name: str, list_fn: Callable[..., Any], options: K8sOptions, **selectors: str) -> None:
-        self.name = name
-        self.list_fn = list_fn
-        self.options = options
-        self.selectors = {k: v for k, v in selectors.items() if v}
-        self._items: dict[str, dict] = {}
-        self._rv: str | None = None
-        self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.relists = 0
-        self.watch_errors = 0
-        self.last_contact = 0.0  # monotonic time of the last successful list, watch event or watch end
-        self._generation = 0  # bumped by every relist; a watch started before it stops applying events
-
-    @property
-    def resource_version(self) -> str | None:
-        return self._rv
-
-    def items(self) -> list[dict]:
-        with self._cond:
-            return list(self._items.values())
-
-    def relist(self) -> None:
-        """LIST everything now and replace the cache (the first fill, and recovery from 410 Gone)."""
-        timeout = (self.options.timeout_s, self.options.timeout_s)
-        response = call(
-            lambda: self.list_fn(_preload_content=False, _request_timeout=timeout, **self.selectors),
-            retries=self.options.retries,
-            backoff_s=self.options.backoff_s,
-            what=f"list {self.name}",
-        )
-        body = json.loads(response.data)
-        with self._cond:
-            self._items = {_key(item): item for item in body.get("items") or []}
-            self._rv = (body.get("metadata") or {}).get("resourceVersion")
-            self._generation += 1
-            self.relists += 1
-            self.last_contact = time.monotonic()
-            self._cond.notify_all()
-
-    def _watch(self) -> None:
-        # return_type "object" keeps events as plain dicts (no model deserialization).
-        watcher = watch.Watch(return_type="object")
-        timeout = (self.options.timeout_s, self.options.watch_timeout_s + self.options.timeout_s)
-        generation = self._generation
-        for event in watcher.stream(
-            self.list_fn,
-            resource_version=self._rv,
-            timeout_seconds=self.options.watch_timeout_s,
-            allow_watch_bookmarks=True,
-            _request_timeout=timeout,
-            **self.selectors,
-        ):
-            if not isinstance(event, dict):
-                continue
-            obj = event["raw_object"]
-            rv = (obj.get("metadata") or {}).get("resourceVersion")
-            with self._cond:
-                if self._generation != generation:
-                    # Relisted meanwhile (a cycle found the cache stale): this stream is older than
-                    # the cache now; resume from the list's version instead.
-                    watcher.stop()
-                    break
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    self._items[_key(obj)] = obj
-                elif event["type"] == "DELETED":
-                    self._items.pop(_key(obj), None)
-                if rv:
-                    self._rv = rv
-                self.last_contact = time.monotonic()
-                self._cond.notify_all()
-            if self._stop.is_set():
-                watcher.stop()
-                break
-
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                if self._rv is None:
-                    self.relist()
-                self._watch()
-                self.last_contact = time.monotonic()
-                failures = 0
-                continue
-            except ApiException as exc:
-                if exc.status == 410:
-                    logger.info("kubernetes: %s watch expired (410 Gone); relisting", self.name)
-                    with self._cond:
-                        self._rv = None
-                    continue
-                logger.warning("kubernetes: %s watch failed: %s", self.name, exc.status)
-            except (ClusterApiError, ValueError, *NETWORK_ERRORS) as exc:
-                logger.warning("kubernetes: %s watch failed: %s", self.name, exc)
-            failures += 1
-            self.watch_errors += 1
-            self._stop.wait(min(5.0, self.options.backoff_s * 2 ** min(failures, 6)))
-
-    def start(self) -> None:
-        """Fill the cache (synchronously, so errors surface) and start watching in the background."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        if self._rv is None:
-            self.relist()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"k8s-informer-{self.name}", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def ensure_fresh(self, max_age_s: float) -> bool:
-        """Relist synchronously when the watch has not been in contact for ``max_age_s`` (its thread
-        died or keeps failing), so a cycle never plans from a view that silently stopped updating.
-        Returns whether a relist was needed; raises :class:`ClusterApiError` if the API is down."""
-        if time.monotonic() - self.last_contact <= max_age_s and self._thread is not None and self._thread.is_alive():
-            return False
-        logger.warning("kubernetes: %s cache is stale; relisting", self.name)
-        self.relist()
-        if self._thread is None or not self._thread.is_alive():
-            self.start()
-        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +59,28 @@ class StartResult:
     created: int = 0
     existed: int = 0
     bound: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _PortalPods:
+    """The portal's pods in the cache, for ``reconcile``."""
+
+    managed: list[dict]  # every pod of a portal job attempt
+    names: dict[tuple[int, int], set[str]]  # (job id, attempt) -> its pods' names
+    unbound: dict[tuple[int, int], set[str]]  # the same, for the pods never bound and not terminating
+
+    @classmethod
+    def of(cls, pods: list[dict]) -> _PortalPods:
+        found = cls(managed=[], names={}, unbound={})
+        for pod in pods:
+            key = pod_job_attempt(pod)
+            if key is None:
+                continue
+            found.managed.append(pod)
+            found.names.setdefault(key, set()).add(pod["metadata"]["name"])
+            if not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+                found.unbound.setdefault(key, set()).add(pod["metadata"]["name"])
+        return found
 
 
 class KubernetesBackend:
@@ -320,7 +132,7 @@ class KubernetesBackend:
                 self._started = True
 
     def sync(self) -> None:
-        """Make sure both caches are filled and alive (see the module docstring, step 3)."""
+        """Make sure both caches are filled and alive (see the module docstring, step 2)."""
         self._ensure_started()
         max_age_s = self.options.watch_timeout_s + 2 * self.options.timeout_s + self.options.sync_timeout_s
         self.node_informer.ensure_fresh(max_age_s)
@@ -336,7 +148,7 @@ class KubernetesBackend:
 
     def nodes(self) -> list[GpuNode]:
         known = list(GpuModel.objects.values_list("name", flat=True))
-        return [ko.gpu_node_from(node, known_models=known) for node in self.raw_nodes()]
+        return [gpu_node_from(node, known_models=known) for node in self.raw_nodes()]
 
     def foreign_usage(self) -> list[ForeignUsage]:
         active = set(Job.objects.filter(state__in=ACTIVE_STATES).values_list("id", "attempt"))
@@ -345,9 +157,9 @@ class KubernetesBackend:
             "node", "gpu_indices"
         ):
             held.setdefault(node, set()).update(indices)
-        return ko.foreign_usage_from(self.raw_pods(), self.nodes(), active=active, held=held)
+        return foreign_usage_from(self.raw_pods(), self.nodes(), active=active, held=held)
 
-    def _active_jobs(self) -> list[ko.ActiveJob]:
+    def _active_jobs(self) -> list[ActiveJob]:
         counts: dict[int, int] = {}
         for job_id in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True):
             counts[job_id] = counts.get(job_id, 0) + 1
@@ -355,7 +167,7 @@ class KubernetesBackend:
             "id", "attempt", "state", "replicas", "min_available", "restart_policy"
         )
         return [
-            ko.ActiveJob(
+            ActiveJob(
                 job_id=job_id,
                 attempt=attempt,
                 state=state,
@@ -372,12 +184,12 @@ class KubernetesBackend:
         # committed, so the job rows read next are at least that new.
         pods = self.raw_pods()
         node_names = {n["metadata"]["name"] for n in self.raw_nodes()}
-        return ko.job_observations(self._active_jobs(), pods, node_names, now=now)
+        return job_observations(self._active_jobs(), pods, node_names, now=now)
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def _pod_job(self, job: Job, replicas: int) -> ko.PodJob:
-        return ko.PodJob(
+    def _pod_job(self, job: Job, replicas: int) -> PodJob:
+        return PodJob(
             job_id=job.pk,
             attempt=job.attempt,
             namespace=job.team.namespace,
@@ -402,7 +214,7 @@ class KubernetesBackend:
         placements = list(job.placements.order_by("replica"))
         pod_job = self._pod_job(job, len(placements))
         return [
-            ko.pod_manifest(
+            pod_manifest(
                 pod_job,
                 p.replica,
                 p.engine_placement(),
@@ -416,7 +228,7 @@ class KubernetesBackend:
         """Create one pod (409 AlreadyExists is success) and bind it to its node (409: already bound)."""
         namespace = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
-        node = manifest["metadata"]["annotations"][ko.ANN_NODE]
+        node = manifest["metadata"]["annotations"][ANN_NODE]
         created = existed = 0
         uid = ""
         if not skip_create:
@@ -439,7 +251,7 @@ class KubernetesBackend:
                 lambda: self.core.create_namespaced_pod_binding(
                     name,
                     namespace,
-                    ko.binding_manifest(name, namespace, node),
+                    binding_manifest(name, namespace, node),
                     _preload_content=False,
                     _request_timeout=self._timeout,
                 ),
@@ -455,7 +267,7 @@ class KubernetesBackend:
 
     def _event(self, namespace: str, pod: str, uid: str, reason: str, message: str) -> None:
         """Best effort: an event is for people reading ``kubectl describe``; losing one loses nothing."""
-        body = ko.event_manifest(
+        body = event_manifest(
             pod=pod,
             namespace=namespace,
             uid=uid,
@@ -521,7 +333,7 @@ class KubernetesBackend:
         if job is None or job.attempt == 0:
             return
         for replica in range(job.replicas):
-            self.delete_pod(job.team.namespace, ko.pod_name(job.pk, job.attempt, replica), grace_s=grace_s)
+            self.delete_pod(job.team.namespace, pod_name(job.pk, job.attempt, replica), grace_s=grace_s)
 
     def reconcile(self, *, now: datetime) -> dict[str, int]:
         """Converge the cluster on the database: create missing pods, delete orphaned ones.
@@ -533,50 +345,55 @@ class KubernetesBackend:
         missing pods gets them (409 for the ones that exist), and its created but unbound pods are bound.
         """
         self.sync()
-        pods = self.raw_pods()
-        by_key: dict[tuple[int, int], set[str]] = {}
-        unbound: dict[tuple[int, int], set[str]] = {}
-        managed: list[dict] = []
-        for pod in pods:
-            key = ko.pod_job_attempt(pod)
-            if key is None:
-                continue
-            managed.append(pod)
-            by_key.setdefault(key, set()).add(pod["metadata"]["name"])
-            if not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
-                unbound.setdefault(key, set()).add(pod["metadata"]["name"])
+        # 1. the portal's pods, by job attempt
+        pods = _PortalPods.of(self.raw_pods())
+        # 2. the jobs they belong to, and every admitted job
         jobs = {
             job_id: (attempt, state)
             for job_id, attempt, state in Job.objects.filter(
-                pk__in={k[0] for k in by_key}
+                pk__in={k[0] for k in pods.names}
                 | set(Job.objects.filter(state=JobState.ADMITTED).values_list("id", flat=True))
             ).values_list("id", "attempt", "state")
         }
-        counts = {"created": 0, "deleted": 0}
+        # 3. delete the orphans
+        deleted = self._delete_orphans(pods.managed, jobs)
+        # 4. create and bind the pods admitted jobs miss
+        created = self._create_missing(
+            pods, [job_id for job_id, (_, state) in jobs.items() if state == JobState.ADMITTED]
+        )
+        return {"created": created, "deleted": deleted}
+
+    def _delete_orphans(self, managed: list[dict], jobs: dict[int, tuple[int, str]]) -> int:
+        """Reconcile, step 3: delete live pods of unknown jobs, inactive jobs or older attempts."""
+        deleted = 0
         for pod in managed:
-            job_id, attempt = ko.pod_job_attempt(pod)  # type: ignore[misc]
+            job_id, attempt = pod_job_attempt(pod)  # type: ignore[misc]
             current = jobs.get(job_id)
             if current is not None and current[0] == attempt and current[1] in ACTIVE_STATES:
                 continue
             if pod["metadata"].get("deletionTimestamp"):
                 continue  # already terminating
-            if current is not None and ko.pod_phase(pod) in ("Succeeded", "Failed"):
+            if current is not None and pod_phase(pod) in ("Succeeded", "Failed"):
                 continue  # holds nothing; kept so its logs can be read (the cluster's pod GC removes it)
             meta = pod["metadata"]
             try:
-                counts["deleted"] += self.delete_pod(meta["namespace"], meta["name"], grace_s=self.options.grace_s)
+                deleted += self.delete_pod(meta["namespace"], meta["name"], grace_s=self.options.grace_s)
             except ApiException as exc:
                 logger.warning("kubernetes: cannot delete orphan %s/%s: %s", meta["namespace"], meta["name"], exc)
-        admitted = [job_id for job_id, (_, state) in jobs.items() if state == JobState.ADMITTED]
+        return deleted
+
+    def _create_missing(self, pods: _PortalPods, admitted: list[int]) -> int:
+        """Reconcile, step 4: create an admitted job's missing pods and bind its unbound ones."""
+        created = 0
         for job in Job.objects.select_related("team", "local_queue").filter(pk__in=admitted, state=JobState.ADMITTED):
-            existing = by_key.get((job.pk, job.attempt), set())
-            stranded = unbound.get((job.pk, job.attempt), set())
+            existing = pods.names.get((job.pk, job.attempt), set())
+            stranded = pods.unbound.get((job.pk, job.attempt), set())
             manifests = self.pods_for(job)
             missing = [m for m in manifests if m["metadata"]["name"] not in existing]
-            counts["created"] += self._start_pods(job, missing)
+            created += self._start_pods(job, missing)
             # Created, but the bind failed (an API outage after the create): only the bind is retried.
             self._start_pods(job, [m for m in manifests if m["metadata"]["name"] in stranded], skip_create=True)
-        return counts
+        return created
 
     # -- inspection (manage.py cluster_check) -----------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The Kubernetes "restricted" Pod Security Standard as pure checks, and the job-request guard.
 
 ``pod_spec_violations(pod)`` lists every way a pod manifest breaks the restricted profile (which
-includes the baseline one). The pod builder (``k8s_objects.pod_manifest``) must always pass it.
+includes the baseline one). The pod builder (``k8s.manifests.pod_manifest``) must always pass it.
 
 ``job_request_violations(data, team_namespace=...)`` is for the REST API and the job form: the portal
 decides every security setting itself, so a request that tries to set one (privileged, hostPath,

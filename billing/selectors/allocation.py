@@ -1,0 +1,260 @@
+"""Cost allocation: cost per group and step over a window (``/api/v1/cost/allocation``, the cost page,
+budgets).
+
+``cost_allocation`` steps:
+1. Prices: the price book's entries become piecewise-constant segments per (GPU model, capacity type)
+   over the window (``billing.core.prices.price_segments``); a price applies from its hour on only.
+2. Usage: ``allocation_path`` chooses one of four paths by the aggregate and the flags:
+   a. ``team_cost_path`` (namespace, team): ``TeamCostHourly``, one priced row per team-hour (exact cost
+      numerators for the totals, stored floats for the steps), when it is priced with the current book;
+   b. ``rollup_path`` (queue, cluster_queue, gpu_model, capacity_type, and a. with a stale price book):
+      ``UsageHourly`` joined with the price segments hour by hour in SQL;
+   c. ``rollup_shared_idle_path`` (the same aggregates with ``share_idle``): ``UsageHourly`` priced per
+      model and capacity type, so idle can be shared by each group's use of each model;
+   d. ``record_path`` (job, label:<key>): the usage records, cut at hour boundaries and priced in Python.
+   Running jobs' open intervals are added up to ``now`` on every path.
+3. Idle: recorded capacity per model and hour minus all tenants' allocation (``GpuAllocationHourly``),
+   clamped at zero (``billing.core.usage.idle_rows``).
+4. ``billing.core.allocation`` assembles steps and exact window totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.utils import timezone
+
+from billing import sql
+from billing.core.allocation import (
+    UNALLOCATED,
+    Allocation,
+    AllocationQuery,
+    IdleRow,
+    UsageRow,
+    UsageSums,
+    allocation_assemble,
+    allocation_assemble_fast,
+)
+from billing.core.prices import Price, PriceLookup, PriceSegment, price_segments
+from billing.core.units import epoch_hour
+from billing.core.usage import MeteredUsage, idle_rows, record_usage_rows
+from billing.core.windows import step_windows
+from billing.models import UsageRecord
+from billing.selectors.capacity import capacity_changes
+from billing.selectors.prices import cost_rollup_current, gpu_model_names_used, price_list
+from billing.selectors.rollups import (
+    gpu_allocation,
+    rollup_group,
+    rollup_rows,
+    rollup_step_rows,
+    rollup_totals,
+    team_cost_step_rows,
+    team_cost_totals,
+)
+from billing.selectors.usage import running_usage
+from portal.tenants.models import Team
+
+RECORD_FIELDS = (
+    "job_id", "team_id", "namespace", "local_queue", "cluster_queue", "gpu_model", "capacity_type", "start", "end",
+    "gpu_share_7000ths", "duration_us", "cpu_milli_us", "memory_mib_us", "gpu_util_pct", "labels",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What every path reads first: the query, the price book over its window, the teams by id."""
+
+    query: AllocationQuery
+    now: datetime
+    prices: list[Price]
+    gpu_models: set[str]
+    segments: list[PriceSegment]
+    teams: dict[int, Team]
+
+    @property
+    def show_idle(self) -> bool:
+        """``__idle__`` is the cluster's: platform admins only."""
+        return self.query.show_idle and self.query.team_ids is None
+
+
+AllocationPath = Callable[[Inputs], Allocation]
+
+
+def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> Allocation:
+    """Cost per group and step over a window (see the module docstring)."""
+    inputs = allocation_inputs(query, now=now or timezone.now())
+    return allocation_path(query, inputs.prices)(inputs)
+
+
+def allocation_inputs(query: AllocationQuery, *, now: datetime) -> Inputs:
+    """Step 1: the price book over the window, and the teams."""
+    prices = price_list()
+    hours = epoch_hour(query.start), epoch_hour(query.end)
+    gpu_models = gpu_model_names_used(*hours)
+    segments = price_segments(prices, gpu_models, *hours)
+    teams = {t.pk: t for t in Team.objects.only("pk", "slug", "namespace")}
+    return Inputs(query, now, prices, gpu_models, segments, teams)
+
+
+def allocation_path(query: AllocationQuery, prices: list[Price]) -> AllocationPath:
+    """The path that answers ``query`` (step 2 of the module docstring)."""
+    if query.aggregate not in sql.ROLLUP_AGGREGATES:
+        return record_path
+    if query.share_idle:
+        return rollup_shared_idle_path
+    if query.aggregate in ("namespace", "team") and cost_rollup_current(prices):
+        return team_cost_path
+    return rollup_path
+
+
+def team_cost_path(inputs: Inputs) -> Allocation:
+    """2a. Namespace or team from ``TeamCostHourly`` (priced with the current book): exact totals from its
+    cost numerators, step figures from its stored floats."""
+    query = inputs.query
+    totals = team_cost_totals(query, inputs.teams)
+    running, idle = _running_and_idle(inputs, PriceLookup(inputs.segments))
+    names = {t.pk: (t.namespace if query.aggregate == "namespace" else t.slug) for t in inputs.teams.values()}
+    return _assemble_fast(inputs, team_cost_step_rows(query), totals, running, idle, group_names=names)
+
+
+def rollup_path(inputs: Inputs) -> Allocation:
+    """2b. ``UsageHourly`` joined with the price segments: totals summed per segment and priced in
+    integers, step figures priced and summed by the database in floating point."""
+    query = inputs.query
+    segments = inputs.segments
+    # The segments cover every model with usage in the window (``gpu_model_names_used``), so none is
+    # left unpriced.
+    totals, _unpriced = rollup_totals(query, segments, inputs.teams)
+    running, idle = _running_and_idle(inputs, PriceLookup(segments))
+    return _assemble_fast(inputs, rollup_step_rows(query, segments), totals, running, idle)
+
+
+def _assemble_fast(
+    inputs: Inputs,
+    step_rows: list[tuple[Any, ...]],
+    totals: dict[str, UsageSums],
+    running: list[UsageRow],
+    idle: list[IdleRow],
+    group_names: dict[int, str] | None = None,
+) -> Allocation:
+    """The large-result assembly: figures per step from the database, exact totals."""
+    query = inputs.query
+    return allocation_assemble_fast(
+        step_rows=step_rows,
+        group_names=group_names,
+        totals=totals,
+        extra_rows=running,
+        idle_rows=idle,
+        windows=step_windows(query.start, query.end, query.step_hours),
+        aggregate=query.aggregate,
+        step_hours=query.step_hours,
+        show_idle=inputs.show_idle,
+    )
+
+
+def rollup_shared_idle_path(inputs: Inputs) -> Allocation:
+    """2c. ``UsageHourly`` priced per row in SQL and kept per model and capacity type, so each group's
+    share of a model's idle cost can be computed."""
+    query = inputs.query
+    prices = PriceLookup(inputs.segments)
+    rows = [
+        UsageRow(rollup_group(key, query.aggregate, inputs.teams), bucket, model, ctype, sums)
+        for key, bucket, model, ctype, sums in rollup_rows(query, inputs.segments, by_model=True)
+    ]
+    return _assemble(inputs, rows, prices)
+
+
+def record_path(inputs: Inputs) -> Allocation:
+    """2d. The usage records themselves, cut at hour boundaries and priced in Python: any aggregate
+    (job, label:<key>, and every rollup one), the general path the others must agree with."""
+    query = inputs.query
+    prices = PriceLookup(inputs.segments)
+    records = UsageRecord.objects.filter(start__lt=query.end, end__gt=query.start).only(*RECORD_FIELDS)
+    if query.team_ids is not None:
+        records = records.filter(team_id__in=query.team_ids)
+    rows = record_rows(records.iterator(chunk_size=5000), query, prices, inputs.teams)
+    return _assemble(inputs, rows, prices)
+
+
+def _assemble(inputs: Inputs, rows: list[UsageRow], prices: PriceLookup) -> Allocation:
+    """The general assembly (idle shown or shared) of rows and running jobs' usage."""
+    query = inputs.query
+    running, idle = _running_and_idle(inputs, prices)
+    return allocation_assemble(
+        rows=rows + running,
+        idle_rows=idle,
+        windows=step_windows(query.start, query.end, query.step_hours),
+        aggregate=query.aggregate,
+        step_hours=query.step_hours,
+        show_idle=inputs.show_idle,
+        share_idle=query.share_idle,
+    )
+
+
+def _running_and_idle(inputs: Inputs, prices: PriceLookup) -> tuple[list[UsageRow], list[IdleRow]]:
+    """Running jobs' open usage of the visible teams, as rows; and idle capacity if it is shown or
+    shared (measured against every team's usage, running jobs included)."""
+    query = inputs.query
+    running_all: list[UsageRecord] = []
+    running_rows: list[UsageRow] = []
+    if query.include_running and query.start < inputs.now:
+        running_all = running_usage(now=min(inputs.now, query.end))
+        running = [r for r in running_all if query.team_ids is None or r.team_id in query.team_ids]
+        running_rows = record_rows(running, query, prices, inputs.teams)
+    if not (query.share_idle or inputs.show_idle):
+        return running_rows, []
+    window = (query.start, query.end)
+    changes = capacity_changes(window)
+    if not changes:
+        return running_rows, []
+    hour_from, hour_to = epoch_hour(query.start), epoch_hour(query.end)
+    idle = idle_rows(
+        capacity=changes,
+        allocated=gpu_allocation(window),
+        running=running_all,
+        window=window,
+        hour_from=hour_from,
+        hour_to=hour_to,
+        step_hours=query.step_hours,
+        prices=prices,
+    )
+    return running_rows, idle
+
+
+def record_group(record: UsageRecord, *, aggregate: str, teams: Mapping[int, Team]) -> str:
+    """A usage record's group under ``aggregate``."""
+    if aggregate == "job":
+        return str(record.job_id)
+    if aggregate.startswith("label:"):
+        return str((record.labels or {}).get(aggregate.removeprefix("label:"), UNALLOCATED))
+    team = teams.get(record.team_id)
+    if aggregate == "namespace":
+        return team.namespace if team else record.namespace
+    if aggregate == "team":
+        return team.slug if team else str(record.team_id)
+    if aggregate == "queue":
+        return f"{record.namespace}/{record.local_queue}"
+    if aggregate == "cluster_queue":
+        return record.cluster_queue
+    if aggregate == "gpu_model":
+        return record.gpu_model or "cpu-only"
+    return record.capacity_type
+
+
+def record_rows(
+    records: Iterable[UsageRecord], query: AllocationQuery, prices: PriceLookup, teams: Mapping[int, Team]
+) -> list[UsageRow]:
+    """Records cut at hour boundaries inside the window, priced per hour, summed per (group, bucket, model)."""
+    metered: Iterable[MeteredUsage] = records
+    return record_usage_rows(
+        metered,
+        group_of=partial(record_group, aggregate=query.aggregate, teams=teams),
+        window=(query.start, query.end),
+        hour_from=epoch_hour(query.start),
+        step_hours=query.step_hours,
+        prices=prices,
+    )

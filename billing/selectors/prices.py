@@ -1,0 +1,39 @@
+"""The price book as the core's values, and whether the priced per-team rollup is current."""
+
+from __future__ import annotations
+
+from billing.core.prices import Price, PriceSegment, price_segments, price_version
+from billing.models import CostRollupState, PriceBookEntry, UsageHourly
+from portal.jobs.models import GpuModel
+
+
+def price_list() -> list[Price]:
+    return [
+        Price(e.resource, e.gpu_model, e.capacity_type, e.effective_from, e.usd_per_hour)
+        for e in PriceBookEntry.objects.all()
+    ]
+
+
+def cost_rollup_current(prices: list[Price] | None = None) -> bool:
+    """Whether ``TeamCostHourly`` is priced with the price book as it is now (``prices``, if loaded)."""
+    state = CostRollupState.objects.first()
+    return state is not None and state.price_version == price_version(price_list() if prices is None else prices)
+
+
+def gpu_model_names() -> set[str]:
+    """GPU models of the catalogue and of the price book."""
+    models = set(GpuModel.objects.values_list("name", flat=True))
+    models |= set(PriceBookEntry.objects.exclude(gpu_model="").values_list("gpu_model", flat=True))
+    return models
+
+
+def gpu_model_names_used(hour_from: int, hour_to: int) -> set[str]:
+    """GPU models of the catalogue and the price book, and every model with usage in [hour_from, hour_to):
+    usage on a model outside the catalogue is priced by the fallback entries, never left at $0."""
+    used = UsageHourly.objects.filter(epoch_hour__gte=hour_from, epoch_hour__lt=hour_to).exclude(gpu_model="")
+    return gpu_model_names() | set(used.values_list("gpu_model", flat=True).distinct())
+
+
+def price_segment_list(hour_from: int, hour_to: int) -> list[PriceSegment]:
+    """The price book's segments over [hour_from, hour_to) for every GPU model with usage or a price."""
+    return price_segments(price_list(), gpu_model_names_used(hour_from, hour_to), hour_from, hour_to)

@@ -1,0 +1,228 @@
+"""The browser pages (``portal.pages``): login, the submit form, job pages, dashboard, queues, admin."""
+
+import re
+
+import pytest
+
+from portal.jobs.models import Job, QuotaChange
+
+pytestmark = pytest.mark.django_db
+
+FORM = {
+    "name": "from-the-form",
+    "queue": "vision/default",
+    "kind": "training",
+    "image": "pytorch:2.4",
+    "command": "python train.py",
+    "replicas": "2",
+    "min_available": "0",
+    "gpu": "1",
+    "gpu_milli": "0",
+    "mig_profile": "",
+    "gpu_memory_gib": "0",
+    "cpu_milli": "4000",
+    "memory_mib": "16384",
+    "allowed_gpu_models": ["A100-80GB"],
+    "priority_class": "default",
+    "runtime_s": "600",
+}
+
+
+def test_pages_require_login(client, world):
+    response = client.get("/jobs/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+def test_login_then_submit_with_the_form_and_see_the_job(client, world, django_capture_on_commit_callbacks):
+    response = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice"})
+    assert response.status_code == 302
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        created = client.post("/jobs/new/", FORM)
+    assert callbacks[0].__name__ == "_request_cycle"  # the submission asked for a scheduling cycle
+    assert created.status_code == 302, created.content.decode()[:2000]
+    job = Job.objects.get()
+    assert created["Location"] == f"/jobs/{job.pk}/"
+    assert (job.name, job.replicas, job.gpu, job.team.slug) == ("from-the-form", 2, 1, "vision")
+    assert [m.name for m in job.allowed_gpu_models.all()] == ["A100-80GB"]
+
+    # The cycle ran on submit (eager tasks): the job is admitted and placed.
+    job.refresh_from_db()
+    assert job.state == "Admitted"
+    detail = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "from-the-form" in detail
+    assert "State history" in detail
+    assert re.search(r"a100-\d", detail), "placement node shown"
+    assert "Admitted" in detail
+
+    listing = client.get("/jobs/").content.decode()
+    assert f'href="/jobs/{job.pk}/"' in listing
+    filtered = client.get("/jobs/?state=Succeeded").content.decode()
+    assert f'href="/jobs/{job.pk}/"' not in filtered
+
+
+def test_the_form_shows_field_errors_and_creates_nothing(client, world):
+    client.force_login(world.users["alice"])
+    response = client.post("/jobs/new/", {**FORM, "gpu": "1", "gpu_milli": "500"})
+    assert response.status_code == 400
+    assert "set only one of" in response.content.decode()
+    response = client.post("/jobs/new/", {**FORM, "allowed_gpu_models": ["B200"]})
+    assert response.status_code == 400
+    assert Job.objects.count() == 0
+
+
+def test_another_teams_job_page_is_404(client, world):
+    job = world.submit("vision")
+    client.force_login(world.users["bob"])
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 404
+    assert f"/jobs/{job.pk}/" not in client.get("/jobs/").content.decode()
+
+
+def test_cancel_from_the_detail_page(client, world):
+    job = world.submit("vision")
+    client.force_login(world.users["alice"])
+    response = client.post(f"/jobs/{job.pk}/cancel/")
+    assert response.status_code == 302
+    job.refresh_from_db()
+    assert job.state == "Cancelled"
+
+
+def test_pending_job_page_explains_why(client, world):
+    from django.utils import timezone
+
+    from scheduling.adapters.simulated import SimulatedCluster
+    from scheduling.services import cycle_run
+
+    # 3 x 8 A100s: more than the whole cohort's 16, so it waits with a quota reason.
+    waiting = world.submit("vision", gpu=8, replicas=3, allowed_gpu_models=(world.models["A100-80GB"],))
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    client.force_login(world.users["alice"])
+    page = client.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "Why pending" in page
+    assert "quota: queue cq-vision uses 0 of 8 A100-80GB GPUs and needs 24 more" in page
+    assert "Position 1" in page
+
+
+def test_dashboard_and_queue_pages_render_charts_and_quotas(client, world):
+    client.force_login(world.users["alice"])
+    dashboard = client.get("/dashboard/")
+    assert dashboard.status_code == 200
+    html = dashboard.content.decode()
+    assert "Cluster GPU allocation" in html
+    assert "GPU-hours per team per day" in html
+    assert "/plotly.min.js" in html
+    assert client.get("/plotly.min.js").status_code == 200
+    queues = client.get("/queues/").content.decode()
+    assert "cq-vision" in queues
+    assert "A100-80GB" in queues
+
+
+def test_admin_lists_every_model_with_search_and_filters(client, world):
+    client.force_login(world.users["admin"])
+    for path in (
+        "jobs/job",
+        "jobs/clusterqueue",
+        "jobs/localqueue",
+        "jobs/gpumodel",
+        "jobs/priorityclass",
+        "jobs/quotachange",
+        "tenants/team",
+        "tenants/membership",
+        "scheduling/simnode",
+        "scheduling/cyclerun",
+    ):
+        response = client.get(f"/admin/{path}/?q=a")
+        assert response.status_code == 200, path
+
+
+def test_admin_quota_edit_is_recorded_with_who_and_old_and_new(client, world):
+    cq = world.cluster_queues["vision"]
+    flavors = list(cq.flavors.order_by("order"))
+    client.force_login(world.users["admin"])
+    data = {
+        "name": cq.name,
+        "cohort": cq.cohort,
+        "cpu_quota_milli": "",
+        "memory_quota_mib": "",
+        "weight": "1.0",
+        "flavors-TOTAL_FORMS": str(len(flavors)),
+        "flavors-INITIAL_FORMS": str(len(flavors)),
+        "flavors-MIN_NUM_FORMS": "0",
+        "flavors-MAX_NUM_FORMS": "1000",
+        "quota_changes-TOTAL_FORMS": "0",
+        "quota_changes-INITIAL_FORMS": "0",
+        "quota_changes-MIN_NUM_FORMS": "0",
+        "quota_changes-MAX_NUM_FORMS": "1000",
+    }
+    for i, flavor in enumerate(flavors):
+        data.update(
+            {
+                f"flavors-{i}-id": str(flavor.pk),
+                f"flavors-{i}-cluster_queue": str(cq.pk),
+                f"flavors-{i}-gpu_model": str(flavor.gpu_model_id),
+                f"flavors-{i}-nominal_gpus": "16" if flavor.gpu_model.name == "A100-80GB" else str(flavor.nominal_gpus),
+                f"flavors-{i}-borrowing_limit": "",
+                f"flavors-{i}-lending_limit": "",
+                f"flavors-{i}-order": str(flavor.order),
+            }
+        )
+    response = client.post(f"/admin/jobs/clusterqueue/{cq.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    change = QuotaChange.objects.get()
+    assert (change.field, change.old_value, change.new_value, change.changed_by.username) == (
+        "A100-80GB nominal_gpus",
+        "8",
+        "16",
+        "admin",
+    )
+    page = client.get(f"/admin/jobs/clusterqueue/{cq.pk}/change/").content.decode()
+    assert "A100-80GB nominal_gpus" in page
+
+
+def test_allocation_buckets_hold_exact_gpu_seconds_even_for_short_jobs():
+    from datetime import UTC, datetime, timedelta
+
+    from portal.pages.charts import allocation_series
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    intervals = [
+        (t0 + timedelta(minutes=10), t0 + timedelta(minutes=20), "A100", 2.0),  # inside bucket 0
+        (t0 + timedelta(minutes=50), t0 + timedelta(minutes=130), "A100", 1.0),  # spans buckets 0-2
+        (t0 - timedelta(hours=5), t0 + timedelta(minutes=30), "T4", 0.5),  # starts before the window
+    ]
+    times, series = allocation_series(intervals, start=t0, end=t0 + timedelta(hours=3), buckets=3)
+    assert times == [t0, t0 + timedelta(hours=1), t0 + timedelta(hours=2)]
+    # bucket 0: 2 GPUs x 10 min + 1 GPU x 10 min = 30 GPU-min over 60 min = 0.5 GPUs on average
+    assert series["A100"] == [0.5, 1.0, round(10 / 60, 6)]
+    assert series["T4"] == [0.25, 0.0, 0.0]
+    area_gpu_minutes = sum(series["A100"]) * 60
+    assert round(area_gpu_minutes, 3) == 2 * 10 + 80
+
+
+def test_the_allocation_chart_counts_a_run_that_began_before_the_window_and_was_preempted_in_it(world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.jobs.transitions import job_transition
+    from portal.pages.views import running_intervals
+
+    now = timezone.now()
+    since = now - timedelta(hours=2)
+    job = world.submit("vision", gpu=2)
+    detail = {"gpu_model": "A100-80GB", "gpus": "2"}
+    job_transition(job=job, to_state="Admitted", at=now - timedelta(hours=5), detail=detail)
+    job_transition(job=job, to_state="Running", at=now - timedelta(hours=5), detail=detail)
+    job_transition(job=job, to_state="Preempted", at=now - timedelta(hours=1), reason="preempted")
+    job_transition(job=job, to_state="Pending", at=now - timedelta(hours=1), reason="requeued")
+    assert running_intervals(since=since, now=now) == [(since, now - timedelta(hours=1), "A100-80GB", 2.0)]
+
+
+def test_the_next_page_link_keeps_a_search_with_an_ampersand(client, world):
+    for _ in range(26):
+        world.submit("vision", name="a&b")
+    client.force_login(world.users["alice"])
+    page = client.get("/jobs/", {"q": "a&b"}).content.decode()
+    assert "(26)" in page
+    assert "q=a%26b" in page

@@ -1,0 +1,337 @@
+"""The Kubernetes backend end to end: the real client against the fake API server, the real database."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import TestCase
+from django.utils import timezone
+
+from portal.jobs.models import Job, JobTransition
+from portal.jobs.services import job_cancel
+from portal.jobs.states import JobState
+from scheduling.adapters.k8s.manifests import PodJob, pod_manifest
+from scheduling.adapters.k8s.pods import ANN_DEVICES, LABEL_QUEUE, LABEL_REPLICA, LABEL_TEAM, pod_phase
+from scheduling.adapters.kubernetes import KubernetesBackend
+from scheduling.adapters.kubernetes_api import ClusterApiError
+from scheduling.adapters.pod_security import pod_spec_violations
+from scheduling.engine.model import ReplicaPlacement
+from scheduling.services import cluster_sync, cycle_run, jobs_sweep
+from tests.scheduling.adapters.conftest import backend_for, cycle, pods_of, settle
+
+T1 = datetime(2026, 3, 1, 12, 0, 7, tzinfo=UTC)
+
+
+T2 = datetime(2026, 3, 1, 13, 30, 0, tzinfo=UTC)
+
+
+def test_it_sees_gpu_nodes_and_what_foreign_pods_hold(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8, labels={"topology.kubernetes.io/rack": "r1"})
+    kube.add_node("cpu-0", gpus=0)
+    kube.add_foreign_pod("kube-system", "dcgm-exporter", "a100-0", gpus=2, cpu="2", memory="4Gi")
+    settle(backend, kube)
+    nodes = {n.name: n for n in backend.nodes()}
+    assert nodes["a100-0"].gpu_model == "A100-80GB"
+    assert nodes["a100-0"].gpu_count == 8
+    assert nodes["cpu-0"].gpu_model is None
+    (usage,) = backend.foreign_usage()
+    assert (usage.node, usage.gpu_indices, usage.cpu_milli, usage.memory_mib) == ("a100-0", (7, 6), 2000, 4096)
+
+
+def test_foreign_gpus_are_charged_around_the_devices_portal_jobs_hold(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=2)
+    cycle(backend, kube)
+    job.placements.update(gpu_indices=[6, 7])  # as after the jobs that held 0-5 ended
+    kube.add_foreign_pod("other", "squatter", "a100-0", gpus=2)
+    settle(backend, kube)
+    (usage,) = backend.foreign_usage()
+    assert usage.gpu_indices == (5, 4)
+
+
+def test_pods_it_did_not_create_still_consume_capacity(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.add_foreign_pod("other", "squatter", "a100-0", gpus=3)
+    big = kworld.submit(gpu=8)
+    fits = kworld.submit(gpu=5)
+    cycle(backend, kube)
+    big.refresh_from_db()
+    fits.refresh_from_db()
+    assert big.state == JobState.PENDING
+    assert fits.state == JobState.ADMITTED
+
+
+def test_an_admitted_job_becomes_bound_labelled_restricted_pods(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=2, replicas=2, cpu_milli=3000, memory_mib=8192)
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    pods = pods_of(kube, job)
+    assert [p["metadata"]["name"] for p in pods] == [f"job-{job.pk}-a1-r0", f"job-{job.pk}-a1-r1"]
+    placements = {p.replica: p for p in job.placements.all()}
+    for pod in pods:
+        replica = int(pod["metadata"]["labels"][LABEL_REPLICA])
+        assert pod["metadata"]["namespace"] == "team-vision"
+        assert pod["spec"]["schedulerName"] == "gpu-portal"
+        assert pod["spec"]["nodeName"] == placements[replica].node  # bound through the Binding API
+        assert pod["metadata"]["labels"][LABEL_TEAM] == "vision"
+        assert pod["metadata"]["labels"][LABEL_QUEUE] == "default"
+        assert pod["metadata"]["annotations"][ANN_DEVICES] == ",".join(map(str, placements[replica].gpu_indices))
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+        assert pod_spec_violations(pod, namespace="team-vision") == []
+    bindings = [path for method, path in kube.requests if method == "POST" and path.endswith("/binding")]
+    assert len(bindings) == 2
+    assert {e["reason"] for e in kube.events} == {"Scheduled"}
+
+
+def test_a_gang_admitted_with_fewer_replicas_tells_its_pods_how_many_there_are(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=2)
+    job = kworld.submit(gpu=1, replicas=4, min_available=2)
+    cycle(backend, kube)
+    pods = pods_of(kube, job)
+    assert len(pods) == 2
+    for pod in pods:
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert env["PORTAL_REPLICAS"] == "2"
+
+
+def test_pod_phases_become_job_states_at_the_clusters_times(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=1)
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, job)
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert (job.state, job.started_at) == (JobState.RUNNING, T1)
+    kube.succeed("team-vision", pod["metadata"]["name"], at=T2)
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert (job.state, job.finished_at) == (JobState.SUCCEEDED, T2)
+    history = list(JobTransition.objects.filter(job=job).values_list("to_state", "at", "actor"))
+    assert (JobState.RUNNING, T1, "cluster") in history
+    assert (JobState.SUCCEEDED, T2, "cluster") in history
+    assert not job.placements.exists()  # a finished job releases its capacity
+    # Its finished pod holds nothing; it is kept for its logs.
+    cycle(backend, kube)
+    assert [pod_phase(p) for p in pods_of(kube, job)] == ["Succeeded"]
+
+
+def test_a_failed_container_fails_the_job(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=1)
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, job)
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    kube.exit("team-vision", pod["metadata"]["name"], code=2, at=T2)
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert job.finished_at == T2
+    assert "exit code 2" in job.message
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("requeue", JobState.PENDING), ("never", JobState.FAILED)])
+def test_an_eviction_requeues_or_fails_the_job_by_its_restart_policy(kworld, kube, backend, policy, expected):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=8, restart_policy=policy)
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, job)
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube)
+    kube.evict("team-vision", pod["metadata"]["name"])
+    settle(backend, kube)
+    cluster_sync(backend=backend, now=timezone.now(), converge=False)
+    job.refresh_from_db()
+    assert job.state == expected
+    assert "Evicted" in job.message
+
+
+def test_losing_a_node_requeues_its_jobs_and_the_next_cycle_places_them_elsewhere(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=8)
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, job)
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube)
+    kube.add_node("a100-1", gpus=8)
+    kube.delete_node(pod["spec"]["nodeName"])
+    cycle(backend, kube)  # observes the loss and requeues; the plan admits it on the other node
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    assert job.attempt == 2
+    assert job.placements.get().node == "a100-1"
+    assert [p["metadata"]["name"] for p in pods_of(kube, job)] == [f"job-{job.pk}-a2-r0"]  # old pod deleted
+
+
+def test_preemption_deletes_the_victims_pods_with_a_grace_period_and_requeues_it(kworld, kube, backend, settings):
+    settings.K8S_POD_GRACE_S = 17
+    kube.add_node("a100-0", gpus=8)
+    victim = kworld.submit(gpu=8, priority_class=kworld.priorities["low"])
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, victim)
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube)
+    urgent = kworld.submit(gpu=8, priority_class=kworld.priorities["critical"])
+    for _ in range(3):
+        cycle(backend, kube)
+    victim.refresh_from_db()
+    urgent.refresh_from_db()
+    assert victim.state == JobState.PENDING
+    assert JobTransition.objects.filter(job=victim, to_state=JobState.PREEMPTED).exists()
+    assert urgent.state == JobState.ADMITTED
+    assert pods_of(kube, victim) == []
+    deletes = [path for method, path in kube.requests if method == "DELETE" and pod["metadata"]["name"] in path]
+    assert deletes
+    assert "gracePeriodSeconds=17" in deletes[0]
+
+
+def test_cancelling_deletes_the_pods(kworld, kube, backend, settings, django_capture_on_commit_callbacks):
+    settings.CLUSTER_BACKEND = "kubernetes"
+    KubernetesBackend._instances = {os.getpid(): backend}  # the process's backend is the test's
+    try:
+        kube.add_node("a100-0", gpus=8)
+        job = kworld.submit(gpu=1)
+        cycle(backend, kube)
+        assert pods_of(kube, job)
+        with django_capture_on_commit_callbacks(execute=True):
+            job_cancel(job=job, by=kworld.users["alice"])
+        settle(backend, kube)
+        assert pods_of(kube, job) == []
+    finally:
+        KubernetesBackend._instances = {}
+
+
+def test_a_retried_create_that_gets_409_counts_as_success(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=1, replicas=2)
+    cycle(backend, kube)
+    backend.start(job_id=job.pk)  # as a redelivered task would
+    backend.start(job_id=job.pk)
+    assert len([p for p in kube.created_pods if f"job-{job.pk}-" in p]) == 2
+    creates = [path for method, path in kube.requests if method == "POST" and path.endswith("/pods")]
+    bindings = [path for method, path in kube.requests if method == "POST" and f"job-{job.pk}" in path]
+    assert (len(creates), len(bindings)) == (6, 6)  # the retries' creates and bindings got 409, taken as done
+
+
+def test_an_api_that_stays_down_fails_the_cycle_and_the_next_one_converges(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.fail("POST", r"/pods$", status=500, times=100)
+    job = kworld.submit(gpu=1)
+    settle(backend, kube)
+    with pytest.raises(ClusterApiError), TestCase.captureOnCommitCallbacks(execute=True):
+        cycle_run(now=timezone.now(), backend=backend)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED  # the admission is committed; only the pods are missing
+    assert pods_of(kube, job) == []
+    kube.faults.clear()
+    cycle(backend, kube)  # reconcile creates what the failed cycle could not
+    assert [p["metadata"]["name"] for p in pods_of(kube, job)] == [f"job-{job.pk}-a1-r0"]
+
+
+def test_a_pod_created_but_left_unbound_by_an_api_outage_is_bound_by_the_next_cycle(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.fail("POST", r"/binding$", status=500, times=100)
+    job = kworld.submit(gpu=1)
+    settle(backend, kube)
+    with pytest.raises(ClusterApiError), TestCase.captureOnCommitCallbacks(execute=True):
+        cycle_run(now=timezone.now(), backend=backend)
+    (pod,) = pods_of(kube, job)
+    assert not pod["spec"].get("nodeName")  # created, never bound
+    kube.faults.clear()
+    cycle(backend, kube)  # reconcile binds what the failed cycle created
+    (pod,) = pods_of(kube, job)
+    assert pod["spec"]["nodeName"] == "a100-0"
+
+
+def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+
+    class CrashesBeforePods:
+        """The worker died after committing the admission, before creating pods."""
+
+        name = "crashing"
+
+        def __getattr__(self, attr):
+            return getattr(backend, attr)
+
+        def start(self, *, job_id: int) -> None:
+            pass
+
+    job = kworld.submit(gpu=1)
+    settle(backend, kube)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        cycle_run(now=timezone.now(), backend=CrashesBeforePods())
+    assert pods_of(kube, job) == []
+    orphan = pod_manifest(
+        PodJob(999999, 1, "team-vision", "vision", "default", "x", (), 1, 100, 100),
+        0,
+        ReplicaPlacement(node="a100-0"),
+        scheduler_name="gpu-portal",
+        run_as_user=1000,
+    )
+    backend.create_and_bind(orphan)
+    settle(backend, kube)
+    cluster_sync(backend=backend, now=timezone.now())
+    settle(backend, kube)
+    assert [p["metadata"]["name"] for p in pods_of(kube, job)] == [f"job-{job.pk}-a1-r0"]
+    assert ("team-vision", "job-999999-a1-r0") not in kube.pods
+    assert kube.created_pods.count(f"team-vision/job-{job.pk}-a1-r0") == 1
+
+
+def test_the_sweeper_requeues_a_job_whose_pods_never_ran(kworld, kube, backend, settings):
+    settings.ADMITTED_TIMEOUT_S = 60
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=1)
+    t0 = timezone.now()
+    cycle(backend, kube, now=t0)
+    assert jobs_sweep(now=t0 + timedelta(seconds=30), backend=backend) == 0
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        assert jobs_sweep(now=t0 + timedelta(seconds=61), backend=backend) == 1
+    settle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert pods_of(kube, job) == []
+
+
+def test_a_second_backend_converges_on_the_same_cluster_without_duplicates(kworld, kube, backend):
+    """A restarted worker (fresh caches) rebuilds its view from the API and the database."""
+    kube.add_node("a100-0", gpus=8)
+    jobs = [kworld.submit(gpu=1) for _ in range(4)]
+    cycle(backend, kube)
+    backend.close()
+    fresh = backend_for(kube)
+    try:
+        cycle(fresh, kube)
+        cycle(fresh, kube)
+    finally:
+        fresh.close()
+    for job in jobs:
+        assert kube.created_pods.count(f"team-vision/job-{job.pk}-a1-r0") == 1
+
+
+def test_a_namespace_that_refuses_pods_does_not_hold_up_other_teams(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.fail("POST", r"^/api/v1/namespaces/team-nlp/pods$", status=403, times=1000)  # an RBAC gap
+    refused = kworld.submit("nlp", gpu=1)
+    started = kworld.submit("vision", gpu=1)
+    cycle(backend, kube)
+    assert len(pods_of(kube, started)) == 1
+    assert pods_of(kube, refused) == []
+    assert Job.objects.get(pk=refused.pk).state == JobState.ADMITTED  # the sweeper requeues it in time
+
+
+def test_the_jobs_own_labels_go_on_its_pods_but_never_over_the_portals(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    job = kworld.submit(gpu=1, labels=(("project", "vision-2026"), ("cost-center", "cc-42")))
+    Job.objects.filter(pk=job.pk).update(labels={**job.labels, "gpu-portal.io/team": "someone-else", "bad key!": "x"})
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, job)
+    labels = pod["metadata"]["labels"]
+    assert labels["project"] == "vision-2026"
+    assert labels["cost-center"] == "cc-42"
+    assert labels[LABEL_TEAM] == "vision"
+    assert "bad key!" not in labels

@@ -1,0 +1,49 @@
+"""The node and pod caches: LIST, then WATCH; relisted after 410 Gone, a failing watch, or a dead thread."""
+
+from __future__ import annotations
+
+import time
+
+from tests.scheduling.adapters.conftest import settle
+
+
+def test_an_expired_watch_410_relists_and_misses_nothing(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    settle(backend, kube)
+    relists = backend.node_informer.relists
+    kube.compact()
+    kube.add_node("a100-1", gpus=8)
+    deadline = time.monotonic() + 10
+    while backend.node_informer.relists == relists and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert backend.node_informer.relists > relists
+    assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
+
+
+def test_watch_errors_reconnect_with_backoff(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    settle(backend, kube)
+    kube.fail("GET", r"^/api/v1/nodes$", status=500, times=2)
+    kube.compact()  # ends the open watch; its reconnects fail twice, then relist after a 410
+    kube.add_node("a100-1", gpus=8)
+    deadline = time.monotonic() + 10
+    while len(backend.nodes()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
+    assert backend.node_informer.watch_errors >= 1
+
+
+def test_a_cache_whose_watch_died_is_relisted_before_it_is_read(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    settle(backend, kube)
+    backend.node_informer.stop()
+    deadline = time.monotonic() + 10
+    while backend.node_informer._thread.is_alive():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    kube.add_node("a100-1", gpus=8)  # no watch is running to see it
+    relists = backend.node_informer.relists
+    backend.sync()
+    assert backend.node_informer.relists == relists + 1
+    assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
+    assert backend.node_informer._thread.is_alive()  # watching again

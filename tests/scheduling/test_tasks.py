@@ -1,0 +1,276 @@
+"""``scheduling.tasks``: beat de-duplication, one more cycle for work that arrived mid-cycle, retries of
+Kubernetes API errors, and real Celery workers (with beat) against real Redis and PostgreSQL running a
+submitted job Pending → Admitted → Running → Succeeded, metered."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from decimal import Decimal
+
+import pytest
+from celery.exceptions import Retry
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from billing.models import UsageRecord
+from portal.celery import app as celery_app
+from portal.jobs.models import Job
+from portal.tokens.services import api_token_create
+from scheduling import services
+from scheduling.adapters.simulated import SimulatedCluster
+from scheduling.models import CycleRun
+from scheduling.services import (
+    CYCLE_LOCK_KEY,
+    cycle_run,
+    periodic_claim,
+)
+from tests.factories import build_world
+from tests.scheduling.helpers import ROOT, database_url, other_session
+
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def wait_for(predicate, *, timeout_s: float, what: str, worker: subprocess.Popen):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise AssertionError(f"the worker exited with {worker.returncode} while waiting for {what}")
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_runs_a_submitted_job_to_success_and_meters_it(tmp_path, settings_for_worker):
+    if connection.vendor != "postgresql":
+        pytest.skip("the worker test needs PostgreSQL (set DATABASE_URL); SQLite cannot be shared safely")
+    world = build_world()
+    queue, redis_url = settings_for_worker
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": redis_url,
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+        "CELERY_QUEUE": queue,
+        "SIM_SPEEDUP": "1800",  # 3600 s of requested runtime take 2 s
+        "SCHEDULER_INTERVAL_S": "0.5",
+        "METERING_INTERVAL_S": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-B", "-s", str(tmp_path / "beat-schedule"),
+         "-Q", queue, "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        client = APIClient()
+        _, key = api_token_create(user=world.users["alice"], name="worker test")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+        response = client.post(
+            "/api/v1/jobs/",
+            {"queue": "default", "image": "pytorch:2.4", "gpu": 2, "runtime_s": 3600},
+            format="json",
+        )
+        assert response.status_code == 201, response.content
+        job_id = response.json()["id"]
+
+        wait_for(
+            lambda: Job.objects.filter(pk=job_id, state="Succeeded").exists(),
+            timeout_s=90,
+            what="the job to succeed",
+            worker=worker,
+        )
+        record = wait_for(
+            lambda: UsageRecord.objects.filter(job_id=job_id).first(), timeout_s=30, what="metering", worker=worker
+        )
+        job = Job.objects.get(pk=job_id)
+        history = list(job.transitions.values_list("to_state", "actor"))
+        assert history == [
+            ("Pending", "alice"),
+            ("Admitted", "scheduler"),
+            ("Running", "cluster"),
+            ("Succeeded", "cluster"),
+        ]
+        run_s = Decimal(str((job.finished_at - job.started_at).total_seconds()))
+        assert run_s == Decimal("2")  # the simulated cluster's own timestamps: 3600 s / 1800
+        assert record.gpu_model == "A100-80GB"
+        assert record.gpu_seconds == Decimal("2") * run_s  # 2 GPUs
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        log.close()
+        print((tmp_path / "worker.log").read_text()[-3000:])
+
+
+@pytest.fixture
+def settings_for_worker():
+    """Publish to the real Redis broker on a queue of this test's own, then restore the eager default."""
+    redis_url = settings.REDIS_URL or os.environ.get("REDIS_URL") or DEFAULT_REDIS
+    queue = f"portal-test-{uuid.uuid4().hex[:8]}"
+    saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url", "task_default_queue")}
+    celery_app.conf.update(task_always_eager=False, broker_url=redis_url, task_default_queue=queue)
+    yield queue, redis_url
+    celery_app.conf.update(saved)
+
+
+def test_a_periodic_task_runs_once_per_interval_even_if_beat_sends_it_twice(redis_db):
+    name = f"test-{uuid.uuid4().hex}"
+    try:
+        assert periodic_claim(name, 30)
+        assert not periodic_claim(name, 30)  # a restarted or second beat's copy in the same interval
+    finally:
+        redis_db.delete(services.PERIODIC_KEY.format(name=name))
+    short = f"test-{uuid.uuid4().hex}"
+    assert periodic_claim(short, 0.05)
+    import time
+
+    time.sleep(0.1)
+    assert periodic_claim(short, 0.05)  # the next interval runs
+
+
+def test_work_that_arrives_during_a_cycle_gets_one_more_cycle(world, redis_db):
+    with other_session() as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [CYCLE_LOCK_KEY])
+        assert cycle_run(now=timezone.now(), backend=SimulatedCluster()) is None
+        other.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+    assert redis_db.exists(services.CYCLE_AGAIN_KEY)
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())  # the holder's cycle starts: request covered
+    assert not services.cycle_again_pop()
+
+
+def test_a_task_retries_kubernetes_api_errors_then_gives_up(db, kube, settings, tmp_path):
+    from scheduling.adapters.kubernetes import KubernetesBackend
+    from scheduling.adapters.kubernetes_api import ClusterApiError
+    from scheduling.tasks import cluster_sync_task
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kube.kubeconfig())
+    settings.CLUSTER_BACKEND = "kubernetes"
+    settings.KUBECONFIG = str(kubeconfig)
+    settings.K8S_API_RETRIES = 2
+    settings.K8S_API_BACKOFF_S = 0.01
+    KubernetesBackend._instances = {}
+    kube.fail("GET", r"^/api/v1/nodes$", status=503, times=1000)
+    try:
+        with pytest.raises(Retry) as retry:
+            cluster_sync_task.apply()
+        assert isinstance(retry.value.exc, ClusterApiError)
+        assert retry.value.when == 2  # backoff: 2, 4, 8, ... s
+        with pytest.raises(Retry) as retry:
+            cluster_sync_task.apply(retries=3)
+        assert retry.value.when == 16
+        with pytest.raises(ClusterApiError):
+            cluster_sync_task.apply(retries=cluster_sync_task.max_retries + 1)  # gives up
+    finally:
+        for backend in KubernetesBackend._instances.values():
+            backend.close()
+        KubernetesBackend._instances = {}
+    lists = [p for m, p in kube.requests if m == "GET" and p.startswith("/api/v1/nodes")]
+    assert len(lists) == 3 * 2  # each run made K8S_API_RETRIES attempts
+
+
+INTERVAL_S = 4.0
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_beat_restarts_do_not_run_a_periodic_cycle_twice_in_an_interval(tmp_path):
+    if not settings.REDIS_URL or connection.vendor != "postgresql":
+        pytest.skip("needs REDIS_URL and PostgreSQL")
+    queue = f"test-beat-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "CELERY_QUEUE": queue,
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+        "CLUSTER_BACKEND": "simulated",
+        "SCHEDULER_INTERVAL_S": str(INTERVAL_S),
+        # Only the cycle matters here; the other entries fire rarely.
+        "METERING_INTERVAL_S": "3600",
+        "CLUSTER_SYNC_INTERVAL_S": "3600",
+        "SWEEP_INTERVAL_S": "3600",
+        "CAPACITY_SNAPSHOT_INTERVAL_S": "3600",
+        "BUDGET_CHECK_INTERVAL_S": "3600",
+        "PYTHONPATH": str(ROOT),
+    }
+    from scheduling.services import PERIODIC_KEY, redis_client
+
+    redis_client().delete(PERIODIC_KEY.format(name="scheduling-cycle"))
+    celery = [sys.executable, "-m", "celery", "-A", "portal"]
+    worker_log = tmp_path / "worker.log"
+    worker = subprocess.Popen(
+        [*celery, "worker", "-Q", queue, "-P", "solo", "-n", f"{queue}@%h", "--without-gossip", "--without-mingle"],
+        cwd=ROOT,
+        env=env,
+        stdout=worker_log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+
+    def start_beat(name: str, schedule: str) -> tuple[subprocess.Popen, object]:
+        log = tmp_path / f"{name}.log"
+        process = subprocess.Popen(
+            [*celery, "beat", "--schedule", str(tmp_path / schedule), "-l", "INFO"],
+            cwd=ROOT,
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        return process, log
+
+    def wait_sent(log) -> None:
+        deadline = time.monotonic() + 60
+        while "Sending due task scheduling-cycle" not in log.read_text():
+            assert time.monotonic() < deadline, "beat sent nothing"
+            time.sleep(0.2)
+
+    beats = []
+    try:
+        # Two beats overlap (a rollout), then one is killed and restarted on its schedule file, which
+        # it had not saved since sending: it sends the cycle again at once.
+        beats = [start_beat("beat-a", "schedule-a"), start_beat("beat-b", "schedule-b")]
+        for _, log in beats:
+            wait_sent(log)
+        beats[0][0].send_signal(signal.SIGKILL)
+        beats[0][0].wait()
+        beats.append(start_beat("beat-a-restarted", "schedule-a"))
+        time.sleep(INTERVAL_S * 2.5)
+    finally:
+        for process, _ in beats:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        time.sleep(1.0)  # the worker drains what was sent
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        import redis
+
+        redis.Redis.from_url(settings.REDIS_URL).delete(queue)
+    beat_logs = [log for _, log in beats]
+    sent = sum(log.read_text().count("Sending due task scheduling-cycle") for log in beat_logs)
+    runs = sorted(CycleRun.objects.values_list("started_at", flat=True))
+    assert sent > len(runs) >= 1, (sent, runs, worker_log.read_text()[-2000:])
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(runs)]
+    assert all(gap >= 0.9 * INTERVAL_S - 0.3 for gap in gaps), gaps
