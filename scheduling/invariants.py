@@ -274,7 +274,7 @@ def _cluster_rows(job_ids: set[int]):
 
 
 def _pod_findings(keyed, active, known, placements, *, now: datetime, admitted_grace_s: float) -> list[Finding]:
-    from scheduling.adapters import k8s_objects as ko
+    from scheduling.adapters.k8s import pods as ko
 
     out: list[Finding] = []
     by_attempt: Counter[tuple[int, int]] = Counter()
