@@ -17,6 +17,7 @@ from portal.jobs.services import (
     MAX_GPUS_PER_REPLICA,
     MAX_LABELS,
     MAX_MEMORY_MIB,
+    MAX_NODE_SELECTOR,
     MAX_REPLICAS,
     MAX_RUNTIME_S,
     MAX_TOLERATIONS,
@@ -164,7 +165,10 @@ class JobCreateSerializer(serializers.Serializer):
     runtime_s = serializers.IntegerField(min_value=1, max_value=MAX_RUNTIME_S, default=3600)
     restart_policy = serializers.ChoiceField(choices=Job.RestartPolicy.choices, default=Job.RestartPolicy.REQUEUE)
     node_selector = BoundedDictField(
-        max_items=MAX_LABELS, child=serializers.CharField(max_length=63, allow_blank=True), required=False, default=dict
+        max_items=MAX_NODE_SELECTOR,
+        child=serializers.CharField(max_length=63, allow_blank=True),
+        required=False,
+        default=dict,
     )
     tolerations = TolerationSerializer(
         many=True,

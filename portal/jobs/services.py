@@ -53,8 +53,9 @@ MAX_RUNTIME_S = 90 * 24 * 3600
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
 # Every list and string of a spec is bounded, so one tenant's request cannot make the cycle (which
 # reads every pending job) slower for everyone: the largest legal job costs the same as a small one.
-MAX_LABELS = 32
-MAX_TOLERATIONS = 32
+MAX_LABELS = 32  # labels never reach the cycle (it does not load them)
+MAX_NODE_SELECTOR = 16  # the cycle matches these against every node
+MAX_TOLERATIONS = 16  # and these against every tainted node
 MAX_COMMAND_ARGS = 256
 MAX_COMMAND_ARG_CHARS = 4096
 MAX_COMMAND_CHARS = 32 * 1024
@@ -235,9 +236,12 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError(f"must be between 1 and {MAX_CPU_MILLI} milli-CPU", field="cpu_milli")
     if not 1 <= spec.memory_mib <= MAX_MEMORY_MIB:
         raise ServiceError(f"must be between 1 and {MAX_MEMORY_MIB} MiB", field="memory_mib")
-    for field_name, pairs in (("labels", spec.labels), ("node_selector", spec.node_selector)):
-        if len(pairs) > MAX_LABELS:
-            raise ServiceError(f"at most {MAX_LABELS} entries", field=field_name)
+    for field_name, pairs, most in (
+        ("labels", spec.labels, MAX_LABELS),
+        ("node_selector", spec.node_selector, MAX_NODE_SELECTOR),
+    ):
+        if len(pairs) > most:
+            raise ServiceError(f"at most {most} entries", field=field_name)
         for key, value in pairs:
             if problem := label_problem(key, value):
                 raise ServiceError(problem, field=field_name)

@@ -92,6 +92,9 @@ def snapshot_load(
     jobs = list(
         Job.objects.filter(state__in=[JobState.PENDING, *ACTIVE_STATES])
         .exclude(in_backoff)
+        # What the engine never reads stays in the database: a tenant's long command and labels
+        # must not make every cycle slower (they are bounded, but still 30 KB a job at most).
+        .defer("command", "labels", "image", "name", "message", "pending_reason")
         .select_related("team", "local_queue__team", "priority_class", "gpu_model")
         .prefetch_related("allowed_gpu_models")
         .order_by("id")

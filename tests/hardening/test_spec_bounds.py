@@ -8,7 +8,7 @@ import json
 import pytest
 
 from portal.jobs.models import Job
-from portal.jobs.services import MAX_COMMAND_ARGS, MAX_LABELS, MAX_TOLERATIONS
+from portal.jobs.services import MAX_COMMAND_ARGS, MAX_LABELS, MAX_NODE_SELECTOR, MAX_TOLERATIONS
 from portal.tenants.models import TolerationGrant
 
 pytestmark = pytest.mark.django_db
@@ -69,7 +69,7 @@ def test_a_toleration_kubernetes_would_refuse_is_a_400_naming_tolerations(api, w
         ({"command": ["x" * 5000]}, "command"),
         ({"command": "x " * 20_000}, "command"),
         ({"labels": {f"k{i}": "v" for i in range(MAX_LABELS + 1)}}, "labels"),
-        ({"node_selector": {f"k{i}": "v" for i in range(MAX_LABELS + 1)}}, "node_selector"),
+        ({"node_selector": {f"k{i}": "v" for i in range(MAX_NODE_SELECTOR + 1)}}, "node_selector"),
         ({"allowed_gpu_models": ["A100-80GB"] * 33}, "allowed_gpu_models"),
         ({"name": "n" * 101}, "name"),
         ({"image": "i" * 501}, "image"),
