@@ -311,6 +311,9 @@ IDEMPOTENCY_TTL_S = env_int("IDEMPOTENCY_TTL_S", 24 * 3600)
 # Seconds a client is told to wait (Retry-After) when the database is unreachable.
 DB_OUTAGE_RETRY_AFTER_S = env_int("DB_OUTAGE_RETRY_AFTER_S", 5)
 
+# A write that asks for a cycle (submit, cancel) gets one this many seconds later: a burst shares it.
+CYCLE_BATCH_S = env_float("CYCLE_BATCH_S", 1.0)
+
 # An admitted job whose pods never run (Kueue's waitForPodsReady): requeued with exponential back-off
 # (ADMITTED_BACKOFF_BASE_S doubling up to ADMITTED_BACKOFF_MAX_S), failed after ADMITTED_REQUEUE_LIMIT.
 ADMITTED_REQUEUE_LIMIT = env_int("ADMITTED_REQUEUE_LIMIT", 3)

@@ -294,7 +294,8 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
         if at is not None:
             Job.objects.filter(pk=job.pk).update(created_at=at)
             job.created_at = at
-        job.allowed_gpu_models.set(spec.allowed_gpu_models)
+        if spec.allowed_gpu_models:
+            job.allowed_gpu_models.set(spec.allowed_gpu_models)
         JobTransition.objects.create(
             job=job,
             from_state="",
@@ -318,7 +319,9 @@ def _request_cycle() -> None:
     periodic cycle picks the change up."""
     try:
         if cycle_request_claim():  # a cycle already queued and not started covers this write
-            scheduling_cycle_task.delay()
+            # Started CYCLE_BATCH_S later, so a burst of submissions shares one cycle (each reads
+            # every pending job: running one per submission keeps a worker busy for nothing).
+            scheduling_cycle_task.apply_async(countdown=settings.CYCLE_BATCH_S or None)
     except BROKER_ERRORS as exc:
         logger.warning("could not enqueue a scheduling cycle (%s); the next periodic cycle will run it", exc)
 
