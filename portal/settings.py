@@ -181,7 +181,11 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.server": {"level": "WARNING"}, "celery.app.trace": {"level": "WARNING"}},
+    "loggers": {
+        "django.server": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # lockouts are warnings; every successful login is not news
+    },
 }
 
 # --- Kubernetes backend and control loop (scheduling/adapters/kubernetes.py, docs/kubernetes.md) ---
