@@ -1,0 +1,35 @@
+"""The pages in a real browser: a member signs in and sees the job list and the dashboard's charts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import assert_nothing_overflows, login, screenshot
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_member_signs_in_and_the_dashboard_draws_its_charts_inside_their_cards(page, world, tmp_path):
+    world.submit("vision", name="resnet", gpu=1)
+    login(page, "alice")
+    page.goto("/jobs/")
+    assert page.get_by_text("resnet").count() >= 1
+    page.goto("/dashboard/")
+    page.wait_for_selector(".js-plotly-plot .main-svg")
+    assert page.locator(".js-plotly-plot").count() >= 2
+    assert_nothing_overflows(page)
+    screenshot(page, "dashboard-1400", tmp_path)
+    page.set_viewport_size({"width": 800, "height": 900})
+    page.wait_for_timeout(300)
+    assert_nothing_overflows(page)
+    screenshot(page, "dashboard-800", tmp_path)
+
+
+def test_the_overflow_check_catches_a_table_wider_than_its_card(browser):
+    tab = browser.new_page(viewport={"width": 800, "height": 600})
+    tab.set_content(
+        "<div class='card' style='width:300px'><h2>Spend</h2>"
+        "<table style='width:600px'><tr><td>wide</td></tr></table></div>"
+    )
+    with pytest.raises(AssertionError):
+        assert_nothing_overflows(tab)
+    tab.close()
