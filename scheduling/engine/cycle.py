@@ -35,7 +35,7 @@ from .capacity import FULL, Cluster, Statement
 from .estimate import estimate_starts
 from .explain import gang_reason, placement_reason, quota_reason
 from .fit import Shape
-from .mig import default_device_memory_gib, devices_for_memory
+from .frag.plugins import workload_mix
 from .model import (
     Admission,
     PendingInfo,
@@ -99,7 +99,7 @@ class _Cycle:
         self.cohort_of = {cq.name: cq.cohort for cq in snapshot.cluster_queues}
         self.blocked = dict(snapshot.teams_blocked)
         # Built before any usage is applied: stateful scorers mirror every change of the cluster.
-        self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), _typical_for(snapshot, policy))
+        self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), workload_mix(snapshot, policy))
         self.fair = FairShare(snapshot.cluster_queues, snapshot.local_queues, self._nominal(), self._capacity())
         self.holders: list[Holder] = []
         self._initial_holders: list[Holder] = []
@@ -488,41 +488,6 @@ class _Cycle:
                 continue
             waiting.append((job, self.lq_by_name[job.local_queue].cluster_queue))
         return estimate_starts(self.cluster, self.quota, self.placer, self.now, waiting, self.holders, self.taken)
-
-
-def _typical_for(snapshot: Snapshot, policy: Policy) -> tuple[tuple[int, int, int, tuple[str, ...]], ...]:
-    """The workload mix, for fragmentation-aware scorers only: it costs a pass over all jobs."""
-    names = {policy.placement, *(name for _, name in policy.pool_placement)}
-    return _typical_shapes(snapshot) if names - {"binpack", "spread", "random"} else ()
-
-
-def _typical_shapes(snapshot: Snapshot) -> tuple[tuple[int, int, int, tuple[str, ...]], ...]:
-    """Observed replica shapes (one entry per replica): the workload mix FGD measures against.
-
-    A GPU-memory request counts as whole GPUs of the smallest device memory among its allowed models.
-    MIG requests are left out (outside FGD's model).
-    """
-    memory = dict(snapshot.gpu_memory_gib)
-    for node in snapshot.nodes:
-        if node.gpu_model and node.gpu_memory_gib:
-            memory.setdefault(node.gpu_model, node.gpu_memory_gib)
-    out: list[tuple[int, int, int, tuple[str, ...]]] = []
-    for w in snapshot.workloads:
-        res = w.resources
-        if res.gpu:
-            entry = (res.cpu_milli, FULL, res.gpu, w.allowed_gpu_models)
-        elif res.gpu_milli:
-            entry = (res.cpu_milli, res.gpu_milli, 1, w.allowed_gpu_models)
-        elif res.gpu_memory_gib:
-            sizes = [memory.get(m, 0) or default_device_memory_gib(m) for m in w.allowed_gpu_models]
-            size = min([s for s in sizes if s > 0] or [80])
-            entry = (res.cpu_milli, FULL, devices_for_memory(res.gpu_memory_gib, size), w.allowed_gpu_models)
-        elif res.mig_profile:
-            continue
-        else:
-            entry = (res.cpu_milli, 0, 0, ())
-        out.extend([entry] * w.replicas)
-    return tuple(out)
 
 
 __all__ = ["request_of", "run_cycle"]

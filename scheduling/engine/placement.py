@@ -33,13 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import (
-    fit,
-    fragplugins,  # noqa: F401  (registers the FGD paper's policies)
-)
+from . import fit
 from .capacity import FULL, Cluster, Statement
 from .filters import CORDONED, CPU, FIT, GPUS, MEMORY, MODEL, REASONS, StaticFilters
 from .fit import Nodes, Shape
+from .frag import plugins as _frag_plugins  # noqa: F401  (registers the FGD paper's policies)
 from .mig import devices_for_memory
 from .model import Policy, ReplicaPlacement, Workload
 from .scorers import PLUGINS, PluginSetup, ScoreContext, ScorerPlugin, binpack_scores, pick_devices
