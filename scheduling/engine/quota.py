@@ -56,7 +56,7 @@ def placements_request(
     for p in placements:
         model = gpu_model or _model_of(cluster, p.node)
         if p.gpu_indices and model:
-            memory = cluster.memory_of(model)
+            memory = cluster.memory_of(model) if p.mig_profile else 0  # only a MIG slice's share depends on it
             if p.mig_profile and cluster.mig(p.mig_profile, memory) is None:
                 milli = 0
             else:
