@@ -29,8 +29,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduling.engine.frag import target_workload  # noqa: E402
-from scheduling.sim.arrival import inflate, run_arrival  # noqa: E402
+from scheduling.sim.arrival import inflate, run_arrival, typical_of  # noqa: E402
 from scheduling.sim.cli import DEFAULT_NODES, DEFAULT_PODS, main  # noqa: E402
 from scheduling.sim.trace import node_arrays, read_nodes, read_pods  # noqa: E402
 
@@ -41,7 +40,7 @@ SUITE_TARGET_S = 120.0
 def bench_one_fgd(nodes_path: Path, pods_path: Path, repeat: int) -> float:
     nodes = node_arrays(read_nodes(nodes_path))
     pods = read_pods(pods_path)
-    typical = target_workload("fgd", [(*p.shape(), p.memory_mib) for p in pods])
+    typical = typical_of(pods)
     walls, cpus = [], []
     for _ in range(repeat):
         w0, c0 = time.perf_counter(), time.process_time()

@@ -61,10 +61,24 @@ class Cluster:
             ],
             dtype=np.int64,
         )
+        self._mig_cache: dict[tuple[str, int], MigGeometry | None] = {}
+        # Called as listener(node_index, placement, sign) after every change (stateful scorers).
+        self.listeners: list[Callable[[int, ReplicaPlacement, int], None]] = []
+        self.model_memory: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            if node.gpu_model and node.gpu_model not in self.model_memory:
+                self.model_memory[node.gpu_model] = int(self.device_memory_gib[i])
+        for model, gib in model_memory.items():
+            self.model_memory.setdefault(model, gib)
+        self._init_free()
+
+    def _init_free(self) -> None:
+        """Everything free: the per-device arrays and the per-node summaries kept in step with them."""
+        n, width = self.n, self.width
         self.cpu_free = self.cpu_total.copy()
         self.mem_free = self.mem_total.copy()
         self.dev_free = np.full((n, width), -1, dtype=np.int32)
-        for i, node in enumerate(nodes):
+        for i, node in enumerate(self.nodes):
             self.dev_free[i, : node.gpu_count] = FULL
         self.mig_mask = np.zeros((n, width), dtype=np.int32)
         self.mig_compute = np.zeros((n, width), dtype=np.int32)
@@ -79,15 +93,6 @@ class Cluster:
         # GPU replicas -(free GPU share) - 0.01 (free CPU share); CPU-only replicas -(free CPU share).
         self.pack_score = np.zeros(n, dtype=np.float64)
         self.cpu_pack_score = np.zeros(n, dtype=np.float64)
-        self._mig_cache: dict[tuple[str, int], MigGeometry | None] = {}
-        # Called as listener(node_index, placement, sign) after every change (stateful scorers).
-        self.listeners: list[Callable[[int, ReplicaPlacement, int], None]] = []
-        self.model_memory: dict[str, int] = {}
-        for i, node in enumerate(nodes):
-            if node.gpu_model and node.gpu_model not in self.model_memory:
-                self.model_memory[node.gpu_model] = int(self.device_memory_gib[i])
-        for model, gib in model_memory.items():
-            self.model_memory.setdefault(model, gib)
         self._rescore_all()
 
     # -- geometry -------------------------------------------------------------------------------

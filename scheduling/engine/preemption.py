@@ -101,15 +101,53 @@ def select_victims(
     frees_a_node: Callable[[Holder], bool],
 ) -> list[Victim] | None:
     """The smallest ordered set of victims after which ``fits()`` holds, or ``None``."""
-    may_reclaim = bool(cohort) and not quota.would_borrow(cq, request)
     keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
+    # 1.-2. Candidates in victim order: reclaim first, then by priority.
+    candidates = _reclaim_candidates(cq, cohort, request, gpu_key, keys, index, taken, quota)
+    candidates += _priority_candidates(job, cq, gpu_key, index, taken)
+    if not candidates:
+        return None
+    search = _VictimSearch(cq, request, keys, quota, Statement(cluster), fits)
+    # 3. Remove candidates until the quota fits, then until a trial placement succeeds.
+    found = search.remove_until_fits(deque(candidates[:MAX_CANDIDATES]), on_useful_node, frees_a_node)
+    # 4. Put back every victim the job can do without.
+    if found:
+        search.minimise()
+    # 5. Undo: victims hold their resources until an adapter has evicted them.
+    search.undo()
+    return search.chosen if found else None
+
+
+def _victim_order(victim: Victim) -> tuple[int, float, str]:
+    return (victim.holder.workload.priority, -victim.holder.started, victim.holder.workload.id)
+
+
+def _reclaim_candidates(
+    cq: str,
+    cohort: str,
+    request: dict[str, int],
+    gpu_key: str | None,
+    keys: list[str],
+    index: VictimIndex,
+    taken: set[str],
+    quota: QuotaBook,
+) -> list[Victim]:
+    """Holders in other queues of the cohort that borrow, when the job's queue stays within nominal."""
+    if not cohort or quota.would_borrow(cq, request):
+        return []
     reclaim: list[Victim] = []
-    if may_reclaim:
-        for other in index.cohort_members.get(cohort, []):
-            if other == cq or not any(quota.borrowing(other, k) for k in keys):
-                continue
-            reclaim.extend(Victim(h, "reclaim") for h in index.holding(other, gpu_key) if h.workload.id not in taken)
-        reclaim.sort(key=lambda v: (v.holder.workload.priority, -v.holder.started, v.holder.workload.id))
+    for other in index.cohort_members.get(cohort, []):
+        if other == cq or not any(quota.borrowing(other, k) for k in keys):
+            continue
+        reclaim.extend(Victim(h, "reclaim") for h in index.holding(other, gpu_key) if h.workload.id not in taken)
+    reclaim.sort(key=_victim_order)
+    return reclaim
+
+
+def _priority_candidates(
+    job: Workload, cq: str, gpu_key: str | None, index: VictimIndex, taken: set[str]
+) -> list[Victim]:
+    """Holders in the job's own queue with strictly lower priority (holding the GPU model it tries)."""
     own: list[Victim] = []
     for holder in index.by_cq.get(cq, []):
         if holder.workload.priority >= job.priority:
@@ -118,65 +156,90 @@ def select_victims(
             continue
         if holder.workload.id not in taken:
             own.append(Victim(holder, "priority"))
-    candidates = reclaim + own
-    if not candidates:
-        return None
-    candidates = candidates[:MAX_CANDIDATES]
-    stmt = Statement(cluster)
-    chosen: list[Victim] = []
-    on_nodes: set[int] = set()  # ids of chosen victims whose placements are given back in ``stmt``
+    return own
 
-    def remove(victim: Victim, nodes_too: bool) -> None:
-        quota.add(victim.holder.cq, victim.holder.request, -1)
-        if nodes_too:
-            give_back(victim)
 
-    def give_back(victim: Victim) -> None:
-        for p in victim.holder.placements:
-            stmt.give_back(p)
-        on_nodes.add(id(victim))
+class _VictimSearch:
+    """Steps 3-5: victims taken out of the quota book and (staged in ``stmt``) off their nodes."""
 
-    def restore(victim: Victim) -> None:
-        for p in victim.holder.placements:
-            stmt.take(p)
-        on_nodes.discard(id(victim))
-        quota.add(victim.holder.cq, victim.holder.request, 1)
+    def __init__(
+        self,
+        cq: str,
+        request: dict[str, int],
+        keys: list[str],
+        quota: QuotaBook,
+        stmt: Statement,
+        fits: Callable[[], bool],
+    ) -> None:
+        self.cq = cq
+        self.request = request
+        self.keys = keys
+        self.quota = quota
+        self.stmt = stmt
+        self.fits = fits
+        self.chosen: list[Victim] = []
+        self.on_nodes: set[int] = set()  # ids of chosen victims whose placements are given back
 
-    def trial() -> bool:
-        for victim in chosen:  # the quota phase only touched quota; free their nodes now
-            if id(victim) not in on_nodes:
-                give_back(victim)
-        return fits()
+    def remove_until_fits(
+        self,
+        remaining: deque[Victim],
+        on_useful_node: Callable[[Holder], bool],
+        frees_a_node: Callable[[Holder], bool],
+    ) -> bool:
+        quota, cq, request = self.quota, self.cq, self.request
+        # Quota first (cheap, no node changes): the fewest candidates, in order, that make the request fit.
+        while not quota.fits(cq, request) and remaining:
+            victim = remaining.popleft()
+            if self._still_useful(victim):
+                self._remove(victim, nodes_too=False)
+                self.chosen.append(victim)
+        found = quota.fits(cq, request) and self._trial()
+        # Then placement: only candidates on nodes the job could use, and a full trial only when freeing
+        # this one made some of its nodes fit a replica.
+        while not found and remaining and quota.fits(cq, request):
+            victim = remaining.popleft()
+            if not self._still_useful(victim) or not on_useful_node(victim.holder):
+                continue
+            self._remove(victim, nodes_too=True)
+            self.chosen.append(victim)
+            found = frees_a_node(victim.holder) and self.fits()
+        return found
 
-    def still_useful(victim: Victim) -> bool:
-        return victim.kind != "reclaim" or any(quota.borrowing(victim.holder.cq, k) for k in keys)
-
-    # Quota first (cheap, no node changes): the fewest candidates, in order, that make the request fit.
-    remaining = deque(candidates)
-    while not quota.fits(cq, request) and remaining:
-        victim = remaining.popleft()
-        if still_useful(victim):
-            remove(victim, nodes_too=False)
-            chosen.append(victim)
-    found = quota.fits(cq, request) and trial()
-    # Then placement: only candidates on nodes the job could use, and a full trial only when freeing
-    # this one made some of its nodes fit a replica.
-    while not found and remaining and quota.fits(cq, request):
-        victim = remaining.popleft()
-        if not still_useful(victim) or not on_useful_node(victim.holder):
-            continue
-        remove(victim, nodes_too=True)
-        chosen.append(victim)
-        found = frees_a_node(victim.holder) and fits()
-    if found:
-        for victim in reversed(chosen[:-1][-MAX_MINIMISE:]):
-            restore(victim)
-            if quota.fits(cq, request) and fits():
-                chosen = [v for v in chosen if v is not victim]
+    def minimise(self) -> None:
+        """Try each chosen victim but the last back, latest first; keep it out only if needed."""
+        for victim in reversed(self.chosen[:-1][-MAX_MINIMISE:]):
+            self._restore(victim)
+            if self.quota.fits(self.cq, self.request) and self.fits():
+                self.chosen = [v for v in self.chosen if v is not victim]
             else:
-                remove(victim, nodes_too=True)
-    # Undo: victims hold their resources until an adapter has evicted them.
-    for victim in chosen:
-        quota.add(victim.holder.cq, victim.holder.request, 1)
-    stmt.discard()
-    return chosen if found else None
+                self._remove(victim, nodes_too=True)
+
+    def undo(self) -> None:
+        for victim in self.chosen:
+            self.quota.add(victim.holder.cq, victim.holder.request, 1)
+        self.stmt.discard()
+
+    def _remove(self, victim: Victim, nodes_too: bool) -> None:
+        self.quota.add(victim.holder.cq, victim.holder.request, -1)
+        if nodes_too:
+            self._give_back(victim)
+
+    def _give_back(self, victim: Victim) -> None:
+        for p in victim.holder.placements:
+            self.stmt.give_back(p)
+        self.on_nodes.add(id(victim))
+
+    def _restore(self, victim: Victim) -> None:
+        for p in victim.holder.placements:
+            self.stmt.take(p)
+        self.on_nodes.discard(id(victim))
+        self.quota.add(victim.holder.cq, victim.holder.request, 1)
+
+    def _trial(self) -> bool:
+        for victim in self.chosen:  # the quota phase only touched quota; free their nodes now
+            if id(victim) not in self.on_nodes:
+                self._give_back(victim)
+        return self.fits()
+
+    def _still_useful(self, victim: Victim) -> bool:
+        return victim.kind != "reclaim" or any(self.quota.borrowing(victim.holder.cq, k) for k in self.keys)

@@ -15,9 +15,13 @@ A ClusterQueue may only use GPU models it lists as flavors. CPU or memory withou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .model import ClusterQueue
+from .capacity import Cluster
+from .fit import Shape
+from .model import ClusterQueue, ReplicaPlacement, Workload
+from .shares import placement_quota_milli
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -25,6 +29,59 @@ MEMORY = "memory"
 
 def gpu_key(model: str) -> str:
     return f"gpu/{model}"
+
+
+def request_of(shape: Shape, count: int) -> dict[str, int]:
+    """Quota charge of ``count`` replicas of ``shape``, by resource key (zero amounts left out)."""
+    request: dict[str, int] = {}
+    if shape.gpu_model is not None and shape.quota_milli:
+        request[gpu_key(shape.gpu_model)] = shape.quota_milli * count
+    if shape.cpu_milli:
+        request[CPU] = shape.cpu_milli * count
+    if shape.memory_mib:
+        request[MEMORY] = shape.memory_mib * count
+    return request
+
+
+def placements_request(
+    cluster: Cluster, gpu_model: str | None, placements: Sequence[ReplicaPlacement]
+) -> dict[str, int]:
+    """What ``placements`` hold, by resource key (zero amounts left out); ``gpu_model`` is the
+    workload's, else each placement's node's.
+
+    A GPU holds its quota share (``shares``); a MIG slice whose geometry is unknown on its device
+    holds none here (the engine could never have placed it, so it cannot account for it).
+    """
+    request: dict[str, int] = {}
+    for p in placements:
+        model = gpu_model or _model_of(cluster, p.node)
+        if p.gpu_indices and model:
+            memory = cluster.memory_of(model) if p.mig_profile else 0  # only a MIG slice's share depends on it
+            if p.mig_profile and cluster.mig(p.mig_profile, memory) is None:
+                milli = 0
+            else:
+                milli = placement_quota_milli(p, memory)
+            key = gpu_key(model)
+            request[key] = request.get(key, 0) + milli
+        request[CPU] = request.get(CPU, 0) + p.cpu_milli
+        request[MEMORY] = request.get(MEMORY, 0) + p.memory_mib
+    return {k: v for k, v in request.items() if v}
+
+
+def _model_of(cluster: Cluster, node: str) -> str | None:
+    i = cluster.index.get(node)
+    return None if i is None else cluster.nodes[i].gpu_model
+
+
+def models_to_try(workload: Workload, flavors: Sequence[str]) -> list[str | None]:
+    """The GPU models ``workload`` may use in a ClusterQueue with ``flavors``, in flavor order
+    (``[None]`` for CPU-only work)."""
+    if not workload.resources.wants_gpu:
+        return [None]
+    if workload.allowed_gpu_models:
+        allowed = set(workload.allowed_gpu_models)
+        return [m for m in flavors if m in allowed]
+    return list(flavors)
 
 
 @dataclass(slots=True)
@@ -64,6 +121,9 @@ class QuotaBook:
             self.usage[cq.name] = {}
             if cq.cohort:
                 self.cohort_members.setdefault(cq.cohort, []).append(cq.name)
+        self.flavors: dict[str, tuple[str, ...]] = {
+            cq.name: tuple(f.gpu_model for f in cq.flavors) for cq in cluster_queues
+        }
         # (cohort, key) -> pool capacity, pool use
         self._pool_cap: dict[tuple[str, str], int] = {}
         self._pool_used: dict[tuple[str, str], int] = {}
@@ -121,6 +181,19 @@ class QuotaBook:
             room = self.available(cq, key) or 0
             return max(0, min(room, within))
         return self.available(cq, key)
+
+    def ceiling(self, cq: str, key: str) -> int | None:
+        """The most of ``key`` the queue could ever hold (the rest of its cohort idle): its nominal
+        quota plus what it may borrow; ``None`` when it has no quota for ``key``."""
+        limit = self.limits.get(cq, {}).get(key)
+        if limit is None:
+            return None
+        cohort = self._in_cohort(cq)
+        if not cohort:
+            return limit.nominal
+        others = self._pool_cap.get((cohort, key), 0) - limit.lendable
+        extra = others if limit.borrowing_limit is None else min(others, limit.borrowing_limit)
+        return limit.nominal + max(0, extra)
 
     def borrowable(self, cq: str, key: str) -> int:
         """The part of :meth:`available` beyond the queue's own unused nominal quota."""

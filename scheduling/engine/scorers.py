@@ -22,35 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from .capacity import FULL, Cluster
-from .mig import MigGeometry
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """One replica's request on one GPU model (``gpu_model`` None for CPU-only work)."""
-
-    gpu_model: str | None
-    gpus: int = 0  # whole devices
-    milli: int = 0  # share of one device, 1..999
-    mig: MigGeometry | None = None
-    cpu_milli: int = 0
-    memory_mib: int = 0
-
-    @property
-    def quota_milli(self) -> int:
-        if self.mig is not None:
-            return self.mig.gpu_milli
-        return self.gpus * FULL + self.milli
-
-    @property
-    def kind(self) -> str:
-        if self.mig is not None:
-            return "mig"
-        if self.gpus:
-            return "whole"
-        if self.milli:
-            return "fraction"
-        return "cpu"
+from .fit import Nodes, Shape, mig_start
 
 
 @dataclass(slots=True)
@@ -119,16 +91,22 @@ def register_scorer(name: str, spread: bool = False) -> Callable[[Scorer], Score
     return decorate
 
 
+def binpack_scores(cluster: Cluster, shape: Shape, nodes: Nodes) -> np.ndarray:
+    """``binpack``'s score of ``nodes`` (an index array or a slice), read from the arrays
+    ``Cluster.apply`` keeps current; ``spread`` is its negation."""
+    if shape.kind == "cpu":
+        return cluster.cpu_pack_score[nodes]
+    return cluster.pack_score[nodes]
+
+
 @register_scorer("binpack")
 def score_binpack(ctx: ScoreContext) -> np.ndarray:
     """Fill the fullest node first; CPU breaks ties among equally busy GPU nodes.
 
-    Up to a constant per request: ``-(free GPU share of the node) - 0.01 * (free CPU share)``.
+    Up to a constant per request: ``-(free GPU share of the node) - 0.01 * (free CPU share)``; for
+    CPU-only work ``-(free CPU share)``.
     """
-    cluster, idx = ctx.cluster, ctx.idx
-    if ctx.shape.kind == "cpu":
-        return cluster.cpu_pack_score[idx]
-    return cluster.pack_score[idx]  # kept current by Cluster.apply
+    return binpack_scores(ctx.cluster, ctx.shape, ctx.idx)
 
 
 @register_scorer("spread", spread=True)
@@ -158,14 +136,11 @@ def pick_devices(cluster: Cluster, i: int, shape: Shape, spread: bool = False) -
         best: tuple[int, int, int] | None = None
         for d in range(count):
             mask = int(cluster.mig_mask[i, d])
-            if int(cluster.mig_compute[i, d]) + geometry.compute > 7:
-                continue
-            for start in geometry.starts:
-                if mask & geometry.mask_at(start) == 0:
-                    key = (-mask.bit_count(), d, start)
-                    if best is None or key < best:
-                        best = key
-                    break
+            start = mig_start(mask, int(cluster.mig_compute[i, d]), geometry)
+            if start is not None:
+                key = (-mask.bit_count(), d, start)
+                if best is None or key < best:
+                    best = key
         if best is None:
             return (), None
         return (best[1],), best[2]

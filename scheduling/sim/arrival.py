@@ -12,8 +12,8 @@ Steps, per seed:
 4. Unallocated GPU % at X % arrival = 100 - mean allocation % over the pods whose arrived % rounds
    (half up) to X. The headline is X = 100.
 
-The placement itself is :class:`scheduling.engine.frag.Placer` (the engine's code for these policies);
-the typical pods FGD plans for come from the original (un-inflated) pod list, as in the paper.
+The placement itself is :class:`scheduling.engine.frag.TracePlacer` (the engine's code for these
+policies); the typical pods FGD plans for come from the original (un-inflated) pod list, as in the paper.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.engine.frag import NodeArrays, Placer, PodRequest, TypicalPod, typical_pods
+from scheduling.engine.frag import NodeArrays, PodShape, TracePlacer, TypicalPod, typical_pods
 from scheduling.sim.trace import TracePod
 
 DEFAULT_RATIO = 1.3
@@ -124,19 +124,18 @@ def run_arrival(
     *,
     seed: int,
     typical: Sequence[TypicalPod],
-    target: Sequence[TypicalPod] = (),
     on_pod: Callable[[], None] | None = None,
 ) -> ArrivalRun:
     """Steps 2-3 for one policy on one arrival sequence.
 
-    ``typical`` is FGD's table (also the fragmentation metric); ``target`` is portal's own table.
+    ``typical`` is the table FGD and ``portal`` plan for, and the fragmentation metric of every policy.
     """
     started = time.perf_counter()
     rng = np.random.default_rng([seed, 0x5EED])
     # Ties go to the first node of a per-seed random node order, as in the reference simulator
     # (which prefixes node names with a random permutation and keeps the first best node).
     rank = np.random.default_rng([seed, 0x0DE]).permutation(len(nodes))
-    placer = Placer(nodes, policy, typical=typical, target=target, rng=rng, node_rank=rank)
+    placer = TracePlacer(nodes, policy, typical=typical, rng=rng, node_rank=rank)
     n = len(arrivals)
     node = np.full(n, -1, dtype=np.int64)
     gpu_indices: list[tuple[int, ...]] = [()] * n
@@ -144,7 +143,7 @@ def run_arrival(
     allocated = np.zeros(n, dtype=np.int64)
     frag = np.zeros(n, dtype=np.float64)
     arrived_total = allocated_total = 0
-    requests: dict[int, PodRequest] = {}
+    requests: dict[int, PodShape] = {}
     for k, a in enumerate(arrivals):
         req = requests.get(id(a.pod))
         if req is None:

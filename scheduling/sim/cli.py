@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from scheduling.engine.frag import POLICIES, NodeArrays, TypicalPod, target_workload
+from scheduling.engine.frag import POLICIES, NodeArrays, TypicalPod
 from scheduling.sim import report
-from scheduling.sim.arrival import CURVE_MAX_PCT, DEFAULT_RATIO, inflate, run_arrival
+from scheduling.sim.arrival import CURVE_MAX_PCT, DEFAULT_RATIO, inflate, run_arrival, typical_of
 from scheduling.sim.replay import downsample, run_replay
 from scheduling.sim.trace import TracePod, node_arrays, read_nodes, read_pods
 
@@ -94,7 +94,7 @@ def _init_state(
     nodes: NodeArrays,
     names: list[str],
     pods: list[TracePod],
-    tables: dict[str, tuple[TypicalPod, ...]],
+    typical: tuple[TypicalPod, ...],
     out: Path,
     ratio: float,
     placements: bool,
@@ -104,7 +104,7 @@ def _init_state(
         nodes=nodes,
         names=names,
         pods=pods,
-        tables=tables,
+        typical=typical,
         out=out,
         ratio=ratio,
         placements=placements,
@@ -122,8 +122,7 @@ def _arrival_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]
         arrivals,
         policy,
         seed=seed,
-        typical=st["tables"]["fgd"],
-        target=st["tables"].get(policy, ()),
+        typical=st["typical"],
         on_pod=tick,
     )
     if st["placements"]:
@@ -180,8 +179,7 @@ def _replay_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]:
         pods,
         policy,
         seed=seed,
-        typical=st["tables"]["fgd"],
-        target=st["tables"].get(policy, ()),
+        typical=st["typical"],
         compress=st["compress"],
         on_event=_ticker(progress),
     )
@@ -335,23 +333,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     if nodes.total_gpu_milli() == 0:
         print("error: the node list has no GPU nodes", file=sys.stderr)
         return 2
-    rows = [(*p.shape(), p.memory_mib) for p in pods]
-    tables = {"fgd": target_workload("fgd", rows)}
-    if "portal" in policies:
-        tables["portal"] = target_workload("portal", rows)
-    _init_state(
-        nodes, [n.name for n in trace_nodes], pods, tables, out, args.ratio, not args.no_placements, args.compress
-    )
-
+    # FGD's target workload, from the original pod list; portal plans for the same table.
+    names = [n.name for n in trace_nodes]
+    _init_state(nodes, names, pods, typical_of(pods), out, args.ratio, not args.no_placements, args.compress)
     jobs = [(args.mode, p, s) for p in policies for s in seeds]
-    if args.mode == "arrival":
-        per_run = {s: len(inflate(pods, nodes.total_gpu_milli(), seed=s, ratio=args.ratio)) for s in seeds}
-        total = sum(per_run[s] for _, _, s in jobs)
-        unit = "pod"
-    else:
-        total = len(jobs) * len(pods) * 2
-        unit = "event"
+    total, unit = _progress_total(args, jobs, pods, nodes)
     started = time.perf_counter()
+    results = _run_all(args, jobs, total, unit)
+    wall = time.perf_counter() - started
+
+    summary: dict[str, Any] = {
+        "mode": args.mode,
+        "nodes": str(args.nodes),
+        "pods": str(args.pods),
+        "gpu_nodes": len(trace_nodes),
+        "capacity_gpu_milli": nodes.total_gpu_milli(),
+        "trace_pods": len(pods),
+        "seeds": seeds,
+        "default_policy": DEFAULT_POLICY,
+        "compress": args.compress if args.mode == "replay" else None,
+        "wall_s": wall,
+    }
+    _write_outputs(args, summary, results, policies, seeds, out)
+    print(f"wrote {out / 'summary.json'}, {out / 'report.html'} ({wall:.1f} s wall)")
+    return 0
+
+
+def _progress_total(
+    args: argparse.Namespace, jobs: list[tuple[str, str, int]], pods: list[TracePod], nodes: NodeArrays
+) -> tuple[int, str]:
+    """What the progress bar counts: arrived pods (arrival mode) or events (replay)."""
+    if args.mode == "arrival":
+        seeds = {s for _, _, s in jobs}
+        per_run = {s: len(inflate(pods, nodes.total_gpu_milli(), seed=s, ratio=args.ratio)) for s in seeds}
+        return sum(per_run[s] for _, _, s in jobs), "pod"
+    return len(jobs) * len(pods) * 2, "event"
+
+
+def _run_all(args: argparse.Namespace, jobs: list[tuple[str, str, int]], total: int, unit: str) -> list[dict[str, Any]]:
+    """Every (mode, policy, seed) run, in worker processes with ``--jobs`` > 1, with a progress bar."""
     results: list[dict[str, Any]] = []
     with tqdm(total=total, unit=unit, disable=args.no_progress, desc=args.mode, smoothing=0.05) as bar:
         if args.jobs > 1 and len(jobs) > 1:
@@ -370,20 +390,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 expected = r["pods"] if mode == "arrival" else 2 * r["pods"]
                 bar.update(max(0, before + expected - bar.n))
                 results.append(r)
-    wall = time.perf_counter() - started
+    return results
 
-    summary: dict[str, Any] = {
-        "mode": args.mode,
-        "nodes": str(args.nodes),
-        "pods": str(args.pods),
-        "gpu_nodes": len(trace_nodes),
-        "capacity_gpu_milli": nodes.total_gpu_milli(),
-        "trace_pods": len(pods),
-        "seeds": seeds,
-        "default_policy": DEFAULT_POLICY,
-        "compress": args.compress if args.mode == "replay" else None,
-        "wall_s": wall,
-    }
+
+def _write_outputs(
+    args: argparse.Namespace,
+    summary: dict[str, Any],
+    results: list[dict[str, Any]],
+    policies: list[str],
+    seeds: list[int],
+    out: Path,
+) -> None:
     if args.mode == "arrival":
         summary["ratio"] = args.ratio
         summary["policies"] = _summarise_arrival(results, policies, seeds)
@@ -395,8 +412,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.write_summary(out / "summary.json", summary)
         report.write_replay_report(out / "report.html", summary)
         _print_replay(summary)
-    print(f"wrote {out / 'summary.json'}, {out / 'report.html'} ({wall:.1f} s wall)")
-    return 0
 
 
 def _print_arrival(summary: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.engine.frag import Choice, NodeArrays, Placer, TypicalPod
+from scheduling.engine.frag import Choice, NodeArrays, TracePlacer, TypicalPod
 from scheduling.sim.trace import TracePod
 
 
@@ -69,7 +69,6 @@ def run_replay(
     *,
     seed: int,
     typical: Sequence[TypicalPod],
-    target: Sequence[TypicalPod] = (),
     compress: float = 1.0,
     on_event: Callable[[], None] | None = None,
 ) -> ReplayRun:
@@ -78,78 +77,112 @@ def run_replay(
     if compress <= 0:
         raise ValueError("compress must be positive")
     started_wall = time.perf_counter()
-    rank = np.random.default_rng([seed, 0x0DE]).permutation(len(nodes))
-    placer = Placer(
-        nodes, policy, typical=typical, target=target, rng=np.random.default_rng([seed, 0x5EED]), node_rank=rank
-    )
-    n = len(pods)
-    requests = [p.request() for p in pods]
-    choice: list[Choice | None] = [None] * n
-    started = np.full(n, np.nan)
-    ended = np.full(n, np.nan)
-    # (time, kind, order, pod index): kind 0 = completion before 1 = arrival at the same timestamp.
-    created = [p.creation_time_s / compress for p in pods]
-    events: list[tuple[float, int, int, int]] = [(t, 1, i, i) for i, t in enumerate(created)]
-    heapq.heapify(events)
-    queue: list[tuple[int, float, int]] = []  # (-priority, creation, index), kept sorted
-    times: list[float] = []
-    allocated: list[int] = []
-    frag: list[float] = []
-    queued: list[int] = []
-    allocated_now = 0
-    while events:
-        now = events[0][0]
-        while events and events[0][0] == now:
-            _, kind, _, i = heapq.heappop(events)
-            if kind == 0:
-                c = choice[i]
-                assert c is not None
-                placer.release(requests[i], c)
-                allocated_now -= pods[i].total_gpu_milli
-            else:
-                queue.append((-pods[i].priority, created[i], i))
-            if on_event is not None:
-                on_event()
-        queue.sort()
-        failed_shapes: set[tuple[int, int, int, int, tuple[str, ...]]] = set()
-        keep: list[tuple[int, float, int]] = []
-        for entry in queue:
-            i = entry[2]
-            req = requests[i]
-            shape = (req.cpu_milli, req.memory_mib, req.gpu_milli, req.gpu_count, req.allowed_models)
-            c = None if shape in failed_shapes else placer.place(req)
-            if c is None:
-                failed_shapes.add(shape)
-                keep.append(entry)
-                continue
-            choice[i] = c
-            started[i] = now
-            allocated_now += pods[i].total_gpu_milli
-            deletion = pods[i].deletion_time_s
-            if deletion is not None:
-                end = now + max(0.0, deletion - pods[i].creation_time_s)
-                ended[i] = end
-                heapq.heappush(events, (end, 0, i, i))
-        queue = keep
-        times.append(now)
-        allocated.append(allocated_now)
-        frag.append(placer.frag_milli())
-        queued.append(len(queue))
+    replay = _Replay(nodes, pods, policy, seed, typical, compress, on_event)
+    replay.run()
     return ReplayRun(
         policy=policy,
         seed=seed,
         pods=list(pods),
-        created_s=np.array(created),
-        choice=choice,
-        started_s=started,
-        ended_s=ended,
-        time_s=np.array(times),
-        allocated_milli=np.array(allocated, dtype=np.int64),
-        frag_milli=np.array(frag),
-        queued=np.array(queued, dtype=np.int64),
+        created_s=np.array(replay.created),
+        choice=replay.choice,
+        started_s=replay.started,
+        ended_s=replay.ended,
+        time_s=np.array(replay.times),
+        allocated_milli=np.array(replay.allocated, dtype=np.int64),
+        frag_milli=np.array(replay.frag),
+        queued=np.array(replay.queued, dtype=np.int64),
         capacity_gpu_milli=nodes.total_gpu_milli(),
         wall_s=time.perf_counter() - started_wall,
     )
+
+
+class _Replay:
+    """The event loop of the module docstring, over one ``TracePlacer``."""
+
+    def __init__(
+        self,
+        nodes: NodeArrays,
+        pods: Sequence[TracePod],
+        policy: str,
+        seed: int,
+        typical: Sequence[TypicalPod],
+        compress: float,
+        on_event: Callable[[], None] | None,
+    ) -> None:
+        rank = np.random.default_rng([seed, 0x0DE]).permutation(len(nodes))
+        rng = np.random.default_rng([seed, 0x5EED])
+        self.placer = TracePlacer(nodes, policy, typical=typical, rng=rng, node_rank=rank)
+        self.pods = pods
+        self.on_event = on_event
+        n = len(pods)
+        self.requests = [p.request() for p in pods]
+        self.choice: list[Choice | None] = [None] * n
+        self.started = np.full(n, np.nan)
+        self.ended = np.full(n, np.nan)
+        self.created = [p.creation_time_s / compress for p in pods]
+        # (time, kind, order, pod index): kind 0 = completion before 1 = arrival at the same timestamp.
+        self.events: list[tuple[float, int, int, int]] = [(t, 1, i, i) for i, t in enumerate(self.created)]
+        heapq.heapify(self.events)
+        self.queue: list[tuple[int, float, int]] = []  # (-priority, creation, index), sorted per scan
+        self.times: list[float] = []
+        self.allocated: list[int] = []
+        self.frag: list[float] = []
+        self.queued: list[int] = []
+        self.allocated_now = 0
+
+    def run(self) -> None:
+        while self.events:
+            now = self.events[0][0]
+            # 1. This timestamp's completions, then its arrivals.
+            self._take_events(now)
+            # 2.-3. Start every queued pod that fits now.
+            self._scan(now)
+            # 4. Record.
+            self.times.append(now)
+            self.allocated.append(self.allocated_now)
+            self.frag.append(self.placer.frag_milli())
+            self.queued.append(len(self.queue))
+
+    def _take_events(self, now: float) -> None:
+        events, pods = self.events, self.pods
+        while events and events[0][0] == now:
+            _, kind, _, i = heapq.heappop(events)
+            if kind == 0:
+                c = self.choice[i]
+                assert c is not None
+                self.placer.release(self.requests[i], c)
+                self.allocated_now -= pods[i].total_gpu_milli
+            else:
+                self.queue.append((-pods[i].priority, self.created[i], i))
+            if self.on_event is not None:
+                self.on_event()
+
+    def _scan(self, now: float) -> None:
+        self.queue.sort()
+        failed_shapes: set[tuple[int, int, int, int, tuple[str, ...]]] = set()
+        keep: list[tuple[int, float, int]] = []
+        for entry in self.queue:
+            i = entry[2]
+            req = self.requests[i]
+            shape = (req.cpu_milli, req.memory_mib, req.gpu_milli, req.gpu_count, req.allowed_models)
+            c = None if shape in failed_shapes else self.placer.place(req)
+            if c is None:
+                failed_shapes.add(shape)
+                keep.append(entry)
+                continue
+            self._start(i, c, now)
+        self.queue = keep
+
+    def _start(self, i: int, c: Choice, now: float) -> None:
+        pod = self.pods[i]
+        self.choice[i] = c
+        self.started[i] = now
+        self.allocated_now += pod.total_gpu_milli
+        deletion = pod.deletion_time_s
+        if deletion is not None:
+            end = now + max(0.0, deletion - pod.creation_time_s)
+            self.ended[i] = end
+            heapq.heappush(self.events, (end, 0, i, i))
 
 
 def downsample(x: np.ndarray, *ys: np.ndarray, points: int = 2000) -> list[list[float]]:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduling.engine.frag import NodeArrays, PodRequest
+from scheduling.engine.frag import NodeArrays, PodShape
 
 POD_COLUMNS = (
     "name",
@@ -62,8 +62,9 @@ class TracePod:
     def priority(self) -> int:
         return QOS_PRIORITY.get(self.qos, 1)
 
-    def request(self) -> PodRequest:
-        return PodRequest(
+    def request(self) -> PodShape:
+        """What the pod asks for, as the placement policies see it."""
+        return PodShape(
             cpu_milli=self.cpu_milli,
             memory_mib=self.memory_mib,
             gpu_milli=self.gpu_milli,

@@ -4,11 +4,15 @@ affinity, topology, pools, the FGD paper's policies) and determinism."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import Policy, Taint, Toleration, labels_of
+from scheduling.engine.placement import Placer
 
 from .builders import RACK, ZONE, admitted_ids, cq, job, lq, node, reason_of, running, snapshot
+from .strategies import loaded_clusters, shapes
 
 NOW = 1000.0
 QUEUES = ([cq("q", {"A100-80GB": 1000, "H100-80GB": 1000, "L40S": 1000})], [lq("a", "q")])
@@ -273,3 +277,20 @@ def test_a_foreign_pod_on_a_mig_device_blocks_its_slices():
         foreign=(ForeignUsage("m1", (0,), 1000),),
     )
     assert [(a.workload_id, a.placements[0].gpu_indices) for a in plan.admissions] == [("s0", (1,))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), placement=st.sampled_from(("binpack", "spread")))
+def test_the_fast_path_picks_the_node_the_scored_path_picks(data, placement):
+    """``Placer._fast_pick`` (a masked argmax over the GPU model's block of nodes) forks the scored
+    path for a single replica under binpack/spread: both choose the same node on any load and shape
+    (whole GPUs with the contiguity vote, fractions, CPU-only work with GPU avoidance)."""
+    cluster = data.draw(loaded_clusters())
+    shape = data.draw(shapes(cluster))
+    workload = job("j", "a")
+    fast = Placer(cluster, Policy(placement=placement))
+    scored = Placer(cluster, Policy(placement=placement), fast_path=False)
+    chosen = fast.choose_node(workload, shape)
+    assert chosen == scored.choose_node(workload, shape)
+    feasible = scored.feasible(shape, scored.eligible(workload, shape))
+    assert (chosen is None) == (len(feasible) == 0)

@@ -7,6 +7,7 @@ import pytest
 
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import FlavorQuota, Policy, ReasonKind
+from scheduling.engine.quota import QuotaBook, gpu_key
 
 from .builders import admitted_ids, cq, job, lq, node, pending_info, reason_of, running, snapshot
 
@@ -148,3 +149,23 @@ def test_fractions_and_mig_slices_charge_quota_in_milli_gpus():
 
 def test_quota_flavor_dataclass_defaults_are_unlimited():
     assert FlavorQuota("A100-80GB", 4).borrowing_limit is None
+
+
+@pytest.mark.parametrize(
+    ("queue", "ceiling_gpus"),
+    [
+        ("a", 4 + 2),  # a's nominal plus what b lends (b keeps 4 of its 6)
+        ("b", 6 + 1),  # b's nominal plus its borrowing limit, below the 4 a lends
+        ("alone", 3),  # no cohort: exactly the nominal quota
+    ],
+)
+def test_a_queues_ceiling_is_its_nominal_quota_plus_what_it_may_borrow(queue, ceiling_gpus):
+    book = QuotaBook(
+        (
+            cq("a", {"A100-80GB": 4}, cohort="co"),
+            cq("b", {"A100-80GB": (6, 1, 2)}, cohort="co"),
+            cq("alone", {"A100-80GB": 3}),
+        )
+    )
+    assert book.ceiling(queue, gpu_key("A100-80GB")) == ceiling_gpus * 1000
+    assert book.ceiling(queue, gpu_key("H100-80GB")) is None

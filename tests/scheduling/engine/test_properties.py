@@ -159,11 +159,11 @@ def held(snap: Snapshot, plan: Plan):
 
 def check_capacity(snap: Snapshot, plan: Plan) -> None:
     nodes_by_name = {n.name: n for n in snap.nodes}
-    share = defaultdict(int)
-    slices = defaultdict(int)
-    compute = defaultdict(int)
-    cpu = defaultdict(int)
-    mem = defaultdict(int)
+    share: defaultdict[tuple[str, int], int] = defaultdict(int)
+    slices: defaultdict[tuple[str, int], int] = defaultdict(int)
+    compute: defaultdict[tuple[str, int], int] = defaultdict(int)
+    cpu: defaultdict[str, int] = defaultdict(int)
+    mem: defaultdict[str, int] = defaultdict(int)
     placements, victims = held(snap, plan)
     # Victims still hold their resources in this plan; they leave before the preemptor starts.
     placements += [(w, w.gpu_model, p) for w in snap.workloads if w.id in victims for p in w.placements]
@@ -198,7 +198,7 @@ def check_quota(snap: Snapshot, plan: Plan) -> None:
     lq_cq = {lq.name: lq.cluster_queue for lq in snap.local_queues}
     by_cq = {cq.name: cq for cq in snap.cluster_queues}
     admitted = {a.workload_id for a in plan.admissions}
-    usage = defaultdict(int)
+    usage: defaultdict[tuple[str, str | None], int] = defaultdict(int)
     for w, model, p in held(snap, plan)[0]:
         if w.id not in admitted:
             continue  # the first cycle's load was itself admitted under the same rules
@@ -207,7 +207,7 @@ def check_quota(snap: Snapshot, plan: Plan) -> None:
             if p.mig_profile:
                 milli = mig_geometry(p.mig_profile, 80).gpu_milli  # type: ignore[union-attr]
             usage[(lq_cq[w.local_queue], model)] += milli * len(p.gpu_indices)
-    before = defaultdict(int)
+    before: defaultdict[tuple[str, str | None], int] = defaultdict(int)
     for w in snap.workloads:
         if w.state != WorkloadState.PENDING and w.id not in {v.workload_id for v in plan.preemptions}:
             for p in w.placements:
@@ -235,11 +235,11 @@ def check_quota(snap: Snapshot, plan: Plan) -> None:
             lendable = used = 0
             grew = False
             for cq in members:
-                f = next((f for f in cq.flavors if f.gpu_model == model), None)
-                if f is None:
+                flavor = next((f for f in cq.flavors if f.gpu_model == model), None)
+                if flavor is None:
                     continue
-                n = f.nominal_gpus * 1000
-                lend = n if f.lending_limit is None else min(n, f.lending_limit * 1000)
+                n = flavor.nominal_gpus * 1000
+                lend = n if flavor.lending_limit is None else min(n, flavor.lending_limit * 1000)
                 total = usage[(cq.name, model)] + before[(cq.name, model)]
                 lendable += lend
                 used += max(0, total - (n - lend))

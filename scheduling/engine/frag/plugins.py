@@ -1,11 +1,13 @@
-"""Placement policies from the FGD paper as scorer plugins: fgd, portal, dotprod, clustering, packing,
-bestfit (``frag.py``), plus random.
+"""Placement policies from the FGD paper as the engine's scorer plugins: fgd, portal, dotprod,
+clustering, packing, bestfit (over ``NodeScorer``), plus random.
 
-``frag.Placer`` keeps its own free-capacity arrays; the plugin keeps them identical to the cycle's
+``NodeScorer`` keeps its own free-capacity arrays; the plugin keeps them identical to the cycle's
 ``Cluster`` by listening to every change (``Cluster.listeners``), so the paper's scores, caches and
 device choices are computed on exactly the state the engine sees. MIG nodes and MIG requests are
-outside the paper's model: MIG nodes are given to ``frag`` as CPU-only nodes and MIG replicas are scored
-by bin-packing.
+outside the paper's model: MIG nodes are given to the scorer as CPU-only nodes and MIG replicas are
+scored by bin-packing.
+
+The workload mix FGD measures against is every replica shape in the snapshot (:func:`workload_mix`).
 """
 
 from __future__ import annotations
@@ -14,32 +16,69 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import frag
-from .capacity import FULL, Cluster
-from .model import ReplicaPlacement
-from .scorers import (
+from ..capacity import FULL, Cluster
+from ..mig import default_device_memory_gib, devices_for_memory
+from ..model import Policy, ReplicaPlacement, Snapshot
+from ..scorers import (
     DevicePick,
     PluginSetup,
     ScoreContext,
     Shape,
     pick_devices,
     register_plugin,
-    register_scorer,
     score_binpack,
     stable_random,
 )
+from .arrays import Choice, NodeArrays, PodShape
+from .scorer import NodeScorer
+from .workload import Shape4, typical_pods
+
+# Policies that score without the workload mix (computing it costs a pass over all jobs).
+_MIX_FREE = frozenset({"binpack", "spread", "random"})
 
 
-def _pod_of(shape: Shape) -> frag.PodRequest:
+def workload_mix(snapshot: Snapshot, policy: Policy) -> tuple[Shape4, ...]:
+    """``PluginSetup.typical`` for ``policy``: the snapshot's replica shapes (one entry per replica)
+    when a fragmentation-aware scorer is in use, else nothing.
+
+    A GPU-memory request counts as whole GPUs of the smallest device memory among its allowed models.
+    MIG requests are left out (outside FGD's model).
+    """
+    if not {policy.placement, *(name for _, name in policy.pool_placement)} - _MIX_FREE:
+        return ()
+    memory = dict(snapshot.gpu_memory_gib)
+    for node in snapshot.nodes:
+        if node.gpu_model and node.gpu_memory_gib:
+            memory.setdefault(node.gpu_model, node.gpu_memory_gib)
+    out: list[Shape4] = []
+    for w in snapshot.workloads:
+        res = w.resources
+        if res.gpu:
+            entry = (res.cpu_milli, FULL, res.gpu, w.allowed_gpu_models)
+        elif res.gpu_milli:
+            entry = (res.cpu_milli, res.gpu_milli, 1, w.allowed_gpu_models)
+        elif res.gpu_memory_gib:
+            sizes = [memory.get(m, 0) or default_device_memory_gib(m) for m in w.allowed_gpu_models]
+            size = min([s for s in sizes if s > 0] or [80])
+            entry = (res.cpu_milli, FULL, devices_for_memory(res.gpu_memory_gib, size), w.allowed_gpu_models)
+        elif res.mig_profile:
+            continue
+        else:
+            entry = (res.cpu_milli, 0, 0, ())
+        out.extend([entry] * w.replicas)
+    return tuple(out)
+
+
+def _pod_of(shape: Shape) -> PodShape:
     if shape.gpus:
-        return frag.PodRequest(shape.cpu_milli, shape.memory_mib, FULL, shape.gpus)
+        return PodShape(shape.cpu_milli, shape.memory_mib, FULL, shape.gpus)
     if shape.milli:
-        return frag.PodRequest(shape.cpu_milli, shape.memory_mib, shape.milli, 1)
-    return frag.PodRequest(shape.cpu_milli, shape.memory_mib, 0, 0)
+        return PodShape(shape.cpu_milli, shape.memory_mib, shape.milli, 1)
+    return PodShape(shape.cpu_milli, shape.memory_mib, 0, 0)
 
 
 class FragPlugin:
-    """One of ``frag.POLICIES`` over a ``frag.Placer`` mirrored from the cluster."""
+    """One of the paper's policies over a ``NodeScorer`` mirrored from the cluster."""
 
     def __init__(self, name: str, setup: PluginSetup) -> None:
         cluster = setup.cluster
@@ -55,23 +94,17 @@ class FragPlugin:
             )
             for node in cluster.nodes
         ]
-        typical = frag.typical_pods(setup.typical) if setup.typical else ()
+        typical = typical_pods(setup.typical) if setup.typical else ()
         self.frag_policy = name if (typical or name not in ("fgd", "portal")) else None
-        self.placer: frag.Placer | None = None
+        self.scorer: NodeScorer | None = None
         if self.frag_policy is not None:
-            self.placer = frag.Placer(
-                frag.NodeArrays.of(rows),
-                self.frag_policy,
-                typical=typical,
-                rng=np.random.default_rng(setup.seed),
-                node_rank=np.arange(cluster.n),
-            )
+            self.scorer = NodeScorer(NodeArrays.of(rows), self.frag_policy, typical=typical)
             cluster.listeners.append(self._mirror)
         self._device: np.ndarray | None = None
         self._device_key: tuple[int, int, int] | None = None
 
     def _mirror(self, i: int, placement: ReplicaPlacement, sign: int) -> None:
-        assert self.placer is not None
+        assert self.scorer is not None
         if placement.mig_profile is not None or self.cluster.mig_node[i]:
             if not placement.cpu_milli and not placement.memory_mib:
                 return
@@ -79,22 +112,20 @@ class FragPlugin:
         else:
             count = int(self.cluster.gpu_count[i])
             indices = tuple(d for d in placement.gpu_indices if d < count)
-        pod = frag.PodRequest(
-            placement.cpu_milli, placement.memory_mib, placement.gpu_milli if indices else 0, len(indices)
-        )
-        choice = frag.Choice(i, indices)
+        pod = PodShape(placement.cpu_milli, placement.memory_mib, placement.gpu_milli if indices else 0, len(indices))
+        choice = Choice(i, indices)
         if sign > 0:
-            self.placer.bind(pod, choice)
+            self.scorer.bind(pod, choice)
         else:
-            self.placer.release(pod, choice)
+            self.scorer.release(pod, choice)
 
     def score(self, ctx: ScoreContext) -> np.ndarray:
-        if self.placer is None or ctx.shape.kind == "mig":
+        if self.scorer is None or ctx.shape.kind == "mig":
             return score_binpack(ctx)
         pod = _pod_of(ctx.shape)
         if self.frag_policy == "packing" and pod.gpu_milli <= 0:
             return np.zeros(len(ctx.idx))
-        scores, device = self.placer.score_nodes(pod, ctx.idx)
+        scores, device = self.scorer.score_nodes(pod, ctx.idx)
         if self.frag_policy in ("fgd", "portal"):
             self._device = device
             self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
@@ -144,4 +175,4 @@ class RandomPlugin:
 
 
 register_plugin("random", RandomPlugin)
-__all__ = ["FragPlugin", "RandomPlugin", "register_scorer"]
+__all__ = ["FragPlugin", "RandomPlugin", "workload_mix"]

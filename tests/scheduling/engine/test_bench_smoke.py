@@ -8,7 +8,7 @@ from pathlib import Path
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import Policy, WorkloadState
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_cycle.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "bench_cycle.py"
 
 
 def test_a_small_bench_cycle_decides_every_pending_job():

@@ -1,4 +1,5 @@
-"""Placement policies of scheduling.engine.frag: scenarios, invariants, and a port of the reference."""
+"""The trace simulator's placement (scheduling.engine.frag.TracePlacer over NodeScorer): the paper's
+policies in scenarios, invariants, score caches, and the package's imports."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling.engine import frag
-from scheduling.engine.frag import POLICIES, NodeArrays, Placer, PodRequest, TypicalPod, typical_pods
+from scheduling.engine.frag import POLICIES, Choice, NodeArrays, PodShape, TracePlacer, TypicalPod, typical_pods
 
 SHARE = TypicalPod(cpu_milli=1000, gpu_milli=500, gpu_count=1, allowed_models=(), frequency=0.5)
 WHOLE = TypicalPod(cpu_milli=1000, gpu_milli=1000, gpu_count=1, allowed_models=(), frequency=0.5)
@@ -21,74 +22,16 @@ def nodes_of(*rows: tuple[str, str | None, int, int, int]) -> NodeArrays:
     return NodeArrays.of(rows)
 
 
-def placer(nodes: NodeArrays, policy: str, typical: tuple[TypicalPod, ...] = (SHARE, WHOLE)) -> Placer:
-    return Placer(nodes, policy, typical=typical, rng=np.random.default_rng(1), node_rank=np.arange(len(nodes)))
-
-
-# --------------------------------------------------------------------- reference (Go) fragmentation
-def go_node_frag(cpu_left: int, gpu_left: list[int], gpu_type: str, typical: tuple[TypicalPod, ...]) -> float:
-    """Line-by-line port of NodeGpuShareFragAmount(...).FragAmountSumExceptQ3() from the paper's simulator."""
-    total = 0.0
-    left_total = sum(gpu_left)
-    for t in typical:
-        if t.gpu_milli == 0:
-            total += t.frequency * left_total  # XL / XR: all idle GPU counts
-            continue
-        if t.allowed_models and gpu_type not in t.allowed_models:
-            total += t.frequency * left_total  # no access
-            continue
-        fits = sum(1 for g in gpu_left if g >= t.gpu_milli)
-        if fits >= t.gpu_count and cpu_left >= t.cpu_milli:  # Q3: only too-small devices are fragments
-            total += t.frequency * sum(g for g in gpu_left if g < t.gpu_milli)
-        else:  # Q1, Q2, Q4
-            total += t.frequency * left_total
-    return total
-
-
-typical_strategy = st.lists(
-    st.tuples(
-        st.sampled_from((0, 1000, 4000, 12000)),
-        st.sampled_from((0, 200, 470, 810, 1000)),
-        st.sampled_from((1, 2, 4)),
-        st.sampled_from(((), ("A",), ("B",))),
-    ),
-    min_size=1,
-    max_size=8,
-)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    rows=typical_strategy,
-    gpu_left=st.lists(st.sampled_from((0, 30, 190, 470, 530, 1000)), min_size=1, max_size=8),
-    cpu_left=st.integers(0, 16000),
-    model=st.sampled_from(("A", "B")),
-)
-def test_fragmentation_matches_the_reference_simulator(rows, gpu_left, cpu_left, model):
-    shapes = [(cpu, milli, num if milli == 1000 else (1 if milli else 0), models) for cpu, milli, num, models in rows]
-    typical = typical_pods(shapes, popularity=1.0)
-    nodes = NodeArrays.of([("n", model, len(gpu_left), 16000, 1024), ("other", "A" if model == "B" else "B", 1, 1, 1)])
-    gpu = np.full((2, nodes.max_gpus), -1, dtype=np.int64)
-    gpu[0, : len(gpu_left)] = gpu_left
-    gpu[1, 0] = 0
-    ours = frag.fragmentation_milli(nodes, gpu, np.array([cpu_left, 0]), typical)
-    assert ours == pytest.approx(go_node_frag(cpu_left, gpu_left, model, typical), abs=1e-6)
-
-
-def test_typical_pods_keep_the_most_popular_shapes_until_the_threshold():
-    shapes = [(1000, 500, 1, ())] * 6 + [(2000, 1000, 1, ())] * 3 + [(4000, 1000, 8, ())]
-    table = typical_pods(shapes, popularity=0.85)
-    assert [(t.cpu_milli, t.gpu_count) for t in table] == [(1000, 1), (2000, 1)]
-    assert sum(t.frequency for t in table) == pytest.approx(1.0)
-    assert table[0].frequency == pytest.approx(6 / 9)
+def placer(nodes: NodeArrays, policy: str, typical: tuple[TypicalPod, ...] = (SHARE, WHOLE)) -> TracePlacer:
+    return TracePlacer(nodes, policy, typical=typical, rng=np.random.default_rng(1), node_rank=np.arange(len(nodes)))
 
 
 # --------------------------------------------------------------------------------------- scenarios
 def test_fgd_puts_a_sharing_pod_on_the_half_used_device_it_completes():
     nodes = nodes_of(("empty", "T4", 2, 32000, 65536), ("half", "T4", 2, 32000, 65536))
     p = placer(nodes, "fgd")
-    p.bind(PodRequest(1000, 0, 500, 1), frag.Choice(1, (1,)))
-    choice = p.select(PodRequest(1000, 0, 500, 1))
+    p.bind(PodShape(1000, 0, 500, 1), Choice(1, (1,)))
+    choice = p.select(PodShape(1000, 0, 500, 1))
     assert choice is not None
     assert (choice.node, choice.gpu_indices) == (1, (1,))
 
@@ -96,15 +39,15 @@ def test_fgd_puts_a_sharing_pod_on_the_half_used_device_it_completes():
 def test_packing_prefers_a_shared_gpu_over_a_free_node():
     nodes = nodes_of(("free", "T4", 2, 32000, 65536), ("used", "T4", 2, 32000, 65536))
     p = placer(nodes, "packing")
-    p.bind(PodRequest(1000, 0, 300, 1), frag.Choice(1, (0,)))
-    choice = p.select(PodRequest(1000, 0, 300, 1))
+    p.bind(PodShape(1000, 0, 300, 1), Choice(1, (0,)))
+    choice = p.select(PodShape(1000, 0, 300, 1))
     assert choice is not None
     assert (choice.node, choice.gpu_indices) == (1, (0,))
 
 
 def test_bestfit_picks_the_node_with_the_least_capacity_left():
     nodes = nodes_of(("big", "T4", 8, 64000, 65536), ("small", "T4", 2, 16000, 65536))
-    choice = placer(nodes, "bestfit").select(PodRequest(1000, 0, 1000, 1))
+    choice = placer(nodes, "bestfit").select(PodShape(1000, 0, 1000, 1))
     assert choice is not None
     assert choice.node == 1
 
@@ -112,16 +55,16 @@ def test_bestfit_picks_the_node_with_the_least_capacity_left():
 def test_clustering_groups_pods_of_the_same_gpu_count():
     nodes = nodes_of(("a", "T4", 8, 64000, 65536), ("b", "T4", 8, 64000, 65536))
     p = placer(nodes, "clustering")
-    p.bind(PodRequest(1000, 0, 500, 1), frag.Choice(0, (0,)))
-    p.bind(PodRequest(1000, 0, 1000, 2), frag.Choice(1, (0, 1)))
-    choice = p.select(PodRequest(1000, 0, 1000, 2))
+    p.bind(PodShape(1000, 0, 500, 1), Choice(0, (0,)))
+    p.bind(PodShape(1000, 0, 1000, 2), Choice(1, (0, 1)))
+    choice = p.select(PodShape(1000, 0, 1000, 2))
     assert choice is not None
     assert choice.node == 1
 
 
 def test_dotprod_prefers_the_node_whose_free_vector_is_least_aligned():
     nodes = nodes_of(("cpu-rich", "T4", 2, 64000, 65536), ("cpu-poor", "T4", 2, 4000, 65536))
-    choice = placer(nodes, "dotprod").select(PodRequest(4000, 0, 1000, 1))
+    choice = placer(nodes, "dotprod").select(PodShape(4000, 0, 1000, 1))
     assert choice is not None
     assert choice.node == 1
 
@@ -129,7 +72,7 @@ def test_dotprod_prefers_the_node_whose_free_vector_is_least_aligned():
 def test_a_pod_restricted_to_gpu_models_only_lands_on_those_models():
     nodes = nodes_of(("a10", "A10", 8, 64000, 65536), ("t4", "T4", 1, 8000, 65536))
     for policy in POLICIES:
-        choice = placer(nodes, policy).select(PodRequest(1000, 0, 1000, 1, ("A10",)))
+        choice = placer(nodes, policy).select(PodShape(1000, 0, 1000, 1, ("A10",)))
         assert choice is not None
         assert choice.node == 0, policy
 
@@ -137,23 +80,23 @@ def test_a_pod_restricted_to_gpu_models_only_lands_on_those_models():
 def test_no_node_fits_returns_none():
     nodes = nodes_of(("t4", "T4", 2, 8000, 1024))
     p = placer(nodes, "fgd")
-    assert p.select(PodRequest(1000, 0, 1000, 4)) is None  # too few devices
-    assert p.select(PodRequest(9000, 0, 0, 0)) is None  # CPU
-    assert p.select(PodRequest(1000, 2048, 0, 0)) is None  # memory
-    assert p.select(PodRequest(1000, 0, 1000, 1, ("A10",))) is None  # model
+    assert p.select(PodShape(1000, 0, 1000, 4)) is None  # too few devices
+    assert p.select(PodShape(9000, 0, 0, 0)) is None  # CPU
+    assert p.select(PodShape(1000, 2048, 0, 0)) is None  # memory
+    assert p.select(PodShape(1000, 0, 1000, 1, ("A10",))) is None  # model
 
 
 def test_ties_go_to_the_first_node_in_the_given_order():
     nodes = nodes_of(*[(f"n{i}", "T4", 2, 32000, 65536) for i in range(5)])
-    p = Placer(nodes, "bestfit", rng=np.random.default_rng(0), node_rank=np.array([3, 1, 4, 0, 2]))
-    choice = p.select(PodRequest(1000, 0, 1000, 1))
+    p = TracePlacer(nodes, "bestfit", rng=np.random.default_rng(0), node_rank=np.array([3, 1, 4, 0, 2]))
+    choice = p.select(PodShape(1000, 0, 1000, 1))
     assert choice is not None
     assert choice.node == 3
 
 
 # --------------------------------------------------------------------------------------- invariants
 pod_strategy = st.builds(
-    lambda cpu, mem, kind, models: PodRequest(cpu, mem, *kind, models),
+    lambda cpu, mem, kind, models: PodShape(cpu, mem, kind[0], kind[1], models),
     st.sampled_from((500, 2000, 8000)),
     st.sampled_from((512, 4096, 32768)),
     st.sampled_from(((0, 0), (250, 1), (470, 1), (810, 1), (1000, 1), (1000, 2), (1000, 4), (1000, 8))),
@@ -170,7 +113,7 @@ pod_strategy = st.builds(
 def test_no_device_cpu_or_memory_is_ever_over_committed(policy, pods, releases):
     nodes = nodes_of(("a", "T4", 2, 16000, 65536), ("b", "A10", 8, 64000, 131072), ("c", "V100", 4, 8000, 65536))
     p = placer(nodes, policy, typical_pods([(1000, 500, 1, ()), (1000, 1000, 1, ())]))
-    placed: list[tuple[PodRequest, frag.Choice]] = []
+    placed: list[tuple[PodShape, Choice]] = []
     for i, pod in enumerate(pods):
         before = p.gpu_free_milli.copy()
         choice = p.place(pod)
@@ -192,20 +135,7 @@ def test_no_device_cpu_or_memory_is_ever_over_committed(policy, pods, releases):
     fresh = placer(nodes, policy)
     assert (p.gpu_free_milli == fresh.gpu_free_milli).all()
     assert (p.cpu_free_milli == fresh.cpu_free_milli).all()
-    assert p.frag_milli() == pytest.approx(Placer(nodes, policy, typical=p.typical).frag_milli(), abs=1e-6)
-
-
-def test_frag_module_imports_only_stdlib_numpy_and_the_engine():
-    tree = ast.parse(Path(frag.__file__).read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            roots.add(node.module if node.module.startswith("scheduling.engine") else node.module.split(".")[0])
-    assert roots <= {"__future__", "math", "collections", "dataclasses", "numpy"} | {
-        r for r in roots if r.startswith("scheduling.engine")
-    }
+    assert p.frag_milli() == pytest.approx(TracePlacer(nodes, policy, typical=p.typical).frag_milli(), abs=1e-6)
 
 
 @settings(max_examples=25, deadline=None)
@@ -217,7 +147,7 @@ def test_cached_scores_choose_like_a_fresh_placer(policy, pods):
         [(1000, 500, 1, ()), (2000, 1000, 1, ("T4",)), (8000, 1000, 4, ()), (4000, 0, 0, ()), (1000, 250, 1, ("A10",))]
     )
     live = placer(nodes, policy, typical)
-    history: list[tuple[PodRequest, frag.Choice]] = []
+    history: list[tuple[PodShape, Choice]] = []
     for pod in pods:
         fresh = placer(nodes, policy, typical)
         for done, choice in history:
@@ -234,8 +164,8 @@ def test_score_nodes_gives_the_scores_select_maximises():
     nodes = nodes_of(("free", "T4", 2, 32000, 65536), ("used", "T4", 2, 32000, 65536), ("a10", "A10", 1, 8000, 9999))
     for policy in POLICIES:
         p = placer(nodes, policy)
-        p.bind(PodRequest(1000, 0, 500, 1), frag.Choice(1, (0,)))
-        pod = PodRequest(1000, 0, 500, 1, ("T4",))
+        p.bind(PodShape(1000, 0, 500, 1), Choice(1, (0,)))
+        pod = PodShape(1000, 0, 500, 1, ("T4",))
         idx = np.flatnonzero(p.feasible(pod))
         scores, device = p.score_nodes(pod, idx)
         assert scores.shape == idx.shape
@@ -245,3 +175,16 @@ def test_score_nodes_gives_the_scores_select_maximises():
             assert scores[list(idx).index(choice.node)] == scores.max()
         if device is not None:
             assert choice.gpu_indices == (int(device[choice.node]),)
+
+
+def test_frag_module_imports_only_stdlib_numpy_and_the_engine():
+    roots = set()
+    package = Path(frag.__file__).parent
+    for node in (n for path in sorted(package.glob("*.py")) for n in ast.walk(ast.parse(path.read_text()))):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            roots.add(node.module if node.module.startswith("scheduling.engine") else node.module.split(".")[0])
+    assert roots <= {"__future__", "math", "collections", "dataclasses", "numpy"} | {
+        r for r in roots if r.startswith("scheduling.engine")
+    }

@@ -113,7 +113,7 @@ def test_schedule_file_rejects_a_bad_policy(tmp_path):
 def test_the_documented_example_parses_and_schedules(tmp_path):
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "snapshot-format.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "snapshot-format.md").read_text()
     example = doc.split("## Example", 1)[1].split("```json", 1)[1].split("```", 1)[0]
     path = tmp_path / "example.json"
     path.write_text(example)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from scheduling.sim.arrival import inflate, run_arrival, typical_of, unallocated_curve
 from scheduling.sim.trace import TracePod, node_arrays
-from tests.sim.conftest import make_nodes, make_pods
+from tests.scheduling.sim.conftest import make_nodes, make_pods
 
 pods_strategy = st.lists(
     st.builds(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.sim import variants
-from tests.sim.conftest import make_nodes, make_pods
+from tests.scheduling.sim.conftest import make_nodes, make_pods
 
 
 def share_of_gpu_pods(pods, predicate) -> float:

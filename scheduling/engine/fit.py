@@ -1,0 +1,184 @@
+"""The fit rule: whether one more replica of a shape goes on a node now, written once.
+
+For one replica of a :class:`Shape` on a node, with the node's free capacity from ``capacity.Cluster``:
+
+1. GPUs, by the shape's kind:
+   - ``whole``: ``gpus`` fully free devices on the node;
+   - ``fraction``: one device with ``milli`` free;
+   - ``mig``: a device with room for the profile's compute slices whose memory slices are free at one
+     of the profile's valid starts (see ``mig``);
+   - ``cpu``: nothing.
+2. CPU, then memory. A resource the shape does not ask for always fits (free capacity below zero, from
+   foreign pods or a node that shrank, only matters to replicas that ask for that resource).
+
+The rule comes in two forms that ``tests/scheduling/engine/test_fit.py`` keeps equal: vectorised over
+nodes (:func:`fits`, :func:`misfit`, :func:`replica_capacity`; ``nodes`` is an index array or a
+slice, so a GPU model's contiguous block of nodes is tested on array views without gathering) and
+scalar for one node (:func:`fits_node`, :func:`mig_start` for one device). :func:`contiguous` is the
+test for a block of consecutive free devices (NVLink neighbours on most boards).
+
+Static filters (model, MIG mode, selector, taints, cordon) are not part of the fit rule: they never
+change during a cycle and are cached in ``filters``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .capacity import FULL, Cluster
+from .mig import COMPUTE_SLICES, MigGeometry
+
+Nodes = np.ndarray | slice
+"""Node indices: an integer index array, or a slice (a GPU model's nodes are one contiguous block)."""
+
+# What :func:`misfit` reports per node, in the order the rule is checked.
+FITS, NO_GPU, NO_CPU, NO_MEMORY = range(4)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One replica's request on one GPU model (``gpu_model`` None for CPU-only work)."""
+
+    gpu_model: str | None
+    gpus: int = 0  # whole devices
+    milli: int = 0  # share of one device, 1..999
+    mig: MigGeometry | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def quota_milli(self) -> int:
+        """The replica's quota share in milli-GPU (``shares``: a MIG slice counts its memory slices)."""
+        if self.mig is not None:
+            return self.mig.gpu_milli
+        return self.gpus * FULL + self.milli
+
+    @property
+    def kind(self) -> str:
+        if self.mig is not None:
+            return "mig"
+        if self.gpus:
+            return "whole"
+        if self.milli:
+            return "fraction"
+        return "cpu"
+
+
+# -- vectorised ------------------------------------------------------------------------------------
+
+
+def gpu_fits(cluster: Cluster, shape: Shape, nodes: Nodes, within: np.ndarray | None = None) -> np.ndarray:
+    """Step 1 per node of ``nodes`` (a new array; ``within``, a mask over ``nodes``, is and-ed in)."""
+    kind = shape.kind
+    if kind == "whole":
+        ok = cluster.full_free[nodes] >= shape.gpus
+    elif kind == "fraction":
+        ok = cluster.max_share[nodes] >= shape.milli
+    elif kind == "mig":
+        assert shape.mig is not None
+        ok = _mig_fits(cluster, shape.mig, nodes)
+    elif within is not None:
+        return within.copy()
+    else:
+        return np.ones(len(cluster.cpu_free[nodes]), dtype=bool)
+    if within is not None:
+        ok &= within
+    return ok
+
+
+def _mig_fits(cluster: Cluster, geometry: MigGeometry, nodes: Nodes) -> np.ndarray:
+    masks = cluster.mig_mask[nodes]
+    exists = np.arange(cluster.width)[None, :] < cluster.gpu_count[nodes][:, None]
+    room = exists & (cluster.mig_compute[nodes] + geometry.compute <= COMPUTE_SLICES)
+    any_start = np.zeros(masks.shape, dtype=bool)
+    for start in geometry.starts:
+        any_start |= (masks & geometry.mask_at(start)) == 0
+    return np.asarray((room & any_start).any(axis=1))
+
+
+def fits(cluster: Cluster, shape: Shape, nodes: Nodes, within: np.ndarray | None = None) -> np.ndarray:
+    """The whole rule per node of ``nodes``: True where one more replica fits now."""
+    ok = gpu_fits(cluster, shape, nodes, within)
+    if shape.cpu_milli:
+        ok &= cluster.cpu_free[nodes] >= shape.cpu_milli
+    if shape.memory_mib:
+        ok &= cluster.mem_free[nodes] >= shape.memory_mib
+    return ok
+
+
+def misfit(cluster: Cluster, shape: Shape, nodes: Nodes) -> np.ndarray:
+    """Per node: ``FITS``, or the first step of the rule that fails (``NO_GPU``, ``NO_CPU``, ``NO_MEMORY``)."""
+    codes = np.where(gpu_fits(cluster, shape, nodes), FITS, NO_GPU).astype(np.int8)
+    if shape.cpu_milli:
+        codes[(codes == FITS) & (cluster.cpu_free[nodes] < shape.cpu_milli)] = NO_CPU
+    if shape.memory_mib:
+        codes[(codes == FITS) & (cluster.mem_free[nodes] < shape.memory_mib)] = NO_MEMORY
+    return codes
+
+
+def replica_capacity(cluster: Cluster, shape: Shape, nodes: Nodes) -> np.ndarray:
+    """How many more replicas of ``shape`` each node could hold (MIG: at most 1 counted).
+
+    Exact for whole GPUs and fractions (each replica takes one unit of the count), so summing it over
+    nodes says how many replicas of a gang fit.
+    """
+    big = np.iinfo(np.int64).max // 4
+    cap = np.full(len(cluster.cpu_free[nodes]), big, dtype=np.int64)
+    if shape.kind == "whole":
+        cap = np.minimum(cap, cluster.full_free[nodes] // shape.gpus)
+    elif shape.kind == "fraction":
+        cap = np.minimum(cap, (np.clip(cluster.dev_free[nodes], 0, None) // shape.milli).sum(axis=1))
+    elif shape.kind == "mig":
+        cap = np.minimum(cap, gpu_fits(cluster, shape, nodes).astype(np.int64))
+    if shape.cpu_milli:
+        cap = np.minimum(cap, cluster.cpu_free[nodes] // shape.cpu_milli)
+    if shape.memory_mib:
+        cap = np.minimum(cap, cluster.mem_free[nodes] // shape.memory_mib)
+    return np.where(cap == big, 1, cap)
+
+
+def contiguous(cluster: Cluster, gpus: int, nodes: Nodes) -> np.ndarray:
+    """True where the node has ``gpus`` fully free devices with consecutive indices.
+
+    A run of g ones in the free-device bitmask survives g-1 shift-and-ands.
+    """
+    bits = cluster.free_bits[nodes]
+    run = bits.copy()
+    for k in range(1, gpus):
+        run &= bits >> k
+    return run != 0
+
+
+# -- scalar ----------------------------------------------------------------------------------------
+
+
+def mig_start(used_mask: int, used_compute: int, geometry: MigGeometry) -> int | None:
+    """The first valid start of ``geometry`` on a device with these used memory slices and compute
+    slices, or ``None`` when the slice does not fit there."""
+    if used_compute + geometry.compute > COMPUTE_SLICES:
+        return None
+    for start in geometry.starts:
+        if used_mask & geometry.mask_at(start) == 0:
+            return start
+    return None
+
+
+def fits_node(cluster: Cluster, shape: Shape, i: int) -> bool:
+    """The whole rule for node ``i`` alone (the same answer as :func:`fits`, without arrays)."""
+    if shape.cpu_milli and cluster.cpu_free[i] < shape.cpu_milli:
+        return False
+    if shape.memory_mib and cluster.mem_free[i] < shape.memory_mib:
+        return False
+    kind = shape.kind
+    if kind == "whole":
+        return bool(cluster.full_free[i] >= shape.gpus)
+    if kind == "fraction":
+        return bool(cluster.max_share[i] >= shape.milli)
+    if kind == "mig":
+        assert shape.mig is not None
+        masks = cluster.mig_mask[i].tolist()
+        compute = cluster.mig_compute[i].tolist()
+        return any(mig_start(masks[d], compute[d], shape.mig) is not None for d in range(int(cluster.gpu_count[i])))
+    return True

@@ -1,0 +1,325 @@
+"""``NodeScorer``: the FGD paper's policies as node scores over free-capacity arrays it keeps current.
+
+Per pod shape, the score of every candidate node (higher wins; ties are the caller's):
+
+* ``fgd``: FGD's integer score ``int(100 * sigmoid((F_before - F_after) / 1000))`` for the decrease of
+  the node's fragmentation (``measure.frag_milli``); a sharing pod tries every fitting device and keeps
+  the first best one.
+* ``portal`` (our default): FGD's decision, refined only where FGD's coarse integer scores tie. The
+  score is one float that compares like the key (FGD's integer score, secondary): for a GPU-sharing
+  pod the tightest device (least milli left on it after placement); for a CPU-only pod the least free
+  GPU on the node, then the least free CPU (CPU stays free where GPUs are still free); for other pods
+  the decrease of stranded GPU (``measure.stranded_milli``). docs/simulator.md has the measurements,
+  including the alternatives that did not work.
+* the baselines (``baselines``); ``random`` scores all nodes equal.
+
+Scores are cached per pod shape and recomputed only for nodes whose state changed since (a version
+per node, bumped by every ``bind``/``release``); a bind after a scoring pass reuses the measured state
+of the chosen node. The cluster fragmentation (FGD's measure, whatever the policy) is kept current for
+``frag_milli()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import baselines
+from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
+from .measure import frag_and_stranded, frag_milli, sigmoid_score, stranded_milli
+from .workload import TypicalArrays, TypicalPod
+
+_LEX = 1e9  # weight of the primary (integer) score in portal's lexicographic key
+
+ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
+
+
+@dataclass(slots=True)
+class _ScoreCache:
+    version: np.ndarray  # (N,) node version each entry was computed at (-1 = never)
+    score: np.ndarray  # (N,) float
+    device: np.ndarray  # (N,) int, sharing pods only
+    after: np.ndarray  # (N,) the policy's measure of the node after the best placement
+    after_primary: np.ndarray  # (N,) FGD's measure after it (portal only; NaN otherwise)
+
+    @classmethod
+    def empty(cls, n: int) -> _ScoreCache:
+        return cls(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.full(n, np.nan))
+
+
+@dataclass(slots=True)
+class NodeScorer:
+    """Free capacity of ``nodes`` (mutable copies) and the policy's node scores on it.
+
+    ``typical`` is required for ``fgd`` and ``portal`` (and gives every policy ``frag_milli()``). Seed
+    existing usage with ``bind`` before scoring.
+    """
+
+    nodes: NodeArrays
+    policy: str
+    typical: Sequence[TypicalPod] = ()
+    cpu_free_milli: np.ndarray = field(init=False)  # (N,) live, read only
+    memory_free_mib: np.ndarray = field(init=False)  # (N,)
+    gpu_free_milli: np.ndarray = field(init=False)  # (N, max_gpus); -1 pads absent devices
+    _affinity: np.ndarray = field(init=False)  # (N, AFFINITY_TAGS) pod counts per clustering tag
+    _version: np.ndarray = field(init=False)
+    _model_row: np.ndarray = field(init=False)
+    _table: TypicalArrays | None = field(init=False)  # the typical pods as arrays (FGD's table)
+    _frag_cache: _ScoreCache | None = field(init=False)  # fgd/portal: the policy's measure per node now
+    _metric_node: np.ndarray = field(init=False)  # (N,) FGD fragmentation per node, kept current
+    _metric_total: float = field(init=False)
+    _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
+    _gpu_max: np.ndarray = field(init=False)  # (N,) largest free milli on one device
+    _gpu_full: np.ndarray = field(init=False)  # (N,) fully free devices
+    _last: tuple[ShapeKey, _ScoreCache] | None = field(init=False)
+    _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
+    _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown placement policy {self.policy!r}; expected one of {', '.join(POLICIES)}")
+        if self.policy in ("fgd", "portal") and not self.typical:
+            raise ValueError(f"policy {self.policy!r} needs the typical pods (see typical_pods())")
+        n, d = len(self.nodes), self.nodes.max_gpus
+        self.cpu_free_milli = self.nodes.cpu_milli.astype(np.int64).copy()
+        self.memory_free_mib = self.nodes.memory_mib.astype(np.int64).copy()
+        dev = np.arange(d)[None, :]
+        self.gpu_free_milli = np.where(dev < self.nodes.gpu_count[:, None], MILLI, -1).astype(np.int64)
+        self._affinity = np.zeros((n, baselines.AFFINITY_TAGS), dtype=np.int64)
+        self._version = np.zeros(n, dtype=np.int64)
+        self._model_row = np.where(self.nodes.model_ids >= 0, self.nodes.model_ids, len(self.nodes.models))
+        self._score_caches = {}
+        self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._gpu_max = self.gpu_free_milli.max(axis=1)
+        self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
+        self._metric_memo = {}
+        self._last = None
+        self._table = TypicalArrays.build(self.typical, self.nodes.models) if self.typical else None
+        self._frag_cache = None
+        self._metric_node = np.zeros(n)
+        self._metric_total = 0.0
+        if self._table is not None:
+            self._metric_node = frag_milli(self.cpu_free_milli, self.gpu_free_milli, self._model_row, self._table)
+            self._metric_total = float(self._metric_node.sum())
+            if self.policy in ("fgd", "portal"):
+                self._frag_cache = _ScoreCache.empty(n)
+
+    # -------------------------------------------------------------------------------------- scores
+    def score_nodes(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The policy's scores for the (feasible) nodes ``idx``; higher is better.
+
+        Returns ``(scores, device)``; ``device`` (indexed by node, not by position in ``idx``) is the
+        device FGD/portal would give a GPU-sharing pod, ``None`` for other policies. Random has no
+        scores (all zero). Ties are the caller's to break.
+        """
+        if self.policy in ("fgd", "portal"):
+            return self._frag_scores(pod, idx)
+        if self.policy == "random":
+            return np.zeros(idx.size), None
+        return self._baseline_scores(pod, idx), None
+
+    def _baseline_scores(self, pod: PodShape, idx: np.ndarray) -> np.ndarray:
+        free_total = self._gpu_free_total[idx]
+        if self.policy == "dotprod":
+            return baselines.dotprod(pod, self.cpu_free_milli[idx], free_total)
+        if self.policy == "bestfit":
+            return baselines.bestfit(pod, self.cpu_free_milli[idx], free_total)
+        if self.policy == "clustering":
+            return baselines.clustering(pod, free_total, self._affinity[idx])
+        if self.policy == "packing":
+            return baselines.packing(pod, self.gpu_free_milli[idx], self.nodes.gpu_count[idx])
+        raise AssertionError(self.policy)
+
+    def _frag_scores(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """FGD/portal score of each feasible node (and the device for sharing pods), cached per shape."""
+        key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        cache = self._score_caches.get(key)
+        if cache is None:
+            cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
+        stale = idx[cache.version[idx] != self._version[idx]]
+        if stale.size:
+            score, device, after, after_primary = self._frag_delta(pod, stale)
+            cache.score[stale] = score
+            cache.device[stale] = device
+            cache.after[stale] = after
+            cache.after_primary[stale] = after_primary
+            cache.version[stale] = self._version[stale]
+        self._last = (key, cache)
+        return cache.score[idx], cache.device
+
+    def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(score, device, the policy's measure after, FGD's measure after) of placing ``pod`` on each
+        of ``idx``, from the decrease of the policy's measure (before - after)."""
+        before = self._node_frag(idx)
+        cpu = self.cpu_free_milli[idx] - pod.cpu_milli
+        gpu = self.gpu_free_milli[idx]
+        if pod.is_sharing:
+            return self._sharing_delta(pod, idx, before, cpu, gpu)
+        return self._devices_delta(pod, idx, before, cpu, gpu)
+
+    def _sharing_delta(
+        self, pod: PodShape, idx: np.ndarray, before: np.ndarray, cpu: np.ndarray, gpu: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A sharing pod tries every fitting device of each node; the node takes its first best one."""
+        k, d = gpu.shape
+        ni, di = np.nonzero(gpu >= pod.gpu_milli)  # one candidate state per (node, fitting device)
+        cand = gpu[ni]
+        cand[np.arange(ni.size), di] -= pod.gpu_milli
+        after, primary_after = self._after(cpu[ni], cand, self._model_row[idx][ni])
+        if primary_after is not None:  # portal: FGD's score first, then the tightest device
+            score = -(gpu[ni, di] - pod.gpu_milli).astype(np.float64)
+            score = score + _LEX * sigmoid_score(self._metric_node[idx][ni] - primary_after)
+        else:
+            score = sigmoid_score(before[ni] - after)
+        delta = np.full((k, d), -np.inf)
+        delta[ni, di] = score
+        after_kd = np.zeros((k, d))
+        after_kd[ni, di] = after
+        primary_kd = np.full((k, d), np.nan)
+        if primary_after is not None:
+            primary_kd[ni, di] = primary_after
+        device = np.argmax(delta, axis=1)  # first best device
+        rows = np.arange(k)
+        return delta[rows, device], device, after_kd[rows, device], primary_kd[rows, device]
+
+    def _devices_delta(
+        self, pod: PodShape, idx: np.ndarray, before: np.ndarray, cpu: np.ndarray, gpu: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Whole-GPU pods take the lowest-indexed fully free devices; CPU-only pods take none."""
+        k = len(idx)
+        if pod.gpu_count > 0:
+            whole = gpu >= MILLI
+            take = whole & (np.cumsum(whole, axis=1) <= pod.gpu_count)
+            gpu = gpu - take * pod.gpu_milli
+        after, primary_after = self._after(cpu, gpu, self._model_row[idx])
+        if primary_after is None:  # fgd
+            return sigmoid_score(before - after), np.zeros(k, dtype=np.int64), after, np.full(k, np.nan)
+        if pod.gpu_count == 0:
+            # CPU-only: the least free GPU, then the least free CPU (0.05 * cpu < 1e4: CPU only breaks ties).
+            delta = -1e4 * self._gpu_free_total[idx] - 0.05 * cpu
+        else:
+            delta = before - after
+        delta = delta + _LEX * sigmoid_score(self._metric_node[idx] - primary_after)
+        return delta, np.zeros(k, dtype=np.int64), after, primary_after
+
+    def _after(self, cpu: np.ndarray, gpu: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The policy's measure of candidate states, and FGD's (portal's primary key) for portal."""
+        table = self._table
+        assert table is not None
+        if self.policy == "portal":
+            frag_after, stranded_after = frag_and_stranded(cpu, gpu, rows, table)
+            return stranded_after, frag_after
+        return frag_milli(cpu, gpu, rows, table), None
+
+    def _node_frag(self, idx: np.ndarray) -> np.ndarray:
+        """The policy's measure of nodes ``idx`` as they are now (cached per node version)."""
+        table, cache = self._table, self._frag_cache
+        assert table is not None
+        assert cache is not None
+        stale = idx[cache.version[idx] != self._version[idx]]
+        if stale.size:
+            measure = stranded_milli if self.policy == "portal" else frag_milli
+            cache.score[stale] = measure(
+                self.cpu_free_milli[stale], self.gpu_free_milli[stale], self._model_row[stale], table
+            )
+            cache.version[stale] = self._version[stale]
+        return cache.score[idx]
+
+    def invalidate(self) -> None:
+        """Forget every cached score (call after changing the free-capacity arrays directly)."""
+        self._score_caches.clear()
+        if self._frag_cache is not None:
+            self._frag_cache.version[:] = -1
+        if self._table is not None:
+            self._metric_memo.clear()
+            for n in range(len(self.nodes)):
+                self._metric_node[n] = self._metric_of(n)
+            self._metric_total = float(self._metric_node.sum())
+        self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._gpu_max = self.gpu_free_milli.max(axis=1)
+        self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
+
+    # ------------------------------------------------------------------------------ state changes
+    def bind(self, pod: PodShape, choice: Choice) -> None:
+        """Take ``pod``'s resources on ``choice.node`` (the devices in ``choice.gpu_indices``)."""
+        self._change(pod, choice, -1)
+
+    def release(self, pod: PodShape, choice: Choice) -> None:
+        self._change(pod, choice, +1)
+
+    def _change(self, pod: PodShape, choice: Choice, sign: int) -> None:
+        n = choice.node
+        self.cpu_free_milli[n] += sign * pod.cpu_milli
+        self.memory_free_mib[n] += sign * pod.memory_mib
+        for d in choice.gpu_indices:
+            self.gpu_free_milli[n, d] += sign * pod.gpu_milli
+            self._gpu_free_total[n] += sign * pod.gpu_milli
+        if pod.gpu_count > 0:
+            self._affinity[n, baselines.affinity_tag(pod)] -= sign
+        if choice.gpu_indices:
+            devices = self.gpu_free_milli[n]
+            self._gpu_max[n] = devices.max()
+            self._gpu_full[n] = np.count_nonzero(devices == MILLI)
+        known = self._known_after(pod, choice, sign)
+        self._version[n] += 1
+        if known is not None and self._frag_cache is not None:
+            # The scoring pass already measured this exact state: reuse it instead of recomputing.
+            self._frag_cache.score[n] = known[0]
+            self._frag_cache.version[n] = self._version[n]
+        if self._table is not None:
+            value = self._metric_after(n, known)
+            self._metric_total += value - self._metric_node[n]
+            self._metric_node[n] = value
+            if self.policy == "fgd" and self._frag_cache is not None:  # fgd's measure is the metric
+                self._frag_cache.score[n] = value
+                self._frag_cache.version[n] = self._version[n]
+
+    def _known_after(self, pod: PodShape, choice: Choice, sign: int) -> tuple[float, float] | None:
+        """(measure, FGD measure) of ``choice.node`` after binding, if the last scoring pass computed them."""
+        last, self._last = self._last, None
+        if sign > 0 or last is None or self._frag_cache is None:
+            return None
+        key, cache = last
+        n = choice.node
+        if key != (pod.cpu_milli, pod.gpu_milli, pod.gpu_count):
+            return None
+        if cache.version[n] != self._version[n]:
+            return None
+        if pod.is_sharing and choice.gpu_indices != (int(cache.device[n]),):
+            return None
+        return float(cache.after[n]), float(cache.after_primary[n])
+
+    def _metric_after(self, n: int, known: tuple[float, float] | None) -> float:
+        if known is not None and self.policy == "fgd":
+            return known[0]  # fgd: the policy's measure is the metric
+        if known is not None and not np.isnan(known[1]):
+            return known[1]  # portal: its primary key is the metric
+        return self._metric_of(n)
+
+    def _metric_of(self, n: int) -> float:
+        """FGD fragmentation of node ``n``, memoised by node state (states repeat a lot)."""
+        devices = self.gpu_free_milli[n]
+        key = (int(self._model_row[n]), int(self.cpu_free_milli[n]), np.sort(devices).tobytes())
+        value = self._metric_memo.get(key)
+        if value is None:
+            assert self._table is not None
+            row = slice(n, n + 1)
+            value = float(
+                frag_milli(self.cpu_free_milli[row], self.gpu_free_milli[row], self._model_row[row], self._table)[0]
+            )
+            self._metric_memo[key] = value
+        return value
+
+    # ------------------------------------------------------------------------------ fragmentation
+    def frag_milli(self) -> float:
+        """Cluster fragmentation in milli-GPU: free GPU the typical pods cannot use, by frequency.
+
+        Always FGD's definition (0 without typical pods), whatever the policy.
+        """
+        return self._metric_total
+
+    def node_frag_milli(self) -> np.ndarray:
+        """Per-node fragmentation (milli-GPU), FGD's definition."""
+        return self._metric_node.copy()

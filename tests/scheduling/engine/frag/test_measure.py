@@ -1,0 +1,61 @@
+"""FGD's fragmentation measure (scheduling.engine.frag.measure) against a port of the reference simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduling.engine import frag
+from scheduling.engine.frag import NodeArrays, TypicalPod, typical_pods
+
+
+# --------------------------------------------------------------------- reference (Go) fragmentation
+def go_node_frag(cpu_left: int, gpu_left: list[int], gpu_type: str, typical: tuple[TypicalPod, ...]) -> float:
+    """Line-by-line port of NodeGpuShareFragAmount(...).FragAmountSumExceptQ3() from the paper's simulator."""
+    total = 0.0
+    left_total = sum(gpu_left)
+    for t in typical:
+        if t.gpu_milli == 0:
+            total += t.frequency * left_total  # XL / XR: all idle GPU counts
+            continue
+        if t.allowed_models and gpu_type not in t.allowed_models:
+            total += t.frequency * left_total  # no access
+            continue
+        fits = sum(1 for g in gpu_left if g >= t.gpu_milli)
+        if fits >= t.gpu_count and cpu_left >= t.cpu_milli:  # Q3: only too-small devices are fragments
+            total += t.frequency * sum(g for g in gpu_left if g < t.gpu_milli)
+        else:  # Q1, Q2, Q4
+            total += t.frequency * left_total
+    return total
+
+
+typical_strategy = st.lists(
+    st.tuples(
+        st.sampled_from((0, 1000, 4000, 12000)),
+        st.sampled_from((0, 200, 470, 810, 1000)),
+        st.sampled_from((1, 2, 4)),
+        st.sampled_from(((), ("A",), ("B",))),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=typical_strategy,
+    gpu_left=st.lists(st.sampled_from((0, 30, 190, 470, 530, 1000)), min_size=1, max_size=8),
+    cpu_left=st.integers(0, 16000),
+    model=st.sampled_from(("A", "B")),
+)
+def test_fragmentation_matches_the_reference_simulator(rows, gpu_left, cpu_left, model):
+    shapes = [(cpu, milli, num if milli == 1000 else (1 if milli else 0), models) for cpu, milli, num, models in rows]
+    typical = typical_pods(shapes, popularity=1.0)
+    nodes = NodeArrays.of([("n", model, len(gpu_left), 16000, 1024), ("other", "A" if model == "B" else "B", 1, 1, 1)])
+    gpu = np.full((2, nodes.max_gpus), -1, dtype=np.int64)
+    gpu[0, : len(gpu_left)] = gpu_left
+    gpu[1, 0] = 0
+    ours = frag.fragmentation_milli(nodes, gpu, np.array([cpu_left, 0]), typical)
+    assert ours == pytest.approx(go_node_frag(cpu_left, gpu_left, model, typical), abs=1e-6)

@@ -1,0 +1,80 @@
+"""The fit rule (scheduling.engine.fit): its vectorised and scalar forms agree, and the device
+picker finds devices wherever the rule says a replica fits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduling.engine import fit
+from scheduling.engine.scorers import pick_devices
+
+from .builders import node, snapshot
+from .strategies import loaded_clusters, shapes
+
+SETTINGS = settings(max_examples=100, deadline=None)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_the_vectorised_and_the_scalar_rule_agree_on_every_node(data: Any) -> None:
+    cluster = data.draw(loaded_clusters(mig=True))
+    shape = data.draw(shapes(cluster, mig=True))
+    every = np.arange(cluster.n)
+    vector = fit.fits(cluster, shape, every)
+    assert vector.tolist() == [fit.fits_node(cluster, shape, i) for i in range(cluster.n)]
+    assert fit.fits(cluster, shape, slice(0, cluster.n)).tolist() == vector.tolist()
+    within = np.array([i % 2 == 0 for i in range(cluster.n)])
+    assert fit.fits(cluster, shape, slice(0, cluster.n), within=within).tolist() == (vector & within).tolist()
+    assert ((fit.misfit(cluster, shape, every) == fit.FITS) == vector).all()
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_node_fits_exactly_when_it_has_capacity_for_one_more_replica(data: Any) -> None:
+    cluster = data.draw(loaded_clusters(mig=True))
+    shape = data.draw(shapes(cluster, mig=True))
+    # MIG mode is a static filter: fractions and whole GPUs never go on MIG nodes, slices only there.
+    nodes = np.flatnonzero((cluster.mig_node == (shape.kind == "mig")) | (shape.kind == "cpu"))
+    assert ((fit.replica_capacity(cluster, shape, nodes) > 0) == fit.fits(cluster, shape, nodes)).all()
+
+
+@SETTINGS
+@given(data=st.data())
+def test_the_device_picker_finds_devices_wherever_the_rule_says_a_replica_fits(data: Any) -> None:
+    cluster = data.draw(loaded_clusters(mig=True))
+    shape = data.draw(shapes(cluster, mig=True))
+    for i in np.flatnonzero(fit.fits(cluster, shape, np.arange(cluster.n))).tolist():
+        if shape.kind == "mig" and not cluster.mig_node[i]:
+            continue  # MIG mode is a static filter, not part of the fit rule
+        devices, slot = pick_devices(cluster, i, shape)
+        assert len(devices) == (shape.gpus or (0 if shape.kind == "cpu" else 1))
+        assert (slot is not None) == (shape.kind == "mig")
+
+
+def test_a_whole_gpu_replica_needs_that_many_fully_free_devices_on_one_node() -> None:
+    from scheduling.engine.capacity import Cluster
+    from scheduling.engine.fit import Shape
+    from scheduling.engine.model import ReplicaPlacement
+
+    cluster = Cluster(snapshot([node("a", gpus=2), node("b", gpus=2)], [], [], []))
+    cluster.apply(ReplicaPlacement("a", (0,), 500), 1)
+    cluster.apply(ReplicaPlacement("b", (1,), 1000), 1)
+    two, half = Shape("A100-80GB", gpus=2), Shape("A100-80GB", milli=500)
+    assert fit.fits(cluster, two, np.arange(2)).tolist() == [False, False]
+    assert fit.fits(cluster, half, np.arange(2)).tolist() == [True, True]
+    assert fit.replica_capacity(cluster, half, np.arange(2)).tolist() == [3, 2]
+
+
+def test_contiguity_finds_a_block_of_consecutive_free_devices() -> None:
+    from scheduling.engine.capacity import Cluster
+    from scheduling.engine.model import ReplicaPlacement
+
+    cluster = Cluster(snapshot([node("a", gpus=4), node("b", gpus=4)], [], [], []))
+    cluster.apply(ReplicaPlacement("a", (1,), 1000), 1)  # a: 0 _ 2 3
+    cluster.apply(ReplicaPlacement("b", (0, 2), 1000), 1)  # b: _ 1 _ 3
+    assert fit.contiguous(cluster, 2, np.arange(2)).tolist() == [True, False]
+    assert fit.contiguous(cluster, 3, np.arange(2)).tolist() == [False, False]
