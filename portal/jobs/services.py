@@ -205,6 +205,27 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError(f"{spec.min_available} exceeds replicas ({spec.replicas})", field="min_available")
     if spec.min_available < 0:
         raise ServiceError("must not be negative", field="min_available")
+    resources_validate(spec)
+    for field_name, pairs, most in (
+        ("labels", spec.labels, MAX_LABELS),
+        ("node_selector", spec.node_selector, MAX_NODE_SELECTOR),
+    ):
+        if len(pairs) > most:
+            raise ServiceError(f"at most {most} entries", field=field_name)
+        for key, value in pairs:
+            if problem := label_problem(key, value):
+                raise ServiceError(problem, field=field_name)
+    if not 1 <= spec.runtime_s <= MAX_RUNTIME_S:
+        raise ServiceError(f"must be between 1 s and {MAX_RUNTIME_S} s (90 days)", field="runtime_s")
+    if problem := command_problem(spec.command):
+        raise ServiceError(problem, field="command")
+    if len(spec.allowed_gpu_models) > MAX_ALLOWED_GPU_MODELS:
+        raise ServiceError(f"at most {MAX_ALLOWED_GPU_MODELS} GPU models", field="allowed_gpu_models")
+    tolerations_validate(spec)
+
+
+def resources_validate(spec: JobSpec) -> None:
+    """One kind of GPU request at most, each within its range; CPU and memory within theirs."""
     gpu_kinds = [
         name
         for name, value in (
@@ -236,22 +257,6 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError(f"must be between 1 and {MAX_CPU_MILLI} milli-CPU", field="cpu_milli")
     if not 1 <= spec.memory_mib <= MAX_MEMORY_MIB:
         raise ServiceError(f"must be between 1 and {MAX_MEMORY_MIB} MiB", field="memory_mib")
-    for field_name, pairs, most in (
-        ("labels", spec.labels, MAX_LABELS),
-        ("node_selector", spec.node_selector, MAX_NODE_SELECTOR),
-    ):
-        if len(pairs) > most:
-            raise ServiceError(f"at most {most} entries", field=field_name)
-        for key, value in pairs:
-            if problem := label_problem(key, value):
-                raise ServiceError(problem, field=field_name)
-    if not 1 <= spec.runtime_s <= MAX_RUNTIME_S:
-        raise ServiceError(f"must be between 1 s and {MAX_RUNTIME_S} s (90 days)", field="runtime_s")
-    if problem := command_problem(spec.command):
-        raise ServiceError(problem, field="command")
-    if len(spec.allowed_gpu_models) > MAX_ALLOWED_GPU_MODELS:
-        raise ServiceError(f"at most {MAX_ALLOWED_GPU_MODELS} GPU models", field="allowed_gpu_models")
-    tolerations_validate(spec)
 
 
 def tolerations_validate(spec: JobSpec) -> None:

@@ -102,6 +102,22 @@ def snapshot_load(
     placements: dict[int, list[ReplicaPlacement]] = defaultdict(list)
     for placement in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).order_by("job_id", "replica"):
         placements[placement.job_id].append(placement)
+    cluster_queues, local_queues = queues_load()
+    gpu_models = list(GpuModel.objects.all())
+    return m.Snapshot(
+        nodes=tuple(backend.nodes()),
+        cluster_queues=cluster_queues,
+        local_queues=local_queues,
+        workloads=tuple(workload_from_job(job, placements.get(job.pk, [])) for job in jobs),
+        foreign=tuple(backend.foreign_usage()),
+        teams_blocked=teams_blocked,
+        mig_profiles=tuple((g.name, tuple(g.mig_profiles or ())) for g in gpu_models),
+        gpu_memory_gib=tuple((g.name, g.memory_gib) for g in gpu_models),
+    )
+
+
+def queues_load() -> tuple[tuple[m.ClusterQueue, ...], tuple[m.LocalQueue, ...]]:
+    """Every ClusterQueue (quotas per GPU model, in flavor order) and LocalQueue, as engine values."""
     cluster_queues = tuple(
         m.ClusterQueue(
             name=cq.name,
@@ -131,17 +147,7 @@ def snapshot_load(
         )
         for lq in LocalQueue.objects.select_related("team", "cluster_queue")
     )
-    gpu_models = list(GpuModel.objects.all())
-    return m.Snapshot(
-        nodes=tuple(backend.nodes()),
-        cluster_queues=cluster_queues,
-        local_queues=local_queues,
-        workloads=tuple(workload_from_job(job, placements.get(job.pk, [])) for job in jobs),
-        foreign=tuple(backend.foreign_usage()),
-        teams_blocked=teams_blocked,
-        mig_profiles=tuple((g.name, tuple(g.mig_profiles or ())) for g in gpu_models),
-        gpu_memory_gib=tuple((g.name, g.memory_gib) for g in gpu_models),
-    )
+    return cluster_queues, local_queues
 
 
 def placement_gpus(placements: tuple[m.ReplicaPlacement, ...]) -> Decimal:

@@ -1,11 +1,17 @@
-"""``scheduling.invariants`` (``manage.py audit``): clean on a sound world, loud on each broken invariant."""
+"""``scheduling.invariants`` (``manage.py audit``): clean on a sound world, loud on each broken invariant,
+and silent about states that never existed: it reads one consistent snapshot, so a cycle committing between
+its queries cannot raise a false alarm (the race is staged with Django's ``execute_wrapper``)."""
 
 from __future__ import annotations
 
 import io
+import threading
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test import TestCase
+from django.utils import timezone
 
 from portal.jobs.models import Job, ReplicaPlacement
 from portal.jobs.states import JobState
@@ -14,6 +20,7 @@ from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
 from scheduling.invariants import audit_findings
 from scheduling.models import SimNode
+from scheduling.services import cycle_run
 from tests.scheduling.adapters.conftest import settle
 from tests.scheduling.helpers import run_cycles
 
@@ -108,3 +115,37 @@ def test_it_finds_pods_without_jobs_and_jobs_without_pods(kworld, kube, backend)
     messages = [f.message for f in audit_findings(backend=backend)]
     assert any("job-777-a1-r0 belongs to no job" in m for m in messages), messages
     assert any(f"Running job {job.pk} has 0 of its 1 pods" in m for m in messages), messages
+
+
+def admit_from_another_connection() -> None:
+    def cycle() -> None:
+        try:
+            with TestCase.captureOnCommitCallbacks(execute=False):
+                cycle_run(now=timezone.now(), backend=SimulatedCluster())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=cycle)
+    thread.start()
+    thread.join()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_audit_sees_no_false_alarm_when_a_cycle_commits_between_its_reads(world):
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL's snapshots")
+    for _ in range(3):
+        world.submit(gpu=1)
+    fired: list[str] = []
+
+    def race(execute, sql, params, many, context):
+        if not fired and "jobs_jobtransition" in sql:
+            fired.append(sql)
+            admit_from_another_connection()  # commits while the audit is between two reads
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(race):
+        findings = audit_findings(backend=SimulatedCluster())
+    assert fired, "the race was not staged"
+    assert findings == []
+    assert audit_findings(backend=SimulatedCluster()) == []  # and the admitted state itself is sound
