@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import billing.core
-from tests.engine.test_purity import imported_modules
+from tests.scheduling.engine.test_purity import imported_modules
 
 CORE = sorted(Path(billing.core.__file__).parent.rglob("*.py"))
 ALLOWED = {"scheduling.engine.shares"}
