@@ -1,37 +1,39 @@
-"""Which tolerations a team may carry: a job's toleration against its team's allow-list.
+"""Which tolerations a team may carry: a job's toleration (as the API gives it) against its team's
+allow-list (as ``selectors.team_toleration_allowlist`` gives it).
 
-Pure (plain mappings in, a verdict out), so the scheduling engine can apply the same rule to the
-allow-list in its snapshot. A grant is a mapping with ``key``, ``value``, ``effect`` and ``all``:
-
-- ``all``: any toleration, including the empty-key ``Exists`` that tolerates every taint;
-- otherwise the toleration's key must be the grant's key (an empty-key toleration needs ``all``);
-- a grant's empty value allows any value (``Exists``, or ``Equal`` to anything); otherwise the
-  toleration must be ``Equal`` to that value;
-- a grant's empty effect allows any effect; otherwise the toleration's effect must be that effect
-  (a toleration with no effect tolerates every effect, so it needs a grant for any effect).
+The rule itself is the engine's (``scheduling.engine.taints.toleration_allowed``): the submit path
+refuses what it refuses, and the scheduling cycle, which reads the same grants from its snapshot,
+ignores a toleration it would refuse. This module only converts the plain mappings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from scheduling.engine import taints
+from scheduling.engine.model import Toleration, TolerationGrant
+
+
+def as_toleration(toleration: Mapping[str, str]) -> Toleration:
+    return Toleration(
+        key=str(toleration.get("key", "") or ""),
+        operator=str(toleration.get("operator", "Equal") or "Equal"),
+        value=str(toleration.get("value", "") or ""),
+        effect=str(toleration.get("effect", "") or ""),
+    )
+
+
+def as_grant(grant: Mapping[str, object]) -> TolerationGrant:
+    return TolerationGrant(
+        key=str(grant.get("key") or ""),
+        value=str(grant.get("value") or ""),
+        effect=str(grant.get("effect") or ""),
+        all=bool(grant.get("all")),
+    )
+
 
 def toleration_allowed(toleration: Mapping[str, str], grants: Iterable[Mapping[str, object]]) -> bool:
-    key = toleration.get("key", "")
-    operator = toleration.get("operator", "Equal") or "Equal"
-    value = toleration.get("value", "")
-    effect = toleration.get("effect", "")
-    for grant in grants:
-        if grant.get("all"):
-            return True
-        if not key or key != grant.get("key"):
-            continue
-        if grant.get("value") and (operator != "Equal" or value != grant.get("value")):
-            continue
-        if grant.get("effect") and effect != grant.get("effect"):
-            continue
-        return True
-    return False
+    return taints.toleration_allowed(as_toleration(toleration), [as_grant(g) for g in grants])
 
 
 def toleration_text(toleration: Mapping[str, str]) -> str:

@@ -1,8 +1,10 @@
 """Free capacity of the cluster as numpy arrays, derived from placements, with staged changes.
 
-Nodes are indexed in name order (determinism). Per node: free CPU and memory. Per device
-(``nodes x max_gpus``): free milli-GPU (-1 marks a device slot the node does not have), a bitmask of
-used MIG memory slices and the count of used MIG compute slices. Two per-node summaries are kept in
+Nodes are indexed in name order (determinism). Per node: free CPU and memory, its node pool and the
+milli-GPU one device may hand out to fractions (``dev_cap``: 1000, more in an overcommitted pool, see
+``pools``). Per device (``nodes x max_gpus``): free milli-GPU (``dev_cap`` when nobody holds it; a
+whole GPU takes all of it; -1 marks a device slot the node does not have), a bitmask of used MIG memory
+slices and the count of used MIG compute slices. Two per-node summaries are kept in
 step so feasibility is one vectorised comparison per job: the number of fully free devices and the
 largest free share on any device.
 
@@ -18,8 +20,9 @@ import numpy as np
 
 from .mig import MigGeometry, default_device_memory_gib, mig_geometry
 from .model import ForeignUsage, GpuNode, ReplicaPlacement, Snapshot
+from .pools import FULL, pool_index, share_capacity_milli
 
-FULL = 1000
+__all__ = ["FULL", "Cluster", "Statement"]
 
 
 class Cluster:
@@ -52,6 +55,13 @@ class Cluster:
         self.mem_total = np.array([node.memory_mib for node in nodes], dtype=np.int64)
         self.cordoned = np.array([node.unschedulable for node in nodes], dtype=bool)
         self.mig_node = np.array([node.mig_enabled for node in nodes], dtype=bool)
+        self.pools = snapshot.pools
+        self.node_pool = np.array([pool_index(dict(node.labels), self.pools) for node in nodes], dtype=np.int32)
+        caps = [share_capacity_milli(pool.overcommit_ratio) for pool in self.pools]
+        self.dev_cap = np.array(
+            [FULL if p < 0 or mig else caps[p] for p, mig in zip(self.node_pool.tolist(), self.mig_node, strict=True)],
+            dtype=np.int32,
+        )
         self.device_memory_gib = np.array(
             [
                 node.gpu_memory_gib
@@ -79,15 +89,15 @@ class Cluster:
         self.mem_free = self.mem_total.copy()
         self.dev_free = np.full((n, width), -1, dtype=np.int32)
         for i, node in enumerate(self.nodes):
-            self.dev_free[i, : node.gpu_count] = FULL
+            self.dev_free[i, : node.gpu_count] = self.dev_cap[i]
         self.mig_mask = np.zeros((n, width), dtype=np.int32)
         self.mig_compute = np.zeros((n, width), dtype=np.int32)
         self.full_free = np.where(self.mig_node, 0, self.gpu_count).astype(np.int32)
-        self.max_share = np.where(self.mig_node | (self.gpu_count == 0), 0, FULL).astype(np.int32)
-        self.gpu_free_total = (self.gpu_count.astype(np.int64)) * FULL
+        self.max_share = np.where(self.mig_node | (self.gpu_count == 0), 0, self.dev_cap).astype(np.int32)
+        self.gpu_free_total = self.gpu_count.astype(np.int64) * self.dev_cap
         # Bit d set when device d is fully free (non-MIG nodes): contiguity tests are shifts and ands.
         self.free_bits = np.where(self.mig_node, 0, (np.int64(1) << self.gpu_count.astype(np.int64)) - 1)
-        self.inv_gpu_total = 1.0 / np.maximum(self.gpu_count * FULL, 1)
+        self.inv_gpu_total = 1.0 / np.maximum(self.gpu_count.astype(np.int64) * self.dev_cap, 1)
         self.inv_cpu_total = 1.0 / np.maximum(self.cpu_total, 1)
         # Bin-packing score per node, kept current by ``apply`` (``scorers.score_binpack``'s formula):
         # GPU replicas -(free GPU share) - 0.01 (free CPU share); CPU-only replicas -(free CPU share).
@@ -131,9 +141,11 @@ class Cluster:
                                 self.mig_mask[i, d] &= ~geometry.mask_at(start)
                             self.mig_compute[i, d] += sign * geometry.compute
             else:
+                # A whole GPU holds all of its device, also where fractions may overcommit it.
+                taken = int(self.dev_cap[i]) if placement.gpu_milli >= FULL else placement.gpu_milli
                 for d in placement.gpu_indices:
                     if d < self.width:
-                        self.dev_free[i, d] -= sign * placement.gpu_milli
+                        self.dev_free[i, d] -= sign * taken
                         if self.mig_node[i] and placement.gpu_milli > 0:
                             # A non-MIG holder of a MIG device (a foreign pod) blocks every slice.
                             self.mig_mask[i, d] = 0xFF if sign > 0 else 0
@@ -169,9 +181,10 @@ class Cluster:
             return
         row = self.dev_free[i, :count].tolist()
         masks = self.mig_mask[i, :count].tolist()
+        cap = int(self.dev_cap[i])
         bits = 0
         for d, v in enumerate(row):
-            if v == FULL and not masks[d]:
+            if v == cap and not masks[d]:
                 bits |= 1 << d
         self.free_bits[i] = bits
         self.full_free[i] = bits.bit_count()
@@ -181,7 +194,7 @@ class Cluster:
     def refresh_all(self) -> None:
         """Recompute every per-node summary from the device arrays (vectorised)."""
         exists = np.arange(self.width)[None, :] < self.gpu_count[:, None]
-        free = exists & (self.dev_free == FULL) & (self.mig_mask == 0)
+        free = exists & (self.dev_free == self.dev_cap[:, None]) & (self.mig_mask == 0)
         plain = ~self.mig_node
         self.full_free = np.where(plain, free.sum(axis=1), 0).astype(np.int32)
         self.max_share = np.where(plain & (self.gpu_count > 0), np.clip(self.dev_free.max(axis=1), 0, None), 0)

@@ -4,9 +4,9 @@ The mapping is mechanical, from the dataclasses in ``model.py``: field names are
 lists, enums their string values, nested dataclasses objects. Three kinds of field are written as JSON
 objects instead of lists of pairs because that is how people write them: label maps (``labels``,
 ``node_selector``), the snapshot's lookup tables (``teams_blocked``, ``mig_profiles``,
-``gpu_memory_gib``, ``pool_placement``) and ``details`` / ``stats``. Fields equal to their default are
-left out when writing and filled in when reading. Unknown keys are an error naming their path, so a
-typo in a hand-written snapshot does not silently change a decision.
+``gpu_memory_gib``, ``pool_placement``, ``toleration_grants``) and ``details`` / ``stats``. Fields
+equal to their default are left out when writing and filled in when reading. Unknown keys are an
+error naming their path, so a typo in a hand-written snapshot does not silently change a decision.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ _MAP_FIELDS = {
     "mig_profiles",
     "gpu_memory_gib",
     "pool_placement",
+    "toleration_grants",
     "details",
     "stats",
 }

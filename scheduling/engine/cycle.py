@@ -4,7 +4,8 @@ Steps (each is one call in :meth:`_Cycle.run`):
 
 1. Build free capacity (``capacity.Cluster``) from admitted and running workloads' placements and
    ``snapshot.foreign``; build quota usage (``quota.QuotaBook``) and fair-share usage from the same
-   workloads.
+   workloads. With the platform's toleration allow-list in the snapshot, a pending job's tolerations
+   its team was not granted do not count (``taints.toleration_allowed``).
 2. Check each pending workload for things no cycle can fix (unknown queue, impossible request):
    reason ``invalid``.
 3. Walk pending workloads in admission order (``admission.AdmissionOrder``: priority, fair share,
@@ -52,6 +53,7 @@ from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
 from .placement import Placer
 from .preemption import Holder, Victim, VictimIndex, select_victims
 from .quota import CPU, MEMORY, QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .taints import allowed_tolerations
 
 
 def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
@@ -88,8 +90,28 @@ class _Memo:
     requests: dict[tuple[Shape, int], dict[str, int]] = field(default_factory=dict)
 
 
+def _granted(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with each pending job's tolerations cut to those its team was granted (when the
+    snapshot carries the allow-list)."""
+    if snapshot.toleration_grants is None:
+        return snapshot
+    grants = dict(snapshot.toleration_grants)
+    kept: dict[tuple[str, tuple], tuple] = {}
+    workloads = []
+    for w in snapshot.workloads:
+        if w.tolerations and w.state == WorkloadState.PENDING:
+            key = (w.team, w.tolerations)
+            if key not in kept:
+                kept[key] = allowed_tolerations(w.tolerations, grants.get(w.team, ()))
+            if kept[key] != w.tolerations:
+                w = replace(w, tolerations=kept[key])
+        workloads.append(w)
+    return replace(snapshot, workloads=tuple(workloads))
+
+
 class _Cycle:
     def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
+        snapshot = _granted(snapshot)
         self.snapshot = snapshot
         self.policy = policy
         self.now = now
@@ -249,6 +271,7 @@ class _Cycle:
             job.allowed_gpu_models,
             job.node_selector,
             job.tolerations,
+            job.rules,
             job.priority if self.policy.preemption else 0,
         )
         cached = self.memo.failed.get(key)
@@ -299,7 +322,7 @@ class _Cycle:
             misses.quota.append(self._quota_reason(cq, minimum))
             return None
         misses.fitting.append(shape)
-        pkey = (shape, job.node_selector, job.tolerations, job.gang_size)
+        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size)
         if pkey in self.memo.placement_failed:
             self.stats["cache_hits"] += 1
             misses.placement = misses.placement or self.memo.placement_failed[pkey]
@@ -315,14 +338,14 @@ class _Cycle:
         failure = None
         if job.gang_size > 1 and result.fit_count:
             _, counts = result.explanation
-            failure = gang_reason(result.fit_count, job.gang_size, self.cluster.n, counts)
+            failure = gang_reason(result.fit_count, job.gang_size, self.cluster.n, counts, result.within)
         self.memo.placement_failed[pkey] = failure
         misses.placement = misses.placement or failure
         return None
 
     def _try_preemption(self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]) -> Preempt | None:
         for shape, minimum in tried:
-            key = (cq, job.priority, shape, job.node_selector, job.tolerations, job.gang_size)
+            key = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules, job.gang_size)
             if key in self.memo.preemption_failed:
                 continue
             victims = self._victims(job, cq, shape, minimum)
@@ -336,7 +359,7 @@ class _Cycle:
         """The placement (or gang) reason of the first model that had quota, else the quota reason."""
         failure = misses.placement
         if misses.fitting and failure is None:
-            key = (tuple(misses.fitting), job.node_selector, job.tolerations)
+            key = (tuple(misses.fitting), job.node_selector, job.tolerations, job.rules)
             failure = self.memo.explained.get(key)
             if failure is None:
                 fitting, counts = self.placer.explain(job, misses.fitting)

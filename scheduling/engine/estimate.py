@@ -99,7 +99,9 @@ class _Estimation:
             rows = schedulable & (cluster.node_model == code)
             plain, mig = rows & ~cluster.mig_node, rows & cluster.mig_node
             key = gpu_key(model)
-            free[key] = int(np.clip(cluster.dev_free[plain], 0, None).sum())
+            # Counted without the overcommit headroom of pooled devices (conservative for fractions).
+            headroom = (cluster.dev_cap[plain] - FULL)[:, None]
+            free[key] = int(np.clip(cluster.dev_free[plain] - headroom, 0, None).sum())
             ceiling[key] = int(cluster.gpu_count[plain].sum()) * FULL
             mig_key = _mig_pool(key)
             ceiling[mig_key] = int(cluster.gpu_count[mig].sum()) * FULL

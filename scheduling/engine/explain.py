@@ -55,7 +55,12 @@ def placement_reason(
     return Reason(ReasonKind.PLACEMENT, message, details)
 
 
-def gang_reason(placed: int, needed: int, total: int, counts: tuple[tuple[str, int], ...]) -> Reason:
+def gang_reason(placed: int, needed: int, total: int, counts: tuple[tuple[str, int], ...], within: str = "") -> Reason:
+    """``within``: where the gang must be, e.g. ``one rack (topology.kubernetes.io/rack)``."""
     inner = placement_reason(total, 0, counts, prefix="next replica")
-    message = f"gang: only {placed} of {needed} replicas fit and all {needed} must start together; {inner.message}"
+    where = f" in {within}" if within else ""
+    message = (
+        f"gang: only {placed} of {needed} replicas fit{where} and all {needed} must start together{where}; "
+        f"{inner.message}"
+    )
     return Reason(ReasonKind.GANG, message, (("placed", placed), ("needed", needed), *inner.details))

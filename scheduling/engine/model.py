@@ -53,6 +53,104 @@ class Toleration:
 
 
 @dataclass(frozen=True, slots=True)
+class TolerationGrant:
+    """A taint a team may tolerate, as platform admins granted it (``taints.toleration_allowed``).
+
+    ``all``: any toleration. Otherwise the toleration's key must be ``key``; an empty ``value`` or
+    ``effect`` allows any."""
+
+    key: str = ""
+    value: str = ""
+    effect: str = ""
+    all: bool = False
+
+
+# -- placement rules (Kubernetes' affinity vocabulary; matched in ``affinity``) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """A node selector requirement: ``key`` ``operator`` ``values``.
+
+    Operators: ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt`` (the label and the one
+    value parsed as 64-bit integers). In a term's ``match_fields`` the key is ``metadata.name`` and the
+    operator ``In`` or ``NotIn`` with one value."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Requirements that must all hold. A term without any requirement matches no node."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredTerm:
+    weight: int  # 1..100; a node scores the sum of the weights of the terms it matches
+    preference: NodeSelectorTerm
+
+
+@dataclass(frozen=True, slots=True)
+class AntiAffinityTerm:
+    """Pod anti-affinity between a job's own replicas: no two (required) or as few as possible
+    (preferred, ``weight`` 1..100) in one domain of ``topology_key``. Nodes without the label are in
+    no domain."""
+
+    topology_key: str
+    weight: int = 0  # 0 = required
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """A topology spread constraint over a job's own replicas (Kubernetes' PodTopologySpread)."""
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str = "DoNotSchedule"  # DoNotSchedule | ScheduleAnyway
+    min_domains: int = 1
+    node_affinity_policy: str = "Honor"  # Honor | Ignore: which nodes' domains count
+    node_taints_policy: str = "Ignore"  # Honor | Ignore
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRules:
+    """A job's placement rules beyond its GPU models, node selector and tolerations.
+
+    ``required_terms``: required node affinity, terms OR-ed (``None`` = no requirement; an empty
+    tuple matches no node). ``required_topology``: every replica of the gang in one domain of this
+    level: ``node``, ``rack``, ``zone``, ``nvlink`` (the policy's labels) or a node label key."""
+
+    required_terms: tuple[NodeSelectorTerm, ...] | None = None
+    preferred_terms: tuple[PreferredTerm, ...] = ()
+    anti_affinity: tuple[AntiAffinityTerm, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+    required_topology: str = ""
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether a replica's room depends on where the job's other replicas went."""
+        return bool(self.anti_affinity or self.spread)
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    """Nodes platform admins group (KAI/Run:ai node pools): the nodes whose labels match every pair of
+    ``node_selector``, in the first pool that matches. ``placement`` overrides ``Policy.placement``
+    there; ``overcommit_ratio`` lets fractional requests share a device up to that many times its
+    capacity (1.2: 1200 milli of fractions per device). Quota and cost count the requested shares."""
+
+    name: str
+    node_selector: Labels = ()
+    placement: str = ""  # "" = the policy's
+    overcommit_ratio: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class GpuNode:
     """A schedulable node. Free capacity is derived from allocations, never stored here."""
 
@@ -117,7 +215,8 @@ class Workload:
     allowed_gpu_models: tuple[str, ...] = ()  # empty = any model
     node_selector: Labels = ()
     tolerations: tuple[Toleration, ...] = ()
-    preferred_labels: tuple[tuple[str, str, int], ...] = ()  # (key, value, weight)
+    preferred_labels: tuple[tuple[str, str, int], ...] = ()  # (key, value, weight): key In [value]
+    rules: PlacementRules | None = None  # affinity, anti-affinity, spread, one-domain gangs
     runtime_s: float = 3600.0  # requested runtime, for estimated start times
     state: WorkloadState = WorkloadState.PENDING
     gpu_model: str | None = None  # the flavor it was admitted on (admitted/running)
@@ -180,6 +279,7 @@ class Policy:
     pool_placement: tuple[tuple[str, str], ...] = ()
     rack_label: str = "topology.kubernetes.io/rack"
     zone_label: str = "topology.kubernetes.io/zone"
+    nvlink_label: str = "nvidia.com/gpu.clique"  # NVLink domain (GPU feature discovery)
     preemption: bool = True
     seed: int = 0
     preemptors_per_queue: int = 1  # jobs per ClusterQueue that may choose victims in one cycle (Kueue: 1)
@@ -195,6 +295,9 @@ class Snapshot:
     teams_blocked: tuple[tuple[str, str], ...] = ()  # (team, why) — may not start new jobs
     mig_profiles: tuple[tuple[str, tuple[str, ...]], ...] = ()  # gpu_model -> supported profiles
     gpu_memory_gib: tuple[tuple[str, int], ...] = ()  # gpu_model -> memory per device
+    pools: tuple[NodePool, ...] = ()  # in order: a node is in the first pool it matches
+    # team -> the taints it may tolerate; None = no allow-list (every toleration counts)
+    toleration_grants: tuple[tuple[str, tuple[TolerationGrant, ...]], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,13 @@ A gang places replica by replica in a ``Statement``; the caller commits or disca
 first tries the node the previous one went to; while the replicas so far share one rack with room,
 only that rack's nodes are candidates. When a replica does not fit, :meth:`Placer.explain` counts,
 for every node, the first filter that rejected it.
+
+A job with placement rules (``Workload.rules``) takes :meth:`Placer._place_ruled`: the same steps
+with the rules between its replicas (``replicas.GangRules``: anti-affinity, topology spread) applied
+to each replica's candidates, no same-node fill or same-rack shortcut when those rules spread it, and,
+for a gang that must stay in one domain, the domains tried one after another (the one that holds the
+most of its replicas first, then the tightest; at most ``MAX_DOMAIN_TRIALS``). Jobs without rules
+never reach that code.
 """
 
 from __future__ import annotations
@@ -34,19 +41,44 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import fit
+from .affinity import by_max, preferred_terms_of, terms_text
 from .capacity import FULL, Cluster, Statement
-from .filters import CORDONED, CPU, FIT, GPUS, MEMORY, MODEL, REASONS, StaticFilters
+from .filters import (
+    AFFINITY,
+    ANTI_AFFINITY,
+    CORDONED,
+    CPU,
+    FIT,
+    GPUS,
+    MEMORY,
+    MODEL,
+    NO_DOMAIN,
+    OUTSIDE_DOMAIN,
+    REASONS,
+    SPREAD,
+    StaticFilters,
+    required_labels,
+    topology_levels,
+)
 from .fit import Nodes, Shape
 from .frag import plugins as _frag_plugins  # noqa: F401  (registers the FGD paper's policies)
 from .mig import devices_for_memory
-from .model import Policy, ReplicaPlacement, Workload
+from .model import Policy, PreferredTerm, ReplicaPlacement, Workload
+from .replicas import GangRules
 from .scorers import PLUGINS, PluginSetup, ScoreContext, ScorerPlugin, binpack_scores, pick_devices
 
+# Side votes, relative to the placement policy's 1. Where kube-scheduler has the same plugin, its
+# default profile's weight (NodeResourcesFit 1): NodeAffinity 2, TaintToleration 3,
+# InterPodAffinity 2, PodTopologySpread 2.
 TOPOLOGY_WEIGHT = 2.0
-AFFINITY_WEIGHT = 1.0
-SOFT_TAINT_WEIGHT = 0.5
+AFFINITY_WEIGHT = 2.0
+SOFT_TAINT_WEIGHT = 3.0
+INTER_POD_WEIGHT = 2.0
+SPREAD_WEIGHT = 2.0
 GPU_AVOID_WEIGHT = 1.0
 CONTIGUOUS_WEIGHT = 0.2
+# A gang that must stay in one domain tries at most this many domains per attempt (bounded work).
+MAX_DOMAIN_TRIALS = 32
 
 # ``fit.misfit``'s outcome as explanation codes.
 _MISFIT_CODES = np.array([FIT, GPUS, CPU, MEMORY], dtype=np.int8)
@@ -62,6 +94,7 @@ class GangResult:
     placements: tuple[ReplicaPlacement, ...]
     explanation: Explanation | None  # on failure
     fit_count: int = 0  # on failure: how many replicas would have fitted
+    within: str = ""  # on failure of a one-domain gang: "one rack (topology.kubernetes.io/rack)"
 
 
 class Placer:
@@ -83,7 +116,7 @@ class Placer:
         self.cluster = cluster
         self.policy = policy
         self.mig_profiles = mig_profiles or {}
-        self.filters = StaticFilters(cluster)
+        self.filters = StaticFilters(cluster, topology_levels(policy))
         self._shapes: dict[tuple[object, ...], Shape | str] = {}
         self._all = np.arange(cluster.n)
         self.rack, _ = cluster.label_codes(policy.rack_label)
@@ -101,10 +134,15 @@ class Placer:
         policy = self.policy
         names = [policy.placement]
         per_node = np.zeros(self.cluster.n, dtype=np.int32)
-        if policy.pool_label:
+        pools = self.cluster.pools
+        if policy.pool_label or any(pool.placement for pool in pools):
             overrides = dict(policy.pool_placement)
+            node_pool = self.cluster.node_pool.tolist()
             for i, labels in enumerate(self.filters.labels):
-                name = overrides.get(labels.get(policy.pool_label, ""), policy.placement)
+                name = pools[node_pool[i]].placement if node_pool[i] >= 0 else ""
+                if not name and policy.pool_label:
+                    name = overrides.get(labels.get(policy.pool_label, ""), "")
+                name = name or policy.placement
                 if name not in names:
                     names.append(name)
                 per_node[i] = names.index(name)
@@ -169,6 +207,7 @@ class Placer:
         return (
             len(self.scorer_names) == 1
             and not workload.preferred_labels
+            and workload.rules is None
             and not self.filters.any_soft_taint
             and remaining <= 1
             and not gang_nodes
@@ -208,6 +247,7 @@ class Placer:
         cand: np.ndarray,
         gang_nodes: Sequence[int],
         remaining: int,
+        gang: GangRules | None = None,
     ) -> np.ndarray:
         """How much each candidate node is wanted; the votes combine here and only here."""
         if self._single_vote(workload, gang_nodes, remaining) and (
@@ -217,22 +257,33 @@ class Placer:
             ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
             return self._single_vote_score(shape, cand, np.asarray(self.plugins[0].score(ctx), dtype=np.float64))
         total = self._policy_votes(workload, shape, cand)
-        if workload.preferred_labels:
-            weights = np.zeros(len(cand), dtype=np.float64)
-            for key, value, weight in workload.preferred_labels:
-                weights += weight * self.filters.selected(((key, value),))[cand]
-            total += AFFINITY_WEIGHT * _unit(weights)
+        preferred = self._preferred_terms(workload)
+        if preferred:
+            # kube-scheduler's NodeAffinity score: the matched terms' weights over the highest.
+            total += AFFINITY_WEIGHT * by_max(self.filters.index.preferred(preferred, cand))
         if self.filters.any_soft_taint:
-            total -= SOFT_TAINT_WEIGHT * self.filters.soft_taint_untolerated(workload, cand)
+            # TaintToleration's score: untolerated PreferNoSchedule taints over the highest count.
+            total -= SOFT_TAINT_WEIGHT * by_max(self.filters.soft_taints_untolerated(workload.tolerations)[cand])
         if shape.kind == "cpu":
             # Strictly above the policy's unit range, as in :meth:`_single_vote_score`: at equal weight
             # the fullest GPU node tied with the emptiest CPU node and won on node order.
             total -= 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[cand] > 0)
-        if remaining > 1 or gang_nodes:
+        if gang is not None and gang.scores:
+            total += INTER_POD_WEIGHT * gang.anti_affinity_score(cand, gang_nodes)
+            total += SPREAD_WEIGHT * gang.spread_score(cand, gang_nodes)
+        if (remaining > 1 or gang_nodes) and (gang is None or not gang.dynamic):
+            # Keeping a gang together, unless its own rules spread it.
             total += TOPOLOGY_WEIGHT * self._topology(shape, cand, gang_nodes, remaining)
         if shape.gpus > 1:
             total += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, cand)
         return total
+
+    @staticmethod
+    def _preferred_terms(workload: Workload) -> tuple[PreferredTerm, ...]:
+        terms = preferred_terms_of(workload.preferred_labels) if workload.preferred_labels else ()
+        if workload.rules is not None:
+            terms += workload.rules.preferred_terms
+        return terms
 
     def _policy_votes(self, workload: Workload, shape: Shape, cand: np.ndarray) -> np.ndarray:
         """Each node's pool scorer's score, scaled to [0, 1] per scorer over its candidates."""
@@ -286,29 +337,34 @@ class Placer:
         gang_nodes: Sequence[int] = (),
         remaining: int = 1,
         node: int | None = None,
+        gang: GangRules | None = None,
     ) -> int | None:
         """The node one more replica goes to, or ``None``; nothing is placed. With ``node``, only that
-        node is tried (it must already pass the static filters)."""
+        node is tried (it must already pass the static filters). ``gang``: the job's rules between
+        its replicas (jobs with placement rules only)."""
         if node is not None:
             cand = self.feasible(shape, np.array([node]))
         else:
             mask, eligible, lo = self.filters.eligible(workload, shape)
-            if self._fast and shape.kind != "mig" and self._single_vote(workload, gang_nodes, remaining):
+            fast = gang is None and self._fast and shape.kind != "mig"
+            if fast and self._single_vote(workload, gang_nodes, remaining):
                 return self._fast_pick(shape, mask, lo)
             if len(eligible) == 0:
                 return None
-            in_rack = self._same_rack(shape, mask, lo, gang_nodes)
+            in_rack = None if gang is not None else self._same_rack(shape, mask, lo, gang_nodes)
             if in_rack is not None:
                 cand = in_rack
             elif shape.kind == "mig":  # few MIG nodes: test them, not the model's whole block
                 cand = self.feasible(shape, eligible)
             else:
                 cand = self._feasible_in(shape, mask, lo)
+        if gang is not None and len(cand):
+            cand = cand[gang.allowed(cand, gang_nodes)]
         if len(cand) == 0:
             return None
         if len(cand) == 1:
             return int(cand[0])
-        scores = self._score(workload, shape, cand, gang_nodes, remaining)
+        scores = self._score(workload, shape, cand, gang_nodes, remaining, gang)
         return int(cand[int(np.argmax(scores))])
 
     def place_one(
@@ -319,9 +375,10 @@ class Placer:
         gang_nodes: Sequence[int],
         remaining: int,
         node: int | None = None,
+        gang: GangRules | None = None,
     ) -> ReplicaPlacement | None:
         """Place one replica (on ``node`` only, when given: it must already be eligible)."""
-        best = self.choose_node(workload, shape, gang_nodes, remaining, node)
+        best = self.choose_node(workload, shape, gang_nodes, remaining, node, gang)
         if best is None:
             return None
         plugin = self.plugins[int(self._pool_scorer[best])]
@@ -349,6 +406,8 @@ class Placer:
         On failure the result explains the first replica that did not fit, unless ``explain`` is
         false (trial placements during victim selection), when it is an empty explanation.
         """
+        if workload.rules is not None:
+            return self._place_ruled(workload, shape, stmt, wanted, needed, explain)
         if needed > 1 and shape.kind != "mig":
             # Replicas are identical and each takes exactly one unit of a node's replica capacity,
             # so the summed capacity is exactly how many fit: fail before placing any.
@@ -357,31 +416,111 @@ class Placer:
             if capacity < needed:
                 explanation = self._explain_after(workload, shape, capacity) if explain else (0, ())
                 return GangResult((), explanation, capacity)
-        placements: list[ReplicaPlacement] = []
-        gang_nodes: list[int] = []
-        last: int | None = None
-        while len(placements) < wanted:
-            # Fill the node the previous replica went to before scoring again: replicas of a gang
-            # on one node talk over NVLink/shared memory, and it saves a scoring pass per replica.
-            placement = None
-            if last is not None and fit.fits_node(self.cluster, shape, last):
-                placement = self.place_one(workload, shape, stmt, gang_nodes, wanted - len(placements), last)
-            if placement is None:
-                placement = self.place_one(workload, shape, stmt, gang_nodes, wanted - len(placements))
-            if placement is None:
-                break
-            placements.append(placement)
-            last = self.cluster.index[placement.node]
-            gang_nodes.append(last)
+        placements, _ = self._place_replicas(workload, shape, stmt, wanted)
         if len(placements) >= needed:
             return GangResult(tuple(placements), None)
         explanation = self.explain(workload, [shape]) if explain else (0, ())
         stmt.discard()
         return GangResult((), explanation, len(placements))
 
+    def _place_replicas(
+        self, workload: Workload, shape: Shape, stmt: Statement, wanted: int, gang: GangRules | None = None
+    ) -> tuple[list[ReplicaPlacement], list[int]]:
+        """Place replicas one by one until ``wanted`` or one does not fit; (placements, their nodes)."""
+        placements: list[ReplicaPlacement] = []
+        gang_nodes: list[int] = []
+        last: int | None = None
+        fill = gang is None or not gang.dynamic
+        while len(placements) < wanted:
+            # Fill the node the previous replica went to before scoring again: replicas of a gang
+            # on one node talk over NVLink/shared memory, and it saves a scoring pass per replica.
+            # Not when the job's own rules spread its replicas.
+            placement = None
+            remaining = wanted - len(placements)
+            if fill and last is not None and fit.fits_node(self.cluster, shape, last):
+                placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, last, gang)
+            if placement is None:
+                placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, None, gang)
+            if placement is None:
+                break
+            placements.append(placement)
+            last = self.cluster.index[placement.node]
+            gang_nodes.append(last)
+        return placements, gang_nodes
+
+    def _place_ruled(
+        self, workload: Workload, shape: Shape, stmt: Statement, wanted: int, needed: int, explain: bool
+    ) -> GangResult:
+        """:meth:`place_gang` for a job with placement rules (see the module's docstring)."""
+        rules = workload.rules
+        assert rules is not None
+        gang = GangRules(self.filters, workload, shape)
+        if not rules.required_topology:
+            placements, gang_nodes = self._place_replicas(workload, shape, stmt, wanted, gang)
+            if len(placements) >= needed:
+                return GangResult(tuple(placements), None)
+            explanation = self.explain(workload, [shape], gang, gang_nodes) if explain else (0, ())
+            stmt.discard()
+            return GangResult((), explanation, len(placements))
+        key = self.filters.topology_key(rules.required_topology)
+        codes, table = self.filters.index.domains(key)
+        within = self._within(workload)
+        domains, largest = self._domains_to_try(workload, shape, codes, wanted, needed)
+        best_count, best_domain = 0, largest
+        for domain in domains:
+            gang.domain = codes == domain
+            placements, _ = self._place_replicas(workload, shape, stmt, wanted, gang)
+            if len(placements) >= needed:
+                return GangResult(tuple(placements), None)
+            stmt.discard()
+            if len(placements) > best_count:
+                best_count, best_domain = len(placements), domain
+        if not explain:
+            return GangResult((), (0, ()), best_count, within)
+        # Explain the next replica in the domain that took the most, or that has the most room when
+        # none was worth a try (over every node when no domain has room for one replica).
+        gang.domain = codes == best_domain if best_domain >= 0 else None
+        gang.domain_name = table[best_domain] if best_domain >= 0 else ""
+        count = best_count if domains else wanted
+        placements, gang_nodes = self._place_replicas(workload, shape, stmt, count, gang)
+        best_count = len(placements)
+        explanation = self.explain(workload, [shape], gang, gang_nodes)
+        stmt.discard()
+        return GangResult((), explanation, best_count, within)
+
+    def _within(self, workload: Workload) -> str:
+        """Where a one-domain gang must be, in words: ``one rack (topology.kubernetes.io/rack)``."""
+        level = workload.rules.required_topology if workload.rules is not None else ""
+        if not level:
+            return ""
+        key = self.filters.topology_key(level)
+        return f"one {level}" + (f" ({key})" if key != level else "")
+
+    def _domains_to_try(
+        self, workload: Workload, shape: Shape, codes: np.ndarray, wanted: int, needed: int
+    ) -> tuple[list[int], int]:
+        """The domains that may hold ``needed`` replicas now, the one that holds the most (up to
+        ``wanted``) first, then the tightest, then by name; at most ``MAX_DOMAIN_TRIALS``. And the
+        domain with the most room (-1 when none has room for one replica)."""
+        feasible = self.feasible(shape, self.eligible(workload, shape))
+        domains = codes[feasible]
+        if shape.kind == "mig":  # replica capacity counts one MIG slice per node at most: no bound
+            capacity = np.bincount(domains[domains >= 0], minlength=int(codes.max(initial=-1)) + 1) * wanted
+        else:
+            node_cap = fit.replica_capacity(self.cluster, shape, feasible)
+            inside = domains >= 0
+            capacity = np.bincount(domains[inside], weights=node_cap[inside], minlength=int(codes.max(initial=-1)) + 1)
+        order = sorted(
+            (int(d) for d in np.flatnonzero(capacity >= needed)),
+            key=lambda d: (-min(int(capacity[d]), wanted), int(capacity[d]), d),
+        )
+        largest = int(np.argmax(capacity)) if len(capacity) and capacity.max() > 0 else -1
+        return order[:MAX_DOMAIN_TRIALS], largest
+
     def can_place(self, workload: Workload, shape: Shape, needed: int) -> bool:
-        """Whether ``needed`` replicas fit now, without placing them (exact; MIG by a trial)."""
-        if shape.kind == "mig":
+        """Whether ``needed`` replicas fit now, without placing them (exact; MIG and jobs with
+        placement rules by a trial)."""
+        if shape.kind == "mig" or workload.rules is not None:
             trial = Statement(self.cluster)
             ok = self.place_gang(workload, shape, trial, needed, needed, explain=False).explanation is None
             trial.discard()
@@ -414,40 +553,72 @@ class Placer:
     def _explain_after(self, workload: Workload, shape: Shape, count: int) -> Explanation:
         """Explain the replica after the first ``count``: place them, explain, undo."""
         trial = Statement(self.cluster)
+        gang = GangRules(self.filters, workload, shape) if workload.rules is not None else None
         gang_nodes: list[int] = []
         for k in range(count):
-            placement = self.place_one(workload, shape, trial, gang_nodes, count - k)  # no same-node fill
+            placement = self.place_one(workload, shape, trial, gang_nodes, count - k, None, gang)  # no fill
             if placement is None:
                 break
             gang_nodes.append(self.cluster.index[placement.node])
-        explanation = self.explain(workload, [shape])
+        explanation = self.explain(workload, [shape], gang, gang_nodes)
         trial.discard()
         return explanation
 
-    def explain(self, workload: Workload, shapes: list[Shape]) -> Explanation:
-        """Count nodes by the first filter that rejects one more replica of any of ``shapes``."""
+    def explain(
+        self, workload: Workload, shapes: list[Shape], gang: GangRules | None = None, gang_nodes: Sequence[int] = ()
+    ) -> Explanation:
+        """Count nodes by the first filter that rejects one more replica of any of ``shapes`` (after
+        the replicas on ``gang_nodes``, under the job's rules between replicas ``gang``)."""
         cluster = self.cluster
         codes = np.full(cluster.n, MODEL, dtype=np.int8)
+        rules = gang
         for shape in shapes:
             if shape.gpu_model is None:
                 nodes = self._all
             else:
                 nodes = np.flatnonzero(cluster.node_model == cluster.model_code.get(shape.gpu_model, -2))
             static = self.filters.codes(workload, shape, nodes)
-            codes[nodes] = np.where(static != FIT, static, _MISFIT_CODES[fit.misfit(cluster, shape, nodes)])
+            node_codes = np.where(static != FIT, static, _MISFIT_CODES[fit.misfit(cluster, shape, nodes)])
+            if gang is None and workload.rules is not None:
+                rules = GangRules(self.filters, workload, shape)
+            if rules is not None:
+                node_codes = np.where(node_codes != FIT, node_codes, rules.codes(nodes, gang_nodes))
+            codes[nodes] = node_codes
         codes[cluster.cordoned] = CORDONED
         counts = np.bincount(codes, minlength=len(REASONS))
+        words = self._words(workload, shapes, rules)
+        pairs = sorted(
+            ((words[c], int(counts[c])) for c in range(1, len(REASONS)) if counts[c]),
+            key=lambda p: (-p[1], p[0]),
+        )
+        return int(counts[FIT]), tuple(pairs)
+
+    def _words(self, workload: Workload, shapes: list[Shape], gang: GangRules | None) -> list[str]:
+        """The explanation's words, naming the job's own numbers and rules."""
         words = list(REASONS)
         kinds = {shape.kind for shape in shapes}
         if kinds == {"fraction"}:
             words[GPUS] = f"no GPU with {shapes[0].milli / 1000:g} free"
         elif kinds == {"mig"} and shapes[0].mig is not None:
             words[GPUS] = f"no free MIG slice for {shapes[0].mig.profile}"
-        pairs = sorted(
-            ((words[c], int(counts[c])) for c in range(1, len(REASONS)) if counts[c]),
-            key=lambda p: (-p[1], p[0]),
-        )
-        return int(counts[FIT]), tuple(pairs)
+        rules = workload.rules
+        if rules is None:
+            return words
+        if rules.required_terms is not None:
+            words[AFFINITY] = f"not matching node affinity {terms_text(rules.required_terms)}"
+        labels = required_labels(workload, self.filters.levels)
+        if labels:
+            words[NO_DOMAIN] = f"without the label {' / '.join(labels)}"
+        if gang is not None:
+            if gang.anti_keys:
+                keys = " / ".join(gang.anti_keys)
+                words[ANTI_AFFINITY] = f"already hold a replica in their {keys} (pod anti-affinity)"
+            if gang.spread_keys:
+                keys = " / ".join(gang.spread_keys)
+                words[SPREAD] = f"would exceed the topology spread's maxSkew over {keys}"
+            if gang.domain_name:
+                words[OUTSIDE_DOMAIN] = f"outside {rules.required_topology} {gang.domain_name}"
+        return words
 
 
 def _unit(raw: np.ndarray) -> np.ndarray:

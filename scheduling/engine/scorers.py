@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .capacity import FULL, Cluster
+from .capacity import Cluster
 from .fit import Nodes, Shape, mig_start
 
 
@@ -146,7 +146,8 @@ def pick_devices(cluster: Cluster, i: int, shape: Shape, spread: bool = False) -
         return (best[1],), best[2]
     row = cluster.dev_free[i, :count]
     if shape.gpus:
-        free = [d for d in range(count) if row[d] == FULL and cluster.mig_mask[i, d] == 0]
+        cap = cluster.dev_cap[i]
+        free = [d for d in range(count) if row[d] == cap and cluster.mig_mask[i, d] == 0]
         if len(free) < shape.gpus:
             return (), None
         for start in range(len(free) - shape.gpus + 1):
