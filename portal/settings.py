@@ -194,6 +194,8 @@ KUBECONFIG = env_str("KUBECONFIG", "")
 K8S_CONTEXT = env_str("K8S_CONTEXT", "")  # kubeconfig context; empty = the current one
 K8S_SCHEDULER_NAME = env_str("K8S_SCHEDULER_NAME", "gpu-portal")  # schedulerName of the portal's pods
 K8S_RACK_LABEL = env_str("K8S_RACK_LABEL", "topology.kubernetes.io/rack")
+K8S_ZONE_LABEL = env_str("K8S_ZONE_LABEL", "topology.kubernetes.io/zone")
+K8S_NVLINK_LABEL = env_str("K8S_NVLINK_LABEL", "nvidia.com/gpu.clique")  # NVLink domain (GPU feature discovery)
 K8S_TIMEOUT_S = env_float("K8S_TIMEOUT_S", 10.0)  # connect and read timeout of every API call
 K8S_WATCH_TIMEOUT_S = env_int("K8S_WATCH_TIMEOUT_S", 60)  # one watch's length before it resumes
 K8S_SYNC_TIMEOUT_S = env_float("K8S_SYNC_TIMEOUT_S", 10.0)  # wait for the caches before a cycle

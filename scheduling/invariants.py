@@ -4,8 +4,9 @@ Steps:
 1. Placements: only admitted or running jobs hold them, each holds between its gang size and its
    replica count, every one is on a node the cluster has.
 2. Capacity, per node: CPU and memory of placements plus foreign pods within allocatable; per
-   device: shares of whole/fractional placements at most 1000 milli, MIG slices not overlapping and
-   within 7 compute slices, no device split both ways, no index beyond the node's devices.
+   device: a whole GPU alone on it, fractional shares at most 1000 milli (the node pool's overcommit,
+   ``engine.pools``, when it has one), MIG slices not overlapping and within 7 compute slices, no
+   device split both ways, no index beyond the node's devices.
 3. Quota, per ClusterQueue and resource, charged as the engine charges: without a cohort within the
    nominal quota; in a cohort within nominal plus borrowing limit, and the cohort's lendable pool not
    overdrawn.
@@ -33,6 +34,7 @@ from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend
 from scheduling.engine.mig import COMPUTE_SLICES, default_device_memory_gib, mig_geometry
 from scheduling.engine.model import GpuNode, Snapshot
+from scheduling.engine.pools import pool_index, share_capacity_milli
 from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
 
 FULL = 1000
@@ -83,6 +85,7 @@ class _Tally:
     cpu: Counter[str] = field(default_factory=Counter)
     memory: Counter[str] = field(default_factory=Counter)
     shares: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
+    whole: Counter[tuple[str, int]] = field(default_factory=Counter)  # holders of the whole device
     mig_masks: dict[tuple[str, int], list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
     compute: Counter[tuple[str, int]] = field(default_factory=Counter)
     holders: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -101,9 +104,13 @@ def capacity_findings(snapshot: Snapshot) -> list[Finding]:
                 Finding("capacity", f"{name}: memory over-committed, {tally.memory[name]} MiB of {node.memory_mib}")
             )
     for device, milli in sorted(tally.shares.items()):
-        if milli > FULL:
+        node = nodes.get(device[0])
+        pool = pool_index(dict(node.labels), snapshot.pools) if node is not None and not node.mig_enabled else -1
+        cap = share_capacity_milli(snapshot.pools[pool].overcommit_ratio) if pool >= 0 else FULL
+        whole = tally.whole[device]
+        if milli > cap or (whole and (whole > 1 or milli > FULL)):
             who = ", ".join(sorted(tally.holders[device]))
-            out.append(Finding("capacity", f"{device[0]} GPU {device[1]} over-committed: {milli}/1000 milli ({who})"))
+            out.append(Finding("capacity", f"{device[0]} GPU {device[1]} over-committed: {milli}/{cap} milli ({who})"))
         if milli and tally.mig_masks.get(device):
             out.append(Finding("capacity", f"{device[0]} GPU {device[1]} is used both whole/shared and as MIG slices"))
     for device, masks in sorted(tally.mig_masks.items()):
@@ -130,6 +137,7 @@ def _tally(snapshot: Snapshot, nodes: dict[str, GpuNode], tally: _Tally) -> list
         tally.memory[usage.node] += usage.memory_mib
         for index in usage.gpu_indices:
             tally.shares[(usage.node, index)] += usage.gpu_milli
+            tally.whole[(usage.node, index)] += usage.gpu_milli >= FULL
             tally.holders[(usage.node, index)].add("a foreign pod")
     for workload in snapshot.workloads:
         for p in workload.placements:
@@ -147,6 +155,7 @@ def _tally(snapshot: Snapshot, nodes: dict[str, GpuNode], tally: _Tally) -> list
                     )
                 if not p.mig_profile:
                     tally.shares[device] += p.gpu_milli
+                    tally.whole[device] += p.gpu_milli >= FULL
                     continue
                 geometry = mig_geometry(p.mig_profile, _device_memory(node, model_memory)) if node else None
                 if geometry is None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+from scheduling.engine.pools import MAX_OVERCOMMIT
 
 
 class SimNode(models.Model):
@@ -44,3 +49,40 @@ class CycleRun(models.Model):
 
     def __str__(self) -> str:
         return f"cycle at {self.started_at:%Y-%m-%d %H:%M:%S}: {self.admitted} admitted in {self.duration_ms:.0f} ms"
+
+
+class NodePool(models.Model):
+    """A group of nodes with its own placement (KAI/Run:ai node pools), kept by platform admins.
+
+    A node is in the first pool, by ``order`` then name, whose ``node_selector`` labels it has; the
+    engine reads the pools from its snapshot (``scheduling.engine.pools``)."""
+
+    class Placement(models.TextChoices):
+        DEFAULT = "", "the cluster's default (PLACEMENT_POLICY)"
+        BINPACK = "binpack", "bin-pack: fill the fullest node first"
+        SPREAD = "spread", "spread: the emptiest node first"
+        PORTAL = "portal", "portal: fragmentation-aware (FGD, refined)"
+        FGD = "fgd", "fgd: fragmentation gradient descent"
+
+    name = models.SlugField(max_length=63, unique=True)
+    node_selector = models.JSONField(
+        default=dict, help_text='Node labels a node must have to be in the pool, e.g. {"gpu.type": "a10g"}.'
+    )
+    placement = models.CharField(max_length=20, choices=Placement.choices, blank=True, default=Placement.DEFAULT)
+    overcommit_ratio = models.DecimalField(
+        max_digits=4,
+        decimal_places=2,
+        default=Decimal("1.00"),
+        validators=[MinValueValidator(Decimal("1.00")), MaxValueValidator(Decimal(str(MAX_OVERCOMMIT)))],
+        help_text="Fractional GPU requests may share a device up to this many times its capacity "
+        "(1.2 = 120 %). Quota and cost count the requested shares.",
+    )
+    order = models.PositiveSmallIntegerField(default=0, help_text="Pools are matched in this order, then by name.")
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["order", "name"]
+        verbose_name = "node pool"
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,16 +1,40 @@
 """Read-side questions about the cluster, for other apps (billing, pages) that must not drive a backend.
 
-``cluster_nodes`` and ``gpu_capacity`` go through the configured backend (the simulated cluster's
-rows, or the Kubernetes watch cache); callers pass ``backend`` when they already hold one.
+``cluster_nodes``, ``gpu_capacity`` and the node pools go through the configured backend (the
+simulated cluster's rows, or the Kubernetes watch cache); callers pass ``backend`` when they already
+hold one.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 
+from django.conf import settings
+
+from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
-from scheduling.engine.model import GpuNode
+from scheduling.engine.filters import topology_levels
+from scheduling.engine.model import GpuNode, Policy
+from scheduling.engine.pools import pool_index, share_capacity_milli
+
+
+def policy_from_settings() -> Policy:
+    """The cycle's policy, from the settings (placement, seed, topology labels)."""
+    return Policy(
+        placement=settings.PLACEMENT_POLICY,
+        seed=settings.SCHEDULER_SEED,
+        rack_label=settings.K8S_RACK_LABEL,
+        zone_label=settings.K8S_ZONE_LABEL,
+        nvlink_label=settings.K8S_NVLINK_LABEL,
+    )
+
+
+def topology_level_labels() -> dict[str, str]:
+    """``node``, ``rack``, ``zone``, ``nvlink`` -> the node label each stands for here."""
+    return topology_levels(policy_from_settings())
 
 
 def cluster_nodes(*, backend: ClusterBackend | None = None) -> list[GpuNode]:
@@ -29,3 +53,59 @@ def gpu_capacity(*, backend: ClusterBackend | None = None) -> dict[tuple[str, st
         entry[0] += node.gpu_count
         entry[1] += 1
     return {key: (gpus, nodes) for key, (gpus, nodes) in counts.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRow:
+    """A node pool as the pages show it (``name`` "" for the nodes in no pool)."""
+
+    name: str
+    node_selector: str  # "gpu.type=a10g, ..." ("" for the nodes in no pool)
+    placement: str  # the policy in effect there
+    overcommit_ratio: float
+    fraction_capacity_milli: int  # what fractions may share per device
+    nodes: int
+    gpus: int
+    description: str = ""
+
+
+def node_pool_list(*, backend: ClusterBackend | None = None) -> list[PoolRow]:
+    """The node pools in matching order, each with the nodes and GPUs in it now, then the nodes in
+    no pool (when there are any)."""
+    pools = orm.pools_load()
+    descriptions = orm.pool_descriptions()
+    default = settings.PLACEMENT_POLICY
+    members: dict[int, list[GpuNode]] = defaultdict(list)
+    for node in cluster_nodes(backend=backend):
+        members[pool_index(dict(node.labels), pools)].append(node)
+    rows = [
+        PoolRow(
+            name=pool.name,
+            node_selector=", ".join(f"{k}={v}" for k, v in pool.node_selector),
+            placement=pool.placement or default,
+            overcommit_ratio=pool.overcommit_ratio,
+            fraction_capacity_milli=share_capacity_milli(pool.overcommit_ratio),
+            nodes=len(members[i]),
+            gpus=sum(n.gpu_count for n in members[i]),
+            description=descriptions.get(pool.name, ""),
+        )
+        for i, pool in enumerate(pools)
+    ]
+    if members[-1] and pools:
+        rest = members[-1]
+        rows.append(PoolRow("", "", default, 1.0, 1000, len(rest), sum(n.gpu_count for n in rest)))
+    return rows
+
+
+def node_pools_of(node_names: Iterable[str], *, backend: ClusterBackend | None = None) -> dict[str, str]:
+    """The pool each of ``node_names`` is in ("" for none; nodes the cluster no longer has are left out)."""
+    wanted = set(node_names)
+    if not wanted:
+        return {}
+    pools = orm.pools_load()
+    out = {}
+    for node in cluster_nodes(backend=backend):
+        if node.name in wanted:
+            index = pool_index(dict(node.labels), pools)
+            out[node.name] = pools[index].name if index >= 0 else ""
+    return out

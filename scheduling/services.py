@@ -38,8 +38,8 @@ from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, Observation
 from scheduling.adapters.factory import cluster_backend
 from scheduling.engine.cycle import run_cycle
-from scheduling.engine.model import Policy
 from scheduling.models import CycleRun
+from scheduling.selectors import policy_from_settings
 
 logger = logging.getLogger(__name__)
 
@@ -312,10 +312,6 @@ def start_failure_record(*, job: Job, now: datetime) -> None:
         job.estimated_start = job.not_before
         fields += ["not_before", "pending_reason", "queue_position", "estimated_start"]
     job.save(update_fields=fields)
-
-
-def policy_from_settings() -> Policy:
-    return Policy(placement=settings.PLACEMENT_POLICY, seed=settings.SCHEDULER_SEED, rack_label=settings.K8S_RACK_LABEL)
 
 
 def teams_blocked() -> tuple[tuple[str, str], ...]:

@@ -26,6 +26,7 @@ from portal.jobs.services import (
 )
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
+from scheduling.adapters.k8s.affinity import MAX_SPREAD_CONSTRAINTS
 from scheduling.adapters.pod_security import job_request_violations
 
 BIGINT_MAX = 2**63 - 1
@@ -138,6 +139,27 @@ class CommandField(serializers.Field):
         return value
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "A pod spec's affinity: nodeAffinity (required terms OR-ed, In/NotIn/Exists/"
+        "DoesNotExist/Gt/Lt; preferred terms with weights) and podAntiAffinity between the job's own "
+        "replicas (topologyKey; no labelSelector).",
+        "example": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["A100", "H100"]}]}
+                    ]
+                }
+            }
+        },
+    }
+)
+class AffinityField(serializers.DictField):
+    """A pod spec's ``affinity``; the service checks it as Kubernetes would (400 naming the path)."""
+
+
 class JobCreateSerializer(serializers.Serializer):
     """A job submission. Unknown fields are refused (400 naming them), never silently dropped."""
 
@@ -175,6 +197,21 @@ class JobCreateSerializer(serializers.Serializer):
         required=False,
         default=list,
         max_length=MAX_TOLERATIONS,  # type: ignore[call-arg]  # DRF ≥ 3.14
+    )
+    affinity = AffinityField(required=False, default=dict)
+    topology_spread_constraints = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        default=list,
+        max_length=MAX_SPREAD_CONSTRAINTS,
+        help_text="A pod spec's topologySpreadConstraints over the job's own replicas (no labelSelector).",
+    )
+    required_topology = serializers.CharField(
+        max_length=316,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="All replicas of the gang in one node, rack, zone or nvlink domain, or one value of a node label.",
     )
     labels = BoundedDictField(
         max_items=MAX_LABELS,

@@ -143,6 +143,16 @@ class Job(models.Model):
     restart_policy = models.CharField(max_length=20, choices=RestartPolicy.choices, default=RestartPolicy.REQUEUE)
     node_selector = models.JSONField(default=dict, blank=True)
     tolerations = models.JSONField(default=list, blank=True)
+    # Placement rules as a pod spec writes them (scheduling.adapters.k8s.affinity parses them).
+    affinity = models.JSONField(
+        default=dict, blank=True, help_text="nodeAffinity and podAntiAffinity (between the job's replicas)."
+    )
+    topology_spread_constraints = models.JSONField(
+        default=list, blank=True, help_text="Spread of the job's replicas over a node label's domains."
+    )
+    required_topology = models.CharField(
+        max_length=316, blank=True, help_text="All replicas in one node, rack, zone, nvlink domain or node label value."
+    )
     labels = models.JSONField(default=dict, blank=True, help_text="Kubernetes-style labels, e.g. project, cost center.")
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, db_index=True)

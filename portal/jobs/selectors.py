@@ -9,6 +9,8 @@ from django.db.models import Count, Q, QuerySet
 from portal.jobs.models import ClusterQueue, FlavorQuota, Job, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.tenants.selectors import team_list_for_user
+from scheduling.adapters.k8s.affinity import describe
+from scheduling.adapters.orm import job_rules
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
 from scheduling.engine.shares import QUOTA_MILLI_PER_GPU, billed_gpus, placement_billed_units, placement_quota_milli
 
@@ -25,6 +27,12 @@ def job_list(*, user) -> QuerySet[Job]:
 
 def job_get(*, user, pk: int) -> Job | None:
     return job_list(user=user).filter(pk=pk).first()
+
+
+def job_placement_rules(*, job: Job, levels: dict[str, str]) -> list[tuple[str, str]]:
+    """The job's placement rules in words, ``(what, rule)`` per line; ``levels`` names the node label
+    of each one-domain level (``scheduling.selectors.topology_level_labels``)."""
+    return describe(job_rules(job), levels)
 
 
 def gpus_allocated() -> float:

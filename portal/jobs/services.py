@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from functools import partial
@@ -36,6 +36,7 @@ from portal.tenants.models import Team
 from portal.tenants.selectors import team_toleration_allowlist, user_is_team_admin
 from portal.tenants.tolerations import toleration_allowed, toleration_text
 from scheduling.adapters.factory import cluster_backend
+from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.adapters.k8s.pods import valid_label
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
@@ -148,6 +149,9 @@ class JobSpec:
     restart_policy: str = Job.RestartPolicy.REQUEUE
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[dict, ...] = ()
+    affinity: dict = field(default_factory=dict)
+    topology_spread_constraints: tuple[dict, ...] = ()
+    required_topology: str = ""
     labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -187,7 +191,7 @@ SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(JobSpec))
 """The fields of a job request, in one place: the submit service, the API's submit and read shapes
 and the form are built from (and tested against) this list."""
 _PAIR_FIELDS = frozenset({"node_selector", "labels"})  # dicts, kept as sorted pairs
-_LIST_FIELDS = frozenset({"command", "tolerations", "allowed_gpu_models"})
+_LIST_FIELDS = frozenset({"command", "tolerations", "allowed_gpu_models", "topology_spread_constraints"})
 
 
 def job_spec_validate(spec: JobSpec) -> None:
@@ -222,6 +226,16 @@ def job_spec_validate(spec: JobSpec) -> None:
     if len(spec.allowed_gpu_models) > MAX_ALLOWED_GPU_MODELS:
         raise ServiceError(f"at most {MAX_ALLOWED_GPU_MODELS} GPU models", field="allowed_gpu_models")
     tolerations_validate(spec)
+    placement_rules_validate(spec)
+
+
+def placement_rules_validate(spec: JobSpec) -> None:
+    """Node affinity, pod anti-affinity, topology spread and the one-domain level, as Kubernetes
+    validates them and within the portal's bounds (``scheduling.adapters.k8s.affinity``)."""
+    try:
+        parse_rules(spec.affinity, list(spec.topology_spread_constraints), spec.required_topology)
+    except RulesError as exc:
+        raise ServiceError(exc.message, field=exc.field) from None
 
 
 def resources_validate(spec: JobSpec) -> None:

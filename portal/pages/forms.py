@@ -3,9 +3,52 @@ service, so the page and the API enforce exactly the same rules."""
 
 from __future__ import annotations
 
-from django import forms
+from typing import Any
 
+import yaml
+from django import forms
+from django.conf import settings
+
+from portal.api.parsers import json_problem
 from portal.jobs.models import GpuModel, Job, LocalQueue, PriorityClass
+
+MAX_YAML_CHARS = 16 * 1024
+
+
+class YamlField(forms.CharField):
+    """A YAML (or JSON) text parsed into ``kind`` (dict or list), as people paste it from a pod spec.
+
+    ``wrapper``: the key the value sits under in a pod spec; a text holding just that key is
+    unwrapped (``affinity: {...}`` and ``{...}`` are the same). Bounded (size, nesting depth, no
+    aliases: a YAML alias bomb expands into far more than its text), never executes tags."""
+
+    def __init__(self, *, kind: type, wrapper: str, **kwargs: Any) -> None:
+        self.kind = kind
+        self.wrapper = wrapper
+        kwargs.setdefault("max_length", MAX_YAML_CHARS)
+        kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 6, "cols": 60, "spellcheck": "false"}))
+        super().__init__(required=False, **kwargs)
+
+    def clean(self, value: Any) -> Any:
+        text = super().clean(value)
+        if not text.strip():
+            return None
+        try:
+            if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+                raise forms.ValidationError("YAML aliases (*name) are not accepted; write the value out")
+            parsed = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+            raise forms.ValidationError(f"not valid YAML: {where}{getattr(exc, 'problem', None) or exc}") from None
+        if isinstance(parsed, dict) and set(parsed) == {self.wrapper}:
+            parsed = parsed[self.wrapper]
+        if not isinstance(parsed, self.kind):
+            wanted = "a mapping" if self.kind is dict else "a list"
+            raise forms.ValidationError(f"expected {wanted} (as under a pod spec's {self.wrapper})")
+        if problem := json_problem(parsed, max_depth=settings.API_MAX_JSON_DEPTH):
+            raise forms.ValidationError(f"{problem[0]}: {problem[1]}")
+        return parsed
 
 
 class JobForm(forms.Form):
@@ -25,6 +68,31 @@ class JobForm(forms.Form):
     allowed_gpu_models = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     priority_class = forms.ChoiceField()
     runtime_s = forms.IntegerField(initial=3600, label="Requested runtime (s)")
+    affinity = YamlField(
+        kind=dict,
+        wrapper="affinity",
+        label="Affinity (YAML or JSON)",
+        help_text="As under a pod's spec.affinity: nodeAffinity (e.g. gpu-type In [A100, H100]) and "
+        "podAntiAffinity between this job's replicas (topologyKey only).",
+    )
+    topology_spread_constraints = YamlField(
+        kind=list,
+        wrapper="topologySpreadConstraints",
+        label="Topology spread (YAML or JSON)",
+        help_text="As a pod's topologySpreadConstraints (maxSkew, topologyKey, whenUnsatisfiable), over "
+        "this job's replicas.",
+    )
+    required_topology = forms.ChoiceField(
+        required=False,
+        label="Keep all replicas in",
+        choices=[
+            ("", "anywhere (the topology score still keeps them close)"),
+            ("node", "one node"),
+            ("rack", "one rack"),
+            ("zone", "one zone"),
+            ("nvlink", "one NVLink domain"),
+        ],
+    )
 
     def __init__(self, *args, queues: list[LocalQueue], **kwargs):
         super().__init__(*args, **kwargs)

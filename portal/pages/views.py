@@ -25,6 +25,7 @@ from portal.pages import charts
 from portal.pages.forms import JobForm
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.factory import cluster_backend
+from scheduling.selectors import node_pool_list, node_pools_of, topology_level_labels
 
 
 def healthz(request):
@@ -112,12 +113,16 @@ def job_detail(request, pk: int):
     job = selectors.job_get(user=request.user, pk=pk)
     if job is None:
         raise Http404("No such job")
+    placements = list(job.placements.all())
+    pools = node_pools_of({p.node for p in placements}) if placements else {}
     return render(
         request,
         "portal/job_detail.html",
         {
             "job": job,
-            "placements": job.placements.all(),
+            "placements": [(p, pools.get(p.node)) for p in placements],
+            "show_pools": any(pools.values()),
+            "rules": selectors.job_placement_rules(job=job, levels=topology_level_labels()),
             "transitions": job.transitions.all(),
             "allowed_models": ", ".join(g.name for g in job.allowed_gpu_models.all()) or "any",
             "cancellable": job.state in CANCELLABLE_STATES,
@@ -148,6 +153,7 @@ def queue_list(request):
         {
             "local_queues": selectors.local_queue_list(user=request.user),
             "cluster_queues": selectors.cluster_queue_list(),
+            "node_pools": node_pool_list(),
             "quota_changes": changes,
         },
     )

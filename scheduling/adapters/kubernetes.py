@@ -41,6 +41,7 @@ from kubernetes.client.exceptions import ApiException
 
 from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
+from scheduling.adapters import orm
 from scheduling.adapters.contract import Observation
 from scheduling.adapters.k8s.manifests import PodJob, binding_manifest, event_manifest, pod_manifest
 from scheduling.adapters.k8s.nodes import gpu_node_from
@@ -203,6 +204,7 @@ class KubernetesBackend:
             tolerations=tuple(job.tolerations or ()),
             node_selector=tuple(sorted((job.node_selector or {}).items())),
             labels=tuple(sorted((getattr(job, "labels", None) or {}).items())),
+            rules=orm.job_rules(job),
         )
 
     def pods_for(self, job: Job) -> list[dict]:

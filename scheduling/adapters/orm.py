@@ -7,11 +7,12 @@ cluster queue is its name; a team is its slug.
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
-from functools import partial
+from functools import lru_cache, partial
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -21,9 +22,15 @@ from django.utils.timezone import now as django_now
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.jobs.transitions import job_transition
+from portal.tenants.selectors import team_toleration_allowlist
+from portal.tenants.tolerations import as_grant
 from scheduling.adapters.contract import ClusterBackend, ClusterView, node_capacity_type
+from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.engine import model as m
 from scheduling.engine.shares import billed_gpus, placement_billed_units
+from scheduling.models import NodePool
+
+logger = logging.getLogger(__name__)
 
 ENGINE_STATE = {
     JobState.PENDING: m.WorkloadState.PENDING,
@@ -73,12 +80,54 @@ def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workloa
             )
             for t in job.tolerations
         ),
+        rules=job_rules(job),
         runtime_s=float(job.runtime_s),
         state=ENGINE_STATE[JobState(job.state)],
         gpu_model=job.gpu_model.name if job.gpu_model else None,
         placements=tuple(p.engine_placement() for p in placements),
         started_at=_ts(job.started_at or job.admitted_at),
     )
+
+
+def job_rules(job: Job) -> m.PlacementRules | None:
+    """A job's placement rules as engine values (``None`` for the many jobs without any)."""
+    if not job.affinity and not job.topology_spread_constraints and not job.required_topology:
+        return None
+    return _rules(json.dumps([job.affinity, job.topology_spread_constraints, job.required_topology], sort_keys=True))
+
+
+@lru_cache(maxsize=4096)
+def _rules(key: str) -> m.PlacementRules | None:
+    """Parsed once per distinct rule set (jobs of one workflow share theirs). A row the submit path
+    would have refused (written around it) runs nowhere rather than unconstrained."""
+    affinity, spread, level = json.loads(key)
+    try:
+        return parse_rules(affinity, spread, level)
+    except RulesError as exc:
+        logger.warning("a job's placement rules do not parse (%s); it matches no node", exc)
+        return m.PlacementRules(required_terms=())
+
+
+def pools_load() -> tuple[m.NodePool, ...]:
+    """The node pools platform admins configured, in matching order."""
+    return tuple(
+        m.NodePool(
+            name=pool.name,
+            node_selector=m.labels_of({str(k): str(v) for k, v in (pool.node_selector or {}).items()}),
+            placement=pool.placement,
+            overcommit_ratio=float(pool.overcommit_ratio),
+        )
+        for pool in NodePool.objects.all()
+    )
+
+
+def pool_descriptions() -> dict[str, str]:
+    return dict(NodePool.objects.values_list("name", "description"))
+
+
+def toleration_grants_load() -> tuple[tuple[str, tuple[m.TolerationGrant, ...]], ...]:
+    """Every team's allow-list of tolerations (teams without a grant have an empty one)."""
+    return tuple((slug, tuple(as_grant(g) for g in grants)) for slug, grants in team_toleration_allowlist().items())
 
 
 def snapshot_load(
@@ -113,6 +162,8 @@ def snapshot_load(
         teams_blocked=teams_blocked,
         mig_profiles=tuple((g.name, tuple(g.mig_profiles or ())) for g in gpu_models),
         gpu_memory_gib=tuple((g.name, g.memory_gib) for g in gpu_models),
+        pools=pools_load(),
+        toleration_grants=toleration_grants_load(),
     )
 
 

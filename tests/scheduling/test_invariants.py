@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import threading
+from decimal import Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -19,7 +20,7 @@ from scheduling.adapters.k8s import manifests as ko
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
 from scheduling.invariants import audit_findings
-from scheduling.models import SimNode
+from scheduling.models import NodePool, SimNode
 from scheduling.services import cycle_run
 from tests.scheduling.adapters.conftest import settle
 from tests.scheduling.helpers import run_cycles
@@ -56,6 +57,22 @@ def test_it_finds_a_device_given_twice(world):
     with pytest.raises(CommandError) as failed:
         call_command("audit", stdout=io.StringIO())
     assert failed.value.returncode == 1
+
+
+def test_an_overcommitted_pool_audits_clean_up_to_its_ratio_and_not_beyond(world):
+    SimNode.objects.exclude(name="a100-0").delete()
+    SimNode.objects.filter(name="a100-0").update(gpu_count=1, labels={"pool": "nb"})
+    NodePool.objects.create(name="nb", node_selector={"pool": "nb"}, overcommit_ratio=Decimal("1.2"))
+    jobs = [world.submit(gpu=0, gpu_milli=300) for _ in range(4)]  # 1200 of 1200
+    run_cycles(SimulatedCluster())
+    assert ReplicaPlacement.objects.count() == 4
+    assert audit_findings(backend=SimulatedCluster()) == []
+    # Without the pool the same device holds 1200 of 1000 milli.
+    NodePool.objects.all().delete()
+    findings = audit_findings(backend=SimulatedCluster())
+    assert [f.message for f in findings if f.check == "capacity"] == [
+        f"a100-0 GPU 0 over-committed: 1200/1000 milli ({', '.join(sorted(f'job {j.pk}' for j in jobs))})"
+    ]
 
 
 def test_it_finds_overlapping_mig_slices_and_cpu_overcommit(world):

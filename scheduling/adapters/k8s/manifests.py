@@ -8,7 +8,9 @@
 2. ``_container``: the job's image and command, requests equal to limits, a restricted security
    context;
 3. ``_pod_spec``: the portal as ``schedulerName``, ``restartPolicy: Never``, no service account token,
-   the restricted pod security context, the job's tolerations and node selector;
+   the restricted pod security context, the job's tolerations, node selector, affinity and topology
+   spread constraints (``affinity.pod_fields``: what the engine applied, so the kubelet's admission
+   checks the same node affinity);
 4. the metadata: the derived name, the team's namespace, ``_pod_labels`` and the annotations.
 
 Every pod meets the "restricted" Pod Security Standard (``pod_security.pod_spec_violations`` checks
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from scheduling.adapters.k8s.affinity import ANN_REQUIRED_TOPOLOGY, pod_fields
 from scheduling.adapters.k8s.pods import (
     ANN_DEVICES,
     ANN_GPU_MILLI,
@@ -38,7 +41,7 @@ from scheduling.adapters.k8s.pods import (
     user_labels,
 )
 from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
-from scheduling.engine.model import ReplicaPlacement
+from scheduling.engine.model import PlacementRules, ReplicaPlacement
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,7 @@ class PodJob:
     tolerations: tuple[Mapping, ...] = ()
     node_selector: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()  # the job's own (project, cost center), for cluster-side tools
+    rules: PlacementRules | None = None  # affinity, anti-affinity, spread, one-domain level
 
 
 def pod_manifest(
@@ -80,6 +84,9 @@ def pod_manifest(
     # 3. the pod spec
     spec = _pod_spec(job, container, scheduler_name=scheduler_name, run_as_user=run_as_user)
     # 4. the metadata
+    annotations = {ANN_NODE: placement.node, ANN_DEVICES: devices, **fields.annotations}
+    if job.rules is not None and job.rules.required_topology:
+        annotations[ANN_REQUIRED_TOPOLOGY] = job.rules.required_topology
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -87,7 +94,7 @@ def pod_manifest(
             "name": pod_name(job.job_id, job.attempt, replica),
             "namespace": job.namespace,
             "labels": _pod_labels(job, replica),
-            "annotations": {ANN_NODE: placement.node, ANN_DEVICES: devices, **fields.annotations},
+            "annotations": annotations,
         },
         "spec": spec,
     }
@@ -178,6 +185,7 @@ def _pod_spec(job: PodJob, container: dict, *, scheduler_name: str, run_as_user:
     }
     if job.node_selector:
         spec["nodeSelector"] = dict(job.node_selector)
+    spec.update(pod_fields(job.rules, job.job_id))
     return spec
 
 

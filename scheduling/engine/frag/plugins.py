@@ -44,7 +44,8 @@ def workload_mix(snapshot: Snapshot, policy: Policy) -> tuple[Shape4, ...]:
     A GPU-memory request counts as whole GPUs of the smallest device memory among its allowed models.
     MIG requests are left out (outside FGD's model).
     """
-    if not {policy.placement, *(name for _, name in policy.pool_placement)} - _MIX_FREE:
+    pools = {pool.placement for pool in snapshot.pools if pool.placement}
+    if not {policy.placement, *(name for _, name in policy.pool_placement), *pools} - _MIX_FREE:
         return ()
     memory = dict(snapshot.gpu_memory_gib)
     for node in snapshot.nodes:

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from portal.jobs.models import Job, QuotaChange
+from scheduling.models import NodePool, SimNode
 
 pytestmark = pytest.mark.django_db
 
@@ -68,6 +69,76 @@ def test_the_form_shows_field_errors_and_creates_nothing(client, world):
     assert "set only one of" in response.content.decode()
     response = client.post("/jobs/new/", {**FORM, "allowed_gpu_models": ["B200"]})
     assert response.status_code == 400
+    assert Job.objects.count() == 0
+
+
+AFFINITY_YAML = """
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - key: gpu-type
+          operator: In
+          values: [A100, H100]
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+"""
+SPREAD_YAML = """
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: ScheduleAnyway
+"""
+
+
+def test_placement_rules_pasted_as_yaml_are_stored_obeyed_and_shown(client, world, django_capture_on_commit_callbacks):
+    SimNode.objects.filter(name__startswith="a100").update(labels={"gpu-type": "A100", "pool": "train"})
+    NodePool.objects.create(name="train", node_selector={"pool": "train"}, placement="spread")
+    client.force_login(world.users["alice"])
+    form = {**FORM, "affinity": AFFINITY_YAML, "topology_spread_constraints": SPREAD_YAML, "required_topology": ""}
+    with django_capture_on_commit_callbacks(execute=True):
+        created = client.post("/jobs/new/", form)
+    assert created.status_code == 302, created.content.decode()[:3000]
+    job = Job.objects.get()
+    assert job.affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["A100", "H100"]}]}
+    ]
+    assert job.topology_spread_constraints[0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    job.refresh_from_db()
+    assert job.state == "Admitted"
+    assert sorted(p.node for p in job.placements.all()) == ["a100-0", "a100-1"]  # anti-affinity
+    detail = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "gpu-type In [A100, H100]" in detail
+    assert "required: at most one replica per kubernetes.io/hostname" in detail
+    assert "maxSkew 1 over topology.kubernetes.io/zone, ScheduleAnyway" in detail
+    assert "<th>Node pool</th>" in detail
+    assert "<td>train</td>" in detail
+    queues = client.get("/queues/").content.decode()
+    assert "Node pools" in queues
+    assert "<code>pool=train</code>" in queues
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "error"),
+    [
+        ("affinity", "nodeAffinity: [unclosed", "not valid YAML: line 1"),
+        ("affinity", "a: &x [1]\nb: *x", "YAML aliases (*name) are not accepted"),
+        ("affinity", "- 1", "expected a mapping (as under a pod spec&#x27;s affinity)"),
+        ("affinity", "podAffinity: {}", "pod affinity is not supported"),
+        ("topology_spread_constraints", "maxSkew: 1", "expected a list"),
+        (
+            "topology_spread_constraints",
+            "- {maxSkew: 0, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}",
+            "[0].maxSkew: must be between 1",
+        ),
+    ],
+)
+def test_bad_placement_rules_are_named_on_the_form_and_nothing_is_created(client, world, field, text, error):
+    client.force_login(world.users["alice"])
+    response = client.post("/jobs/new/", {**FORM, field: text})
+    assert response.status_code == 400
+    assert error in response.content.decode()
     assert Job.objects.count() == 0
 
 

@@ -335,3 +335,60 @@ def test_the_jobs_own_labels_go_on_its_pods_but_never_over_the_portals(kworld, k
     assert labels["cost-center"] == "cc-42"
     assert labels[LABEL_TEAM] == "vision"
     assert "bad key!" not in labels
+
+
+SEED_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["A100", "H100"]}]}
+            ]
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [{"key": "gpu-count", "operator": "Gt", "values": ["4"]}]}}
+        ],
+    },
+    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]},
+}
+SPREAD = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"}]
+
+
+def test_the_pods_carry_the_affinity_the_engine_applied(kworld, kube, backend):
+    kube.add_node("v100-0", gpus=8, labels={"gpu-type": "V100"})
+    kube.add_node("a100-0", gpus=8, labels={"gpu-type": "A100", "gpu-count": "8"})
+    kube.add_node("a100-1", gpus=8, labels={"gpu-type": "A100", "gpu-count": "8"})
+    job = kworld.submit(gpu=2, replicas=2, affinity=SEED_AFFINITY, topology_spread_constraints=tuple(SPREAD))
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    pods = pods_of(kube, job)
+    # The engine kept off the V100 node and put one replica on each A100 node (anti-affinity).
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["a100-0", "a100-1"]
+    own = {"matchLabels": {"gpu-portal.io/job-id": str(job.pk)}}
+    for pod in pods:
+        affinity = pod["spec"]["affinity"]
+        assert affinity["nodeAffinity"] == SEED_AFFINITY["nodeAffinity"]
+        assert affinity["podAntiAffinity"] == {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": own}
+            ]
+        }
+        assert pod["spec"]["topologySpreadConstraints"] == [
+            {
+                **SPREAD[0],
+                "labelSelector": own,
+                "nodeAffinityPolicy": "Honor",
+                "nodeTaintsPolicy": "Ignore",
+            }
+        ]
+        assert pod_spec_violations(pod["spec"]) == []
+
+
+def test_a_one_rack_gang_is_bound_into_one_rack_and_its_pods_say_so(kworld, kube, backend):
+    for name, rack in (("n0", "r1"), ("n1", "r2"), ("n2", "r2")):
+        kube.add_node(name, gpus=8, labels={"topology.kubernetes.io/rack": rack})
+    job = kworld.submit(gpu=8, replicas=2, required_topology="rack")
+    cycle(backend, kube)
+    pods = pods_of(kube, job)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["n1", "n2"]
+    assert {p["metadata"]["annotations"]["gpu-portal.io/required-topology"] for p in pods} == {"rack"}

@@ -115,3 +115,18 @@ def test_overcommit_never_hands_out_more_than_ratio_times_a_device(ratio, reques
                     fractions[d] = fractions.get(d, 0) + p.gpu_milli
     assert all(total <= cap for total in fractions.values())
     assert all(count == 1 and d not in fractions for d, count in whole.items())
+
+
+@pytest.mark.parametrize("placement", ["fgd", "portal", "bestfit", "packing"])
+def test_fragmentation_aware_pools_honour_the_overcommit_cap(placement):
+    pool = NodePool("p", labels_of({POOL: "p"}), placement=placement, overcommit_ratio=1.2)
+    nodes = [node("n1", gpus=2, labels={POOL: "p"})]
+    plan = cycle(nodes, [job("w", "a", gpu=1), *notebooks(7)], pools=(pool,))
+    per_device: dict[int, int] = {}
+    for a in plan.admissions:
+        for p in a.placements:
+            for d in p.gpu_indices:
+                per_device[d] = per_device.get(d, 0) + (1200 if p.gpu_milli >= 1000 else p.gpu_milli)
+    # One device for the whole GPU, five 0.24 notebooks on the other; the last two wait.
+    assert sorted(per_device.values()) == [1200, 1200]
+    assert len(plan.admissions) == 6
