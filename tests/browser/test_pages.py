@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduling.models import NodePool
 from tests.browser.conftest import assert_nothing_overflows, login, screenshot
 
 
@@ -33,3 +34,40 @@ def test_the_overflow_check_catches_a_table_wider_than_its_card(browser):
     with pytest.raises(AssertionError):
         assert_nothing_overflows(tab)
     tab.close()
+
+
+AFFINITY = """nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+    - matchExpressions:
+      - key: gpu-type
+        operator: In
+        values: [A100, H100]
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_member_pastes_an_affinity_and_reads_why_the_job_waits_and_where_pools_are(page, world, tmp_path):
+    NodePool.objects.create(
+        name="notebooks", node_selector={"karpenter.sh/capacity-type": "spot"}, overcommit_ratio=1.2
+    )
+    login(page, "alice")
+    page.goto("/jobs/new/")
+    page.fill("input[name=name]", "needs-h100")
+    page.fill("textarea[name=affinity]", AFFINITY)
+    page.select_option("select[name=required_topology]", "node")
+    page.click("form.job button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    assert "/jobs/new/" not in page.url, page.content()[:2000]
+    page.goto(page.url)  # the cycle ran on submit: the reason is on the page now
+    assert page.get_by_text("Node affinity (required)").count() == 1
+    assert page.get_by_text("gpu-type In [A100, H100]").count() >= 1
+    reason = page.locator(".reason").inner_text()
+    assert "not matching node affinity gpu-type In [A100, H100]" in reason, reason
+    assert_nothing_overflows(page)
+    screenshot(page, "job-affinity", tmp_path)
+    page.goto("/queues/")
+    assert page.get_by_text("Node pools").count() == 1
+    assert page.get_by_text("karpenter.sh/capacity-type=spot").count() == 1
+    assert_nothing_overflows(page)
+    screenshot(page, "queues-pools", tmp_path)
