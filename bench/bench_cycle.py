@@ -9,7 +9,10 @@ decision: admitted, preempting, or pending with a reason and an estimated start)
 memory of the process. The cluster is synthetic but shaped like a real one: three GPU models, 8 GPUs
 per node, racks and zones, a spot pool with a taint, some MIG nodes and cordoned nodes; jobs are a mix
 of 1/2/4/8-GPU jobs, fractions, MIG slices, GPU-memory requests, gangs of 2-16 replicas and CPU-only
-work, with running jobs already holding about ``--running`` of the GPUs.
+work, with running jobs already holding about ``--running`` of the GPUs. ``--rules 0.2`` gives a
+fifth of the pending jobs Kubernetes placement rules (a required node affinity ``pool NotIn [spot]``
+and a preferred one, a ScheduleAnyway zone spread, anti-affinity between a gang's replicas, every
+tenth of them one rack), to measure what rules cost; the default (0) is the rule-free mix.
 """
 
 from __future__ import annotations
@@ -26,14 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import (
+    AntiAffinityTerm,
     ClusterQueue,
     FlavorQuota,
     GpuNode,
     LocalQueue,
+    NodeSelectorTerm,
+    PlacementRules,
     Policy,
+    PreferredTerm,
     ReplicaPlacement,
+    Requirement,
     Resources,
     Snapshot,
+    SpreadConstraint,
     Taint,
     Toleration,
     Workload,
@@ -44,8 +53,24 @@ from scheduling.engine.model import (
 MODELS = (("A100-80GB", 80), ("H100-80GB", 80), ("L40S", 48))
 
 
-def build(nodes: int, jobs: int, queues: int, running: float, seed: int) -> Snapshot:
+def placement_rules(rng: random.Random, replicas: int) -> PlacementRules:
+    """Rules as users write them (drawn from their own generator, so the rule-free mix is unchanged)."""
+    return PlacementRules(
+        required_terms=(NodeSelectorTerm((Requirement("pool", "NotIn", ("spot",)),)),),
+        preferred_terms=(
+            PreferredTerm(10, NodeSelectorTerm((Requirement("topology.kubernetes.io/zone", "In", ("z1",)),))),
+        ),
+        anti_affinity=(AntiAffinityTerm("kubernetes.io/hostname", 0 if rng.random() < 0.5 else 50),)
+        if replicas > 1
+        else (),
+        spread=(SpreadConstraint(1, "topology.kubernetes.io/zone", "ScheduleAnyway"),),
+        required_topology="rack" if rng.random() < 0.1 else "",
+    )
+
+
+def build(nodes: int, jobs: int, queues: int, running: float, seed: int, rules: float = 0.0) -> Snapshot:
     rng = random.Random(seed)
+    rules_rng = random.Random(seed + 1)
     node_list: list[GpuNode] = []
     for i in range(nodes):
         model, memory = MODELS[i % len(MODELS)]
@@ -162,6 +187,7 @@ def build(nodes: int, jobs: int, queues: int, running: float, seed: int) -> Snap
                 tolerations=(Toleration("spot", "Exists"),) if rng.random() < 0.3 else (),
                 preferred_labels=(("topology.kubernetes.io/zone", "z1", 10),) if rng.random() < 0.1 else (),
                 runtime_s=rng.choice((600.0, 3600.0, 14400.0)),
+                rules=placement_rules(rules_rng, replicas) if rules and rules_rng.random() < rules else None,
             )
         )
     return Snapshot(
@@ -183,11 +209,12 @@ def main() -> None:
     parser.add_argument("--running", type=float, default=0.5, help="fraction of GPUs already in use")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rules", type=float, default=0.0, help="fraction of pending jobs with placement rules")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one cycle")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    snapshot = build(args.nodes, args.jobs, args.queues, args.running, args.seed)
+    snapshot = build(args.nodes, args.jobs, args.queues, args.running, args.seed, args.rules)
     build_s = time.perf_counter() - t0
     pending = sum(1 for w in snapshot.workloads if w.state == WorkloadState.PENDING)
     gpus = sum(n.gpu_count for n in snapshot.nodes)

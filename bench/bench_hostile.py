@@ -6,7 +6,10 @@ Team nlp submits a job through the API and a scheduling cycle runs; the time fro
 the job's admission is one sample (``--rounds`` samples, median). Team vision has
 ``--hostile-jobs`` pending jobs that match no node (so every cycle reconsiders them): first the
 smallest spec (one node-selector entry), then as many jobs of the largest spec the API accepts (16
-tolerations, 32 labels, 16 node-selector entries, 256 command arguments of 128 characters). Vision
+tolerations, 32 labels, 16 node-selector entries, 256 command arguments of 128 characters, a node
+affinity of 8 terms of 8 expressions of 16 values and as many preferred terms, 4 anti-affinity terms,
+4 spread constraints, one-rack gangs; the affinity's values differ from job to job, so the cycle
+cannot share one job's work with the next). Vision
 also tries the 40,000-toleration body of the adversarial test (refused: its answer time is printed).
 The quiet cluster (no vision jobs) is printed for reference.
 
@@ -51,6 +54,7 @@ def main() -> int:
             from portal.jobs.models import Job
             from portal.jobs.services import MAX_COMMAND_ARGS, MAX_LABELS, MAX_NODE_SELECTOR, MAX_TOLERATIONS
             from portal.tenants.models import Team, TolerationGrant
+            from scheduling.adapters.k8s import affinity as rules
             from scheduling.adapters.simulated import SimulatedCluster
             from scheduling.services import cycle_run
 
@@ -88,10 +92,40 @@ def main() -> int:
                 "node_selector": {f"pool{i}": "none" for i in range(MAX_NODE_SELECTOR)},
                 "command": ["x" * 128] * MAX_COMMAND_ARGS,
             }  # fmt: skip
+
+            def largest_rules(job: int) -> dict:
+                def term(t: int) -> dict:
+                    values = [f"v{job}-{t}-{v}" for v in range(rules.MAX_VALUES)]
+                    expression = [
+                        {"key": f"k{e}", "operator": "In", "values": values} for e in range(rules.MAX_REQUIREMENTS)
+                    ]
+                    return {"matchExpressions": expression}
+
+                req, pref = (
+                    "requiredDuringSchedulingIgnoredDuringExecution",
+                    "preferredDuringSchedulingIgnoredDuringExecution",
+                )
+                keys = [f"topology.example.com/l{i}" for i in range(rules.MAX_SPREAD_CONSTRAINTS)]
+                return {
+                    "affinity": {
+                        "nodeAffinity": {
+                            req: {"nodeSelectorTerms": [term(t) for t in range(rules.MAX_TERMS)]},
+                            pref: [{"weight": 100, "preference": term(t)} for t in range(rules.MAX_TERMS)],
+                        },
+                        "podAntiAffinity": {req: [{"topologyKey": k} for k in keys[: rules.MAX_ANTI_AFFINITY_TERMS]]},
+                    },
+                    "topology_spread_constraints": [
+                        {"maxSkew": 1, "topologyKey": k, "whenUnsatisfiable": "DoNotSchedule", "minDomains": 3}
+                        for k in keys
+                    ],
+                    "required_topology": "rack",
+                }
+
             sets: dict[str, list[int]] = {"small": [], "largest": []}
             for name, body in (("small", small), ("largest", hostile)):
-                for _ in range(args.hostile_jobs):
-                    response = clients["vision"].post("/api/v1/jobs/", body, format="json")
+                for index in range(args.hostile_jobs):
+                    payload = {**body, **largest_rules(index)} if name == "largest" else body
+                    response = clients["vision"].post("/api/v1/jobs/", payload, format="json")
                     assert response.status_code == 201, response.content[:300]
                     sets[name].append(response.json()["id"])
             huge = json.dumps({**hostile, "tolerations": [{"key": "spot", "operator": "Exists"}] * 40_000})

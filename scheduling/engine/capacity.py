@@ -56,12 +56,12 @@ class Cluster:
         self.cordoned = np.array([node.unschedulable for node in nodes], dtype=bool)
         self.mig_node = np.array([node.mig_enabled for node in nodes], dtype=bool)
         self.pools = snapshot.pools
-        self.node_pool = np.array([pool_index(dict(node.labels), self.pools) for node in nodes], dtype=np.int32)
-        caps = [share_capacity_milli(pool.overcommit_ratio) for pool in self.pools]
-        self.dev_cap = np.array(
-            [FULL if p < 0 or mig else caps[p] for p, mig in zip(self.node_pool.tolist(), self.mig_node, strict=True)],
-            dtype=np.int32,
-        )
+        self.node_pool = np.full(n, -1, dtype=np.int32)
+        self.dev_cap = np.full(n, FULL, dtype=np.int32)
+        if self.pools:
+            self.node_pool[:] = [pool_index(dict(node.labels), self.pools) for node in nodes]
+            caps = np.array([share_capacity_milli(pool.overcommit_ratio) for pool in self.pools] + [FULL])
+            self.dev_cap[:] = np.where(self.mig_node, FULL, caps[self.node_pool])  # -1 (no pool) -> FULL
         self.device_memory_gib = np.array(
             [
                 node.gpu_memory_gib

@@ -97,16 +97,17 @@ def _granted(snapshot: Snapshot) -> Snapshot:
         return snapshot
     grants = dict(snapshot.toleration_grants)
     kept: dict[tuple[str, tuple], tuple] = {}
-    workloads = []
-    for w in snapshot.workloads:
+    workloads = list(snapshot.workloads)
+    changed = False
+    for i, w in enumerate(workloads):
         if w.tolerations and w.state == WorkloadState.PENDING:
             key = (w.team, w.tolerations)
             if key not in kept:
                 kept[key] = allowed_tolerations(w.tolerations, grants.get(w.team, ()))
             if kept[key] != w.tolerations:
-                w = replace(w, tolerations=kept[key])
-        workloads.append(w)
-    return replace(snapshot, workloads=tuple(workloads))
+                workloads[i] = replace(w, tolerations=kept[key])
+                changed = True
+    return replace(snapshot, workloads=tuple(workloads)) if changed else snapshot
 
 
 class _Cycle:

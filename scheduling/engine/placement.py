@@ -118,6 +118,7 @@ class Placer:
         self.mig_profiles = mig_profiles or {}
         self.filters = StaticFilters(cluster, topology_levels(policy))
         self._shapes: dict[tuple[object, ...], Shape | str] = {}
+        self._gangs: dict[tuple[object, ...], GangRules] = {}
         self._all = np.arange(cluster.n)
         self.rack, _ = cluster.label_codes(policy.rack_label)
         self.zone, _ = cluster.label_codes(policy.zone_label)
@@ -454,7 +455,7 @@ class Placer:
         """:meth:`place_gang` for a job with placement rules (see the module's docstring)."""
         rules = workload.rules
         assert rules is not None
-        gang = GangRules(self.filters, workload, shape)
+        gang = self._gang_rules(workload, shape)
         if not rules.required_topology:
             placements, gang_nodes = self._place_replicas(workload, shape, stmt, wanted, gang)
             if len(placements) >= needed:
@@ -487,6 +488,16 @@ class Placer:
         explanation = self.explain(workload, [shape], gang, gang_nodes)
         stmt.discard()
         return GangResult((), explanation, best_count, within)
+
+    def _gang_rules(self, workload: Workload, shape: Shape) -> GangRules:
+        """The job's rules between replicas for ``shape``, built once per cycle and rules (their masks
+        do not change during a cycle), with no domain given yet."""
+        key = (shape, workload.node_selector, workload.tolerations, workload.rules)
+        gang = self._gangs.get(key)
+        if gang is None:
+            gang = self._gangs[key] = GangRules(self.filters, workload, shape)
+        gang.domain, gang.domain_name = None, ""
+        return gang
 
     def _within(self, workload: Workload) -> str:
         """Where a one-domain gang must be, in words: ``one rack (topology.kubernetes.io/rack)``."""
@@ -553,7 +564,7 @@ class Placer:
     def _explain_after(self, workload: Workload, shape: Shape, count: int) -> Explanation:
         """Explain the replica after the first ``count``: place them, explain, undo."""
         trial = Statement(self.cluster)
-        gang = GangRules(self.filters, workload, shape) if workload.rules is not None else None
+        gang = self._gang_rules(workload, shape) if workload.rules is not None else None
         gang_nodes: list[int] = []
         for k in range(count):
             placement = self.place_one(workload, shape, trial, gang_nodes, count - k, None, gang)  # no fill
@@ -580,7 +591,7 @@ class Placer:
             static = self.filters.codes(workload, shape, nodes)
             node_codes = np.where(static != FIT, static, _MISFIT_CODES[fit.misfit(cluster, shape, nodes)])
             if gang is None and workload.rules is not None:
-                rules = GangRules(self.filters, workload, shape)
+                rules = self._gang_rules(workload, shape)
             if rules is not None:
                 node_codes = np.where(node_codes != FIT, node_codes, rules.codes(nodes, gang_nodes))
             codes[nodes] = node_codes

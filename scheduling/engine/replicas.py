@@ -163,8 +163,8 @@ class GangRules:
             node_domains = domains[cand]
             if c.topology_key == "kubernetes.io/hostname":
                 size = int(scored.sum())
-            else:
-                size = len(np.unique(node_domains[scored]))
+            else:  # distinct domains among the scored candidates
+                size = int(np.count_nonzero(np.bincount(node_domains[scored], minlength=1)))
             weight = math.log(size + 2)
             raw += counts[np.maximum(node_domains, 0)] * weight + (c.max_skew - 1)
         raw = np.round(raw)

@@ -369,8 +369,9 @@ def describe(rules: PlacementRules | None, levels: Mapping[str, str]) -> list[tu
         lines.append(("Node affinity (preferred)", text))
     if rules.anti_affinity:
         text = "; ".join(
-            f"{'preferred, weight ' + str(t.weight) if t.weight else 'required'}: at most one replica per "
-            f"{t.topology_key}"
+            f"preferred (weight {t.weight}): replicas in as few shared {t.topology_key} domains as possible"
+            if t.weight
+            else f"required: at most one replica per {t.topology_key}"
             for t in rules.anti_affinity
         )
         lines.append(("Pod anti-affinity", text))
@@ -382,7 +383,7 @@ def describe(rules: PlacementRules | None, levels: Mapping[str, str]) -> list[tu
             text += f" (nodeAffinityPolicy {c.node_affinity_policy}, nodeTaintsPolicy {c.node_taints_policy})"
         lines.append(("Topology spread", text))
     if rules.required_topology:
-        key = levels.get(rules.required_topology, rules.required_topology)
-        level = rules.required_topology if key != rules.required_topology else "domain of"
-        lines.append(("All replicas in", f"one {level} ({key})"))
+        level = rules.required_topology
+        key = levels.get(level, level)
+        lines.append(("All replicas in", f"one {level} ({key})" if key != level else f"one {key} domain"))
     return lines

@@ -8,7 +8,7 @@ from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
 from portal.jobs.models import Job
-from scheduling.models import SimNode
+from scheduling.models import NodePool, SimNode
 
 pytestmark = pytest.mark.django_db
 
@@ -75,3 +75,16 @@ def test_the_demo_loop_runs_the_beat_tasks_in_process():
     assert job.state == "Admitted"
     assert CycleRun.objects.count() == 1
     assert CapacitySnapshot.objects.exists()
+
+
+def test_the_demo_has_node_pools_and_jobs_with_placement_rules(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    call_command("seed_demo", stdout=StringIO())
+    assert list(NodePool.objects.values_list("name", "placement")) == [("training", "binpack"), ("inference", "spread")]
+    sweep = Job.objects.get(name="resnet-sweep")
+    assert sweep.affinity["nodeAffinity"]
+    models = {p.node.split("-")[0] for p in sweep.placements.all()}
+    assert models <= {"a100", "h100"}
+    pretrain = Job.objects.get(name="pretrain")
+    racks = {SimNode.objects.get(name=p.node).labels["topology.kubernetes.io/rack"] for p in pretrain.placements.all()}
+    assert len(racks) <= 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.adapters.k8s.affinity import RulesError, parse_rules, pod_fields
+from scheduling.adapters.k8s.affinity import RulesError, describe, parse_rules, pod_fields
 from scheduling.engine.model import (
     AntiAffinityTerm,
     NodeSelectorTerm,
@@ -301,3 +301,33 @@ def test_the_pod_carries_the_rules_with_the_jobs_own_pods_as_the_selector():
     }
     assert pod_fields(None, 7) == {}
     assert pod_fields(PlacementRules(required_topology="rack"), 7) == {}
+
+
+def test_the_rules_read_as_sentences_on_the_job_page():
+    rules = PlacementRules(
+        required_terms=(NodeSelectorTerm((Requirement("gpu-type", "In", ("A100", "H100")),)),),
+        preferred_terms=(PreferredTerm(5, NodeSelectorTerm((Requirement("gpu-count", "Gt", ("4",)),))),),
+        anti_affinity=(AntiAffinityTerm("kubernetes.io/hostname"), AntiAffinityTerm("zone", 10)),
+        spread=(SpreadConstraint(1, "zone", "DoNotSchedule", min_domains=3, node_taints_policy="Honor"),),
+        required_topology="rack",
+    )
+    assert describe(rules, {"rack": "topology.kubernetes.io/rack"}) == [
+        ("Node affinity (required)", "gpu-type In [A100, H100]"),
+        ("Node affinity (preferred)", "gpu-count Gt 4 (weight 5)"),
+        (
+            "Pod anti-affinity",
+            (
+                "required: at most one replica per kubernetes.io/hostname; "
+                "preferred (weight 10): replicas in as few shared zone domains as possible"
+            ),
+        ),
+        (
+            "Topology spread",
+            "maxSkew 1 over zone, DoNotSchedule, minDomains 3 (nodeAffinityPolicy Honor, nodeTaintsPolicy Honor)",
+        ),
+        ("All replicas in", "one rack (topology.kubernetes.io/rack)"),
+    ]
+    assert describe(PlacementRules(required_topology="example.com/pod"), {}) == [
+        ("All replicas in", "one example.com/pod domain")
+    ]
+    assert describe(None, {}) == []

@@ -21,7 +21,7 @@ from portal.jobs.services import JobSpec, job_submit
 from portal.jobs.states import JobState
 from portal.jobs.transitions import job_transition
 from portal.tenants.models import Membership, Team, TolerationGrant
-from scheduling.models import SimNode
+from scheduling.models import NodePool, SimNode
 
 MIG_PROFILES_80GB = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
 GPU_MODELS = [
@@ -45,6 +45,24 @@ PRIORITIES = [
     ("high", 1000, True, "Deadlines"),
     ("critical", 10000, False, "Production inference; never preempted"),
 ]
+# Node pools (KAI/Run:ai's): name -> (node selector, placement, fractional overcommit, about).
+POOLS = {
+    "training": ({"portal.io/pool": "training"}, "binpack", "1.00", "Big training gangs: fill nodes, keep them whole"),
+    "inference": ({"portal.io/pool": "inference"}, "spread", "1.25", "Serving and notebooks: spread, share GPUs"),
+}
+SEED_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["A100-80GB", "H100-80GB"]}
+                    ]
+                }
+            ]
+        }
+    }
+}
 QUOTAS = {
     "cq-vision": {
         "H100-80GB": (8, 8, None),
@@ -63,6 +81,7 @@ class Command(BaseCommand):
         with transaction.atomic():
             models = self.seed_catalogue()
             self.seed_nodes(models)
+            self.seed_pools()
             teams, users = self.seed_tenants()
             queues = self.seed_queues(models, teams)
             self.seed_budgets(teams)
@@ -121,6 +140,19 @@ class Command(BaseCommand):
             defaults={"gpu_model": None, "gpu_count": 0, "cpu_milli": 64000, "memory_mib": 256 * 1024,
                       "labels": {"portal.io/pool": "cpu"}},
         )  # fmt: skip
+
+    def seed_pools(self) -> None:
+        for order, (name, (selector, placement, ratio, about)) in enumerate(POOLS.items()):
+            NodePool.objects.update_or_create(
+                name=name,
+                defaults={
+                    "node_selector": selector,
+                    "placement": placement,
+                    "overcommit_ratio": Decimal(ratio),
+                    "order": order,
+                    "description": about,
+                },
+            )
 
     def seed_tenants(self):
         User = get_user_model()
@@ -231,7 +263,25 @@ class Command(BaseCommand):
         """Live jobs: the scheduler admits what fits; the rest waits with a reason and an estimated start."""
         count = 0
         live: list[tuple[str, str, dict[str, Any], str, int, list[str]]] = [
-            ("vision", "resnet-sweep", {"gpu": 1, "replicas": 4}, "default", 4 * 3600, []),
+            (
+                "vision",
+                "resnet-sweep",
+                {
+                    "gpu": 1,
+                    "replicas": 4,
+                    "affinity": SEED_AFFINITY,
+                    "topology_spread_constraints": (
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": "topology.kubernetes.io/zone",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                        },
+                    ),
+                },
+                "default",
+                4 * 3600,
+                [],
+            ),
             ("vision", "detector-finetune", {"gpu": 8}, "high", 8 * 3600, ["H100-80GB"]),
             ("vision", "notebook-share", {"gpu_milli": 250}, "low", 2 * 3600, ["T4"]),
             ("vision", "big-gang", {"gpu": 8, "replicas": 4}, "default", 12 * 3600, ["H100-80GB"]),
@@ -244,7 +294,14 @@ class Command(BaseCommand):
                 ["A100-80GB", "H100-80GB"],
             ),
             ("nlp", "bert-eval", {"mig_profile": "1g.10gb"}, "default", 3600, ["A100-80GB"]),
-            ("nlp", "pretrain", {"gpu": 8, "replicas": 2}, "default", 24 * 3600, ["A100-80GB"]),
+            (
+                "nlp",
+                "pretrain",
+                {"gpu": 8, "replicas": 2, "required_topology": "rack"},
+                "default",
+                24 * 3600,
+                ["A100-80GB"],
+            ),
             ("nlp", "tokenize", {"gpu": 0}, "low", 1800, []),
         ]
         for slug, name, shape, priority, runtime, allowed in live:
