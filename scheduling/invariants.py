@@ -104,8 +104,8 @@ def capacity_findings(snapshot: Snapshot) -> list[Finding]:
                 Finding("capacity", f"{name}: memory over-committed, {tally.memory[name]} MiB of {node.memory_mib}")
             )
     for device, milli in sorted(tally.shares.items()):
-        node = nodes.get(device[0])
-        pool = pool_index(dict(node.labels), snapshot.pools) if node is not None and not node.mig_enabled else -1
+        holder = nodes.get(device[0])
+        pool = pool_index(dict(holder.labels), snapshot.pools) if holder is not None and not holder.mig_enabled else -1
         cap = share_capacity_milli(snapshot.pools[pool].overcommit_ratio) if pool >= 0 else FULL
         whole = tally.whole[device]
         if milli > cap or (whole and (whole > 1 or milli > FULL)):
