@@ -12,7 +12,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
-from functools import lru_cache, partial
+from functools import partial
+from types import EllipsisType
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -51,7 +52,10 @@ class LostCycleLock(RuntimeError):
     """The cycle lock vanished (connection lost) before the plan was written; nothing was written."""
 
 
-def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workload:
+def workload_from_job(
+    job: Job, placements: list[ReplicaPlacement], rules: m.PlacementRules | EllipsisType | None = ...
+) -> m.Workload:
+    """The engine's view of a job row (``rules``: its placement rules when the caller has them)."""
     return m.Workload(
         id=str(job.pk),
         local_queue=local_queue_key(job.local_queue),
@@ -80,7 +84,7 @@ def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workloa
             )
             for t in job.tolerations
         ),
-        rules=job_rules(job),
+        rules=job_rules(job) if isinstance(rules, EllipsisType) else rules,
         runtime_s=float(job.runtime_s),
         state=ENGINE_STATE[JobState(job.state)],
         gpu_model=job.gpu_model.name if job.gpu_model else None,
@@ -91,21 +95,46 @@ def workload_from_job(job: Job, placements: list[ReplicaPlacement]) -> m.Workloa
 
 def job_rules(job: Job) -> m.PlacementRules | None:
     """A job's placement rules as engine values (``None`` for the many jobs without any)."""
-    if not job.affinity and not job.topology_spread_constraints and not job.required_topology:
+    return _parsed_rules(job.affinity, job.topology_spread_constraints, job.required_topology)
+
+
+def _parsed_rules(affinity: object, spread: object, level: str) -> m.PlacementRules | None:
+    """A row the submit path would have refused (written around it) runs nowhere rather than
+    unconstrained."""
+    if not affinity and not spread and not level:
         return None
-    return _rules(json.dumps([job.affinity, job.topology_spread_constraints, job.required_topology], sort_keys=True))
-
-
-@lru_cache(maxsize=4096)
-def _rules(key: str) -> m.PlacementRules | None:
-    """Parsed once per distinct rule set (jobs of one workflow share theirs). A row the submit path
-    would have refused (written around it) runs nowhere rather than unconstrained."""
-    affinity, spread, level = json.loads(key)
     try:
         return parse_rules(affinity, spread, level)
     except RulesError as exc:
         logger.warning("a job's placement rules do not parse (%s); it matches no node", exc)
         return m.PlacementRules(required_terms=())
+
+
+# job id -> (its updated_at when read, its rules). A job's rules never change after submission (an
+# admin's edit saves the row, which moves updated_at): each is read and parsed once per process, not
+# once per cycle, so a tenant's large rules cost the cycle nothing after the first.
+_RULES_SEEN: dict[int, tuple[datetime, m.PlacementRules | None]] = {}
+
+
+def jobs_rules(jobs: list[Job]) -> dict[int, m.PlacementRules | None]:
+    """The placement rules of ``jobs`` (loaded without their rule columns), by job id."""
+    out: dict[int, m.PlacementRules | None] = {}
+    missing = []
+    for job in jobs:
+        seen = _RULES_SEEN.get(job.pk)
+        if seen is not None and seen[0] == job.updated_at:
+            out[job.pk] = seen[1]
+        else:
+            missing.append(job.pk)
+    if missing:
+        columns = ("pk", "updated_at", "affinity", "topology_spread_constraints", "required_topology")
+        for pk, updated_at, affinity, spread, level in Job.objects.filter(pk__in=missing).values_list(*columns):
+            out[pk] = _parsed_rules(affinity, spread, level)
+            _RULES_SEEN[pk] = (updated_at, out[pk])
+    if len(_RULES_SEEN) > 2 * len(jobs) + 1000:  # forget jobs that left the cycle
+        for pk in set(_RULES_SEEN) - set(out):
+            del _RULES_SEEN[pk]
+    return out
 
 
 def pools_load() -> tuple[m.NodePool, ...]:
@@ -142,8 +171,11 @@ def snapshot_load(
         Job.objects.filter(state__in=[JobState.PENDING, *ACTIVE_STATES])
         .exclude(in_backoff)
         # What the engine never reads stays in the database: a tenant's long command and labels
-        # must not make every cycle slower (they are bounded, but still 30 KB a job at most).
-        .defer("command", "labels", "image", "name", "message", "pending_reason")
+        # must not make every cycle slower (they are bounded, but still 30 KB a job at most). The
+        # placement rules are read once per job (``jobs_rules``), not once per cycle.
+        .defer(
+            "command", "labels", "image", "name", "message", "pending_reason", "affinity", "topology_spread_constraints"
+        )
         .select_related("team", "local_queue__team", "priority_class", "gpu_model")
         .prefetch_related("allowed_gpu_models")
         .order_by("id")
@@ -153,11 +185,12 @@ def snapshot_load(
         placements[placement.job_id].append(placement)
     cluster_queues, local_queues = queues_load()
     gpu_models = list(GpuModel.objects.all())
+    rules = jobs_rules(jobs)
     return m.Snapshot(
         nodes=tuple(backend.nodes()),
         cluster_queues=cluster_queues,
         local_queues=local_queues,
-        workloads=tuple(workload_from_job(job, placements.get(job.pk, [])) for job in jobs),
+        workloads=tuple(workload_from_job(job, placements.get(job.pk, []), rules[job.pk]) for job in jobs),
         foreign=tuple(backend.foreign_usage()),
         teams_blocked=teams_blocked,
         mig_profiles=tuple((g.name, tuple(g.mig_profiles or ())) for g in gpu_models),

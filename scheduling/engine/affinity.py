@@ -151,8 +151,14 @@ class LabelIndex:
         if op == "DoesNotExist":
             return codes < 0
         if op in ("In", "NotIn"):
-            wanted = set(req.values)
-            inside = np.isin(codes, np.array([i for i, v in enumerate(table) if v in wanted], dtype=np.int32))
+            values = set(req.values)
+            wanted = [i for i, v in enumerate(table) if v in values]
+            if not wanted:  # no node has any of the values (a tenant's made-up ones cost nothing)
+                inside = np.zeros(self.n, dtype=bool)
+            elif len(wanted) == 1:
+                inside = codes == wanted[0]
+            else:
+                inside = np.isin(codes, np.array(wanted, dtype=np.int32))
             return inside if op == "In" else ~inside
         ints, ok = self._integers(req.key)
         bound = parse_int64(req.values[0])
@@ -232,6 +238,13 @@ def terms_text(terms: tuple[NodeSelectorTerm, ...], limit: int = 300) -> str:
     ``limit`` characters."""
     if not terms:
         return "(no terms, which matches nothing)"
-    texts = [term_text(t) for t in terms]
-    text = texts[0] if len(texts) == 1 else " or ".join(f"({t})" for t in texts)
+    if len(terms) == 1:
+        text = term_text(terms[0])
+    else:
+        parts: list[str] = []
+        for t in terms:  # stop once past the limit: a long affinity is read in its first terms
+            parts.append(f"({term_text(t)})")
+            if sum(len(p) + 4 for p in parts) > limit:
+                break
+        text = " or ".join(parts)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -114,13 +114,6 @@ class StaticFilters:
         """
         cluster = self.cluster
         codes = np.zeros(len(nodes), dtype=np.int8)
-        if workload.tolerations or self._tainted.any():
-            codes[~self.tolerated(workload.tolerations)[nodes]] = TAINT
-        rules = workload.rules
-        for key in required_labels(workload, self.levels):
-            codes[self.index.domains(key)[0][nodes] < 0] = NO_DOMAIN
-        if rules is not None and rules.required_terms is not None:
-            codes[~self.index.required(rules.required_terms)[nodes]] = AFFINITY
         if workload.node_selector:
             codes[~self.selected(workload.node_selector)[nodes]] = SELECTOR
         if shape.mig is not None:
@@ -131,7 +124,18 @@ class StaticFilters:
             code = cluster.model_code.get(shape.gpu_model, -2)
             codes[cluster.node_model[nodes] != code] = MODEL
         codes[cluster.cordoned[nodes]] = CORDONED
-        return codes
+        open_ = codes == FIT
+        if not open_.any():
+            return codes  # the later filters cannot change a node's first failing one
+        late = np.zeros(len(nodes), dtype=np.int8)
+        if workload.tolerations or self._tainted.any():
+            late[~self.tolerated(workload.tolerations)[nodes]] = TAINT
+        rules = workload.rules
+        for key in required_labels(workload, self.levels):
+            late[self.index.domains(key)[0][nodes] < 0] = NO_DOMAIN
+        if rules is not None and rules.required_terms is not None:
+            late[~self.index.required(rules.required_terms)[nodes]] = AFFINITY
+        return np.where(open_, late, codes).astype(np.int8)
 
     def eligible(self, workload: Workload, shape: Shape) -> tuple[np.ndarray, np.ndarray, int]:
         """(boolean mask over the model's node slice, node indices, slice start) of the nodes passing

@@ -117,19 +117,30 @@ class SpreadConstraint:
     node_taints_policy: str = "Ignore"  # Honor | Ignore
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PlacementRules:
     """A job's placement rules beyond its GPU models, node selector and tolerations.
 
     ``required_terms``: required node affinity, terms OR-ed (``None`` = no requirement; an empty
     tuple matches no node). ``required_topology``: every replica of the gang in one domain of this
-    level: ``node``, ``rack``, ``zone``, ``nvlink`` (the policy's labels) or a node label key."""
+    level: ``node``, ``rack``, ``zone``, ``nvlink`` (the policy's labels) or a node label key.
+
+    Not slotted, so its hash is computed once: rules can hold hundreds of values and sit in the keys
+    of every per-cycle cache a job touches."""
 
     required_terms: tuple[NodeSelectorTerm, ...] | None = None
     preferred_terms: tuple[PreferredTerm, ...] = ()
     anti_affinity: tuple[AntiAffinityTerm, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
     required_topology: str = ""
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            fields = (self.required_terms, self.preferred_terms, self.anti_affinity, self.spread)
+            cached = hash((*fields, self.required_topology))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     @property
     def dynamic(self) -> bool:

@@ -455,6 +455,8 @@ class Placer:
         """:meth:`place_gang` for a job with placement rules (see the module's docstring)."""
         rules = workload.rules
         assert rules is not None
+        if not len(self.eligible(workload, shape)):  # the static filters left nothing: no rule to apply
+            return GangResult((), self.explain(workload, [shape]) if explain else (0, ()), 0, self._within(workload))
         gang = self._gang_rules(workload, shape)
         if not rules.required_topology:
             placements, gang_nodes = self._place_replicas(workload, shape, stmt, wanted, gang)
@@ -590,7 +592,7 @@ class Placer:
                 nodes = np.flatnonzero(cluster.node_model == cluster.model_code.get(shape.gpu_model, -2))
             static = self.filters.codes(workload, shape, nodes)
             node_codes = np.where(static != FIT, static, _MISFIT_CODES[fit.misfit(cluster, shape, nodes)])
-            if gang is None and workload.rules is not None:
+            if gang is None and workload.rules is not None and (node_codes == FIT).any():
                 rules = self._gang_rules(workload, shape)
             if rules is not None:
                 node_codes = np.where(node_codes != FIT, node_codes, rules.codes(nodes, gang_nodes))
