@@ -147,7 +147,7 @@ class StaticFilters:
             shape.mig,
             workload.node_selector,
             workload.tolerations,
-            None if rules is None else (rules.required_terms, required_labels(workload, self.levels)),
+            rules,  # its hash is cached (``PlacementRules``); a tuple of its terms would be hashed deep each time
         )
         cached = self._eligible.get(key)
         if cached is None:
