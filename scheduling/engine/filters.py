@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .affinity import HOSTNAME, LabelIndex
+from .affinity import HOSTNAME, LabelIndex, terms_text
 from .capacity import Cluster
 from .fit import Shape
 from .model import Policy, Requirement, Toleration, Workload
@@ -77,6 +77,17 @@ def required_labels(workload: Workload, levels: dict[str, str]) -> tuple[str, ..
     return tuple(sorted(keys - {HOSTNAME}))
 
 
+def rule_words(workload: Workload, levels: dict[str, str]) -> dict[int, str]:
+    """The words of the static filters a job's placement rules add, naming its rules: ``not matching
+    node affinity gpu-type In [A100, H100]``, ``without the label topology.kubernetes.io/rack``."""
+    words = {}
+    if workload.rules is not None and workload.rules.required_terms is not None:
+        words[AFFINITY] = f"not matching node affinity {terms_text(workload.rules.required_terms)}"
+    if labels := required_labels(workload, levels):
+        words[NO_DOMAIN] = f"without the label {' / '.join(labels)}"
+    return words
+
+
 def topology_levels(policy: Policy) -> dict[str, str]:
     """The short names of a one-domain gang's level and the node label each stands for."""
     return {"node": HOSTNAME, "rack": policy.rack_label, "zone": policy.zone_label, "nvlink": policy.nvlink_label}
@@ -107,10 +118,11 @@ class StaticFilters:
         """The node label of a one-domain level (``rack``, ``zone``, ...), or ``level`` itself."""
         return self.levels.get(level, level)
 
-    def codes(self, workload: Workload, shape: Shape, nodes: np.ndarray) -> np.ndarray:
+    def codes(self, workload: Workload, shape: Shape, nodes: np.ndarray, cordon: bool = True) -> np.ndarray:
         """First failing static filter per node in ``nodes`` (``FIT`` when all pass), vectorised.
 
         Codes are written from the last filter to the first, so the first failing one wins.
+        ``cordon=False`` leaves the cordon out (the cluster as configured: a cordon is lifted again).
         """
         cluster = self.cluster
         codes = np.zeros(len(nodes), dtype=np.int8)
@@ -123,7 +135,8 @@ class StaticFilters:
         if shape.gpu_model is not None:
             code = cluster.model_code.get(shape.gpu_model, -2)
             codes[cluster.node_model[nodes] != code] = MODEL
-        codes[cluster.cordoned[nodes]] = CORDONED
+        if cordon:
+            codes[cluster.cordoned[nodes]] = CORDONED
         open_ = codes == FIT
         if not open_.any():
             return codes  # the later filters cannot change a node's first failing one

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import fit
-from .affinity import by_max, preferred_terms_of, terms_text
+from .affinity import by_max, preferred_terms_of
 from .capacity import FULL, Cluster, Statement
+from .explain import NO_EXPLANATION, Explanation, shortage
 from .filters import (
-    AFFINITY,
     ANTI_AFFINITY,
     CORDONED,
     CPU,
@@ -52,17 +52,15 @@ from .filters import (
     GPUS,
     MEMORY,
     MODEL,
-    NO_DOMAIN,
     OUTSIDE_DOMAIN,
     REASONS,
     SPREAD,
     StaticFilters,
-    required_labels,
+    rule_words,
     topology_levels,
 )
 from .fit import Nodes, Shape
 from .frag import plugins as _frag_plugins  # noqa: F401  (registers the FGD paper's policies)
-from .mig import devices_for_memory
 from .model import Policy, PreferredTerm, ReplicaPlacement, Workload
 from .replicas import GangRules
 from .scorers import PLUGINS, PluginSetup, ScoreContext, ScorerPlugin, binpack_scores, pick_devices
@@ -84,9 +82,6 @@ MAX_DOMAIN_TRIALS = 32
 _MISFIT_CODES = np.array([FIT, GPUS, CPU, MEMORY], dtype=np.int8)
 # Policies whose scores are shares of a node (about one unit wide): side votes add to them directly.
 _UNIT_SCALE_POLICIES = ("binpack", "spread")
-
-Explanation = tuple[int, tuple[tuple[str, int], ...]]
-"""(number of nodes that fit, ((reason, count), ...) largest count first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,33 +154,8 @@ class Placer:
         key = (workload.resources, model)
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = self._shape_for(workload, model)
+            shape = self._shapes[key] = fit.shape_of(self.cluster, self.mig_profiles, workload.resources, model)
         return shape
-
-    def _shape_for(self, workload: Workload, model: str | None) -> Shape | str:
-        res = workload.resources
-        cpu, memory_mib = res.cpu_milli, res.memory_mib
-        if not res.wants_gpu:
-            return Shape(model, cpu_milli=cpu, memory_mib=memory_mib)
-        if model is None:
-            return "job wants a GPU but no GPU model is available"
-        if res.mig_profile:
-            supported = self.mig_profiles.get(model)
-            if supported is not None and res.mig_profile not in supported:
-                return f"{model} does not offer MIG profile {res.mig_profile}"
-            geometry = self.cluster.mig(res.mig_profile, self.cluster.memory_of(model))
-            if geometry is None:
-                return f"MIG profile {res.mig_profile} does not exist on {model}"
-            return Shape(model, mig=geometry, cpu_milli=cpu, memory_mib=memory_mib)
-        if res.gpu_memory_gib:
-            memory = self.cluster.memory_of(model)
-            if memory <= 0:
-                return f"GPU memory of {model} is unknown"
-            gpus = devices_for_memory(res.gpu_memory_gib, memory)
-            return Shape(model, gpus=gpus, cpu_milli=cpu, memory_mib=memory_mib)
-        if res.gpu:
-            return Shape(model, gpus=res.gpu, cpu_milli=cpu, memory_mib=memory_mib)
-        return Shape(model, milli=res.gpu_milli, cpu_milli=cpu, memory_mib=memory_mib)
 
     # -- filters and fit --------------------------------------------------------------------------
 
@@ -415,12 +385,12 @@ class Placer:
             eligible = self.eligible(workload, shape)
             capacity = int(fit.replica_capacity(self.cluster, shape, self.feasible(shape, eligible)).sum())
             if capacity < needed:
-                explanation = self._explain_after(workload, shape, capacity) if explain else (0, ())
+                explanation = self._explain_after(workload, shape, capacity) if explain else NO_EXPLANATION
                 return GangResult((), explanation, capacity)
         placements, _ = self._place_replicas(workload, shape, stmt, wanted)
         if len(placements) >= needed:
             return GangResult(tuple(placements), None)
-        explanation = self.explain(workload, [shape]) if explain else (0, ())
+        explanation = self.explain(workload, [shape]) if explain else NO_EXPLANATION
         stmt.discard()
         return GangResult((), explanation, len(placements))
 
@@ -456,13 +426,15 @@ class Placer:
         rules = workload.rules
         assert rules is not None
         if not len(self.eligible(workload, shape)):  # the static filters left nothing: no rule to apply
-            return GangResult((), self.explain(workload, [shape]) if explain else (0, ()), 0, self._within(workload))
+            return GangResult(
+                (), self.explain(workload, [shape]) if explain else NO_EXPLANATION, 0, self._within(workload)
+            )
         gang = self._gang_rules(workload, shape)
         if not rules.required_topology:
             placements, gang_nodes = self._place_replicas(workload, shape, stmt, wanted, gang)
             if len(placements) >= needed:
                 return GangResult(tuple(placements), None)
-            explanation = self.explain(workload, [shape], gang, gang_nodes) if explain else (0, ())
+            explanation = self.explain(workload, [shape], gang, gang_nodes) if explain else NO_EXPLANATION
             stmt.discard()
             return GangResult((), explanation, len(placements))
         key = self.filters.topology_key(rules.required_topology)
@@ -479,7 +451,7 @@ class Placer:
             if len(placements) > best_count:
                 best_count, best_domain = len(placements), domain
         if not explain:
-            return GangResult((), (0, ()), best_count, within)
+            return GangResult((), NO_EXPLANATION, best_count, within)
         # Explain the next replica in the domain that took the most, or that has the most room when
         # none was worth a try (over every node when no domain has room for one replica).
         gang.domain = codes == best_domain if best_domain >= 0 else None
@@ -581,10 +553,12 @@ class Placer:
         self, workload: Workload, shapes: list[Shape], gang: GangRules | None = None, gang_nodes: Sequence[int] = ()
     ) -> Explanation:
         """Count nodes by the first filter that rejects one more replica of any of ``shapes`` (after
-        the replicas on ``gang_nodes``, under the job's rules between replicas ``gang``)."""
+        the replicas on ``gang_nodes``, under the job's rules between replicas ``gang``), and name the
+        resource that is short where a node passes the static filters (``explain.shortage``)."""
         cluster = self.cluster
         codes = np.full(cluster.n, MODEL, dtype=np.int8)
         rules = gang
+        per_shape = []
         for shape in shapes:
             if shape.gpu_model is None:
                 nodes = self._all
@@ -597,6 +571,7 @@ class Placer:
             if rules is not None:
                 node_codes = np.where(node_codes != FIT, node_codes, rules.codes(nodes, gang_nodes))
             codes[nodes] = node_codes
+            per_shape.append((shape, nodes))
         codes[cluster.cordoned] = CORDONED
         counts = np.bincount(codes, minlength=len(REASONS))
         words = self._words(workload, shapes, rules)
@@ -604,7 +579,9 @@ class Placer:
             ((words[c], int(counts[c])) for c in range(1, len(REASONS)) if counts[c]),
             key=lambda p: (-p[1], p[0]),
         )
-        return int(counts[FIT]), tuple(pairs)
+        shorts = [s for shape, nodes in per_shape if (s := shortage(cluster, shape, nodes, codes[nodes]))]
+        short = max(shorts, key=lambda s: s.nodes, default=None)  # the first of equals
+        return Explanation(int(counts[FIT]), tuple(pairs), short)
 
     def _words(self, workload: Workload, shapes: list[Shape], gang: GangRules | None) -> list[str]:
         """The explanation's words, naming the job's own numbers and rules."""
@@ -614,14 +591,14 @@ class Placer:
             words[GPUS] = f"no GPU with {shapes[0].milli / 1000:g} free"
         elif kinds == {"mig"} and shapes[0].mig is not None:
             words[GPUS] = f"no free MIG slice for {shapes[0].mig.profile}"
+        models = sorted({shape.gpu_model for shape in shapes if shape.gpu_model})
+        if models:
+            words[MODEL] = f"GPU model not {' or '.join(models)}"
         rules = workload.rules
         if rules is None:
             return words
-        if rules.required_terms is not None:
-            words[AFFINITY] = f"not matching node affinity {terms_text(rules.required_terms)}"
-        labels = required_labels(workload, self.filters.levels)
-        if labels:
-            words[NO_DOMAIN] = f"without the label {' / '.join(labels)}"
+        for code, word in rule_words(workload, self.filters.levels).items():
+            words[code] = word
         if gang is not None:
             if gang.anti_keys:
                 keys = " / ".join(gang.anti_keys)
