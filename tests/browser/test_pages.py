@@ -47,7 +47,7 @@ AFFINITY = """nodeAffinity:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_member_pastes_an_affinity_and_reads_why_the_job_waits_and_where_pools_are(page, world, tmp_path):
+def test_a_member_pastes_an_affinity_and_reads_why_the_job_waits_and_where_pools_are(page, world, tmp_path, settings):
     NodePool.objects.create(
         name="notebooks", node_selector={"karpenter.sh/capacity-type": "spot"}, overcommit_ratio=1.2
     )
@@ -56,6 +56,14 @@ def test_a_member_pastes_an_affinity_and_reads_why_the_job_waits_and_where_pools
     page.fill("input[name=name]", "needs-h100")
     page.fill("textarea[name=affinity]", AFFINITY)
     page.select_option("select[name=required_topology]", "node")
+    page.click("form.job button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    # No node has gpu-type A100 or H100: the form says so on the field, and nothing is submitted.
+    assert "/jobs/new/" in page.url
+    assert page.get_by_text("not matching node affinity gpu-type In [A100, H100]").count() >= 1
+    screenshot(page, "form-never-fits", tmp_path)
+    settings.QUEUE_NEVER_FITTING_JOBS = True  # a cluster that autoscales: such a job queues
+    page.fill("textarea[name=affinity]", AFFINITY)
     page.click("form.job button[type=submit]")
     page.wait_for_load_state("networkidle")
     assert "/jobs/new/" not in page.url, page.content()[:2000]

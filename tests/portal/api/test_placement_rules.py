@@ -104,15 +104,24 @@ def test_accepted_rules_are_stored_shown_back_and_obeyed(api, world):
     assert {p.node for p in job.placements.all()} == {"a100-1"}
 
 
-def test_a_job_no_node_matches_says_which_affinity_matched_none(api, world):
+def test_a_job_no_node_matches_is_a_400_naming_its_affinity_or_queues_when_the_cluster_autoscales(api, world, settings):
     response = submit(api("alice"), affinity=SEED)
-    assert response.status_code == 201
+    assert response.status_code == 400
+    assert response.json()["errors"]["affinity"] == [
+        (
+            "placement: never fits as configured: on A100-80GB: none of the 2 A100-80GB nodes passes the job's "
+            "filters: 2 not matching node affinity gpu-type In [A100, H100]; on T4: none of the 1 T4 node passes "
+            "the job's filters: 1 not matching node affinity gpu-type In [A100, H100]"
+        )
+    ]
+    assert Job.objects.count() == 0
+    settings.QUEUE_NEVER_FITTING_JOBS = True
+    assert submit(api("alice"), affinity=SEED).status_code == 201
     run_cycle()
     job = Job.objects.get()
     assert job.state == "Pending"
-    assert job.pending_reason["message"] == (
-        "placement: 0 of 3 nodes fit: 3 not matching node affinity gpu-type In [A100, H100]"
-    )
+    assert job.pending_reason["waits"] is False
+    assert "not matching node affinity gpu-type In [A100, H100]" in job.pending_reason["message"]
 
 
 def test_a_pools_overcommit_lets_more_fractions_share_a_device_while_quota_counts_requests(api, world):

@@ -30,6 +30,11 @@ def workload(snapshot, job):
     return next(w for w in snapshot.workloads if w.id == str(job.pk))
 
 
+@pytest.fixture(autouse=True)
+def _queue_jobs_no_node_matches(settings):
+    settings.QUEUE_NEVER_FITTING_JOBS = True  # these jobs' affinity matches no node of the test cluster
+
+
 def test_rules_pools_and_grants_reach_the_snapshot(world):
     job = world.submit(gpu=1, affinity=A100, required_topology="rack")
     plain = world.submit(gpu=1)

@@ -10,7 +10,7 @@ from scheduling.engine.affinity import LabelIndex, by_max, parse_int64, terms_te
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import NodeSelectorTerm, PlacementRules, Policy, PreferredTerm, Requirement, labels_of
 
-from .builders import admitted_ids, cq, job, lq, node, reason_of, running, snapshot
+from .builders import admitted_ids, cq, job, lq, node, pending_info, reason_of, running, snapshot
 
 NOW = 1000.0
 
@@ -175,12 +175,26 @@ def test_the_seeds_example_runs_only_on_a100_or_h100_nodes():
     assert sorted(p.node for p in plan.admissions[0].placements) == ["n01", "n03"]
 
 
-def test_a_job_no_node_matches_is_told_which_affinity_matched_none():
+def test_a_job_no_node_matches_is_told_which_affinity_matched_none_and_that_waiting_will_not_help():
     nodes = [node(f"n{i:02d}", labels={GPU_TYPE: "V100"}) for i in range(12)]
     plan = cycle(nodes, [job("j", "a", gpu=1, rules=affine(term(req(GPU_TYPE, "In", "A100", "H100"))))])
     assert reason_of(plan, "j") == (
-        "placement: 0 of 12 nodes fit: 12 not matching node affinity gpu-type In [A100, H100]"
+        "placement: never fits as configured: none of the 12 A100-80GB nodes passes the job's filters: "
+        "12 not matching node affinity gpu-type In [A100, H100]"
     )
+    assert pending_info(plan, "j").reason.waits is False
+
+
+def test_a_job_whose_matching_nodes_are_busy_waits_and_the_reason_counts_the_others():
+    nodes = [node(f"n{i:02d}", gpus=1, labels={GPU_TYPE: "V100"}) for i in range(11)]
+    nodes.append(node("n11", gpus=1, labels={GPU_TYPE: "A100"}))
+    busy = running("busy", "a", [("n11", (0,))])
+    plan = cycle(nodes, [busy, job("j", "a", gpu=1, rules=affine(term(req(GPU_TYPE, "In", "A100", "H100"))))])
+    reason = pending_info(plan, "j").reason
+    assert reason.message.startswith(
+        "placement: 0 of 12 nodes fit: 11 not matching node affinity gpu-type In [A100, H100], 1 too few free GPUs"
+    )
+    assert reason.waits is True
 
 
 def test_node_selector_and_node_affinity_must_both_hold():
@@ -188,7 +202,8 @@ def test_node_selector_and_node_affinity_must_both_hold():
     rules = affine(term(req(GPU_TYPE, "In", "A100")))
     plan = cycle(nodes, [job("j", "a", gpu=1, rules=rules, node_selector=labels_of({"disk": "ssd"}))])
     assert reason_of(plan, "j") == (
-        "placement: 0 of 2 nodes fit: 1 node selector does not match, 1 not matching node affinity gpu-type In [A100]"
+        "placement: never fits as configured: none of the 2 A100-80GB nodes passes the job's filters: "
+        "1 node selector does not match, 1 not matching node affinity gpu-type In [A100]"
     )
 
 

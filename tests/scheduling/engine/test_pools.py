@@ -45,7 +45,10 @@ def test_a_ratio_becomes_the_milli_gpu_fractions_may_share(ratio, milli):
 def test_at_1_2_five_quarter_gpu_notebooks_share_one_device_and_a_sixth_waits():
     plan = cycle([node("n1", gpus=1, labels={POOL: "shared"})], notebooks(6))
     assert admitted_ids(plan) == ["nb00", "nb01", "nb02", "nb03", "nb04"]  # 5 × 240 = 1200 of 1200
-    assert reason_of(plan, "nb05") == "placement: 0 of 1 nodes fit: 1 no GPU with 0.24 free"
+    assert reason_of(plan, "nb05") == (
+        "placement: 0 of 1 nodes fit: 1 no GPU with 0.24 free; needs 0.24 of one A100-80GB GPU; eligible nodes' "
+        "GPUs have at most 0 free each and 0 in all (capacity in use)"
+    )
 
 
 def test_outside_the_pool_the_same_device_takes_four():
@@ -72,7 +75,7 @@ def test_a_whole_gpu_needs_a_device_nobody_holds_and_then_holds_all_of_it():
     # Device 0 holds nb + five more 0.2 notebooks (1200); device 1 is the whole GPU's alone.
     fractions = [a for a in plan.admissions if a.workload_id.startswith("nb")]
     assert [p.gpu_indices for a in fractions for p in a.placements] == [(0,)] * 5
-    assert reason_of(plan, "nb05") == "placement: 0 of 1 nodes fit: 1 no GPU with 0.2 free"
+    assert reason_of(plan, "nb05").startswith("placement: 0 of 1 nodes fit: 1 no GPU with 0.2 free;")
 
 
 def test_a_pool_chooses_its_own_placement_policy():

@@ -9,11 +9,12 @@ from scheduling.engine import model as m
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import AntiAffinityTerm, NodeSelectorTerm, PlacementRules, Requirement, SpreadConstraint
 
-from .builders import RACK, ZONE, admitted_ids, cq, job, lq, node, reason_of, running, snapshot
+from .builders import RACK, ZONE, admitted_ids, cq, job, lq, node, pending_info, reason_of, running, snapshot
 
 NOW = 1000.0
 HOST = "kubernetes.io/hostname"
 QUEUES = ([cq("q", {"A100-80GB": 1000, "H100-80GB": 1000})], [lq("a", "q")])
+A100 = ("A100-80GB",)
 
 
 def cycle(nodes, jobs, policy=None):
@@ -54,13 +55,24 @@ def test_required_anti_affinity_on_the_hostname_puts_each_replica_on_its_own_nod
     assert placed(cycle(zoned({"z1": 3}), [job("j", "a", gpu=1, replicas=3)])) == ["z1-0"] * 3
 
 
-def test_one_replica_more_than_there_are_nodes_waits_and_says_why():
-    plan = cycle(zoned({"z1": 3}), [job("j", "a", gpu=1, replicas=4, rules=anti())])
+def test_one_replica_more_than_there_are_nodes_never_fits_and_says_why():
+    plan = cycle(zoned({"z1": 3}), [job("j", "a", gpu=1, replicas=4, rules=anti(), allowed_gpu_models=A100)])
     assert admitted_ids(plan) == []
     assert reason_of(plan, "j") == (
-        "gang: only 3 of 4 replicas fit and all 4 must start together; next replica: 0 of 3 nodes fit: "
-        "3 already hold a replica in their kubernetes.io/hostname (pod anti-affinity)"
+        "gang: never fits as configured: all 4 replicas must start together with at most one per "
+        "kubernetes.io/hostname (pod anti-affinity) and the A100-80GB nodes allow at most 3 of them"
     )
+
+
+def test_when_a_node_is_busy_the_gang_waits_and_the_reason_names_the_anti_affinity():
+    nodes = zoned({"z1": 4}, gpus=2)
+    plan = cycle(nodes, [running("busy", "a", [("z1-3", (0, 1))]), job("j", "a", gpu=1, replicas=4, rules=anti())])
+    info = pending_info(plan, "j")
+    assert info.reason.message.startswith(
+        "gang: only 3 of 4 replicas fit and all 4 must start together; next replica: 0 of 4 nodes fit: "
+        "3 already hold a replica in their kubernetes.io/hostname (pod anti-affinity), 1 too few free GPUs"
+    )
+    assert info.reason.waits is True
 
 
 def test_anti_affinity_by_zone_keeps_replicas_in_different_zones():
@@ -97,7 +109,7 @@ def test_a_full_zone_still_counts_and_caps_the_others_at_max_skew():
     full = running("full", "a", [("z2-0", (0, 1, 2, 3))])
     plan = cycle(nodes, [full, job("j", "a", gpu=1, replicas=2, rules=spread())])
     assert admitted_ids(plan) == []
-    assert reason_of(plan, "j") == (
+    assert reason_of(plan, "j").startswith(
         "gang: only 1 of 2 replicas fit and all 2 must start together; next replica: 0 of 2 nodes fit: "
         "1 too few free GPUs, 1 would exceed the topology spread's maxSkew over topology.kubernetes.io/zone"
     )
@@ -138,8 +150,11 @@ def test_nodes_without_a_do_not_schedule_label_are_not_candidates():
     nodes = [node("bare"), node("z1-0", labels={ZONE: "z1"})]
     plan = cycle(nodes, [job("j", "a", gpu=1, replicas=2, rules=spread(max_skew=2))])
     assert placed(plan) == ["z1-0", "z1-0"]
-    plan = cycle([node("bare")], [job("j", "a", gpu=1, rules=spread())])
-    assert reason_of(plan, "j") == ("placement: 0 of 1 nodes fit: 1 without the label topology.kubernetes.io/zone")
+    plan = cycle([node("bare")], [job("j", "a", gpu=1, rules=spread(), allowed_gpu_models=A100)])
+    assert reason_of(plan, "j") == (
+        "placement: never fits as configured: none of the 1 A100-80GB node passes the job's filters: "
+        "1 without the label topology.kubernetes.io/zone"
+    )
 
 
 def test_spread_over_hostnames_counts_every_node_as_a_domain():
@@ -185,18 +200,30 @@ def test_among_racks_that_hold_the_gang_the_tightest_wins():
     assert sorted(placed(plan)) == ["r2-0", "r2-1"]
 
 
-def test_a_gang_no_single_rack_can_hold_waits_though_the_cluster_could():
+def test_a_gang_no_single_rack_can_hold_never_fits_though_the_cluster_could_hold_it():
     nodes = racked({"r1": [8, 4], "r2": [8]})
-    gang = job("j", "a", gpu=4, replicas=4, rules=one("rack"))
-    plan = cycle(nodes, [gang])
+    plan = cycle(nodes, [job("j", "a", gpu=4, replicas=4, rules=one("rack"), allowed_gpu_models=A100)])
     assert admitted_ids(plan) == []
     assert reason_of(plan, "j") == (
+        "gang: never fits as configured: all 4 replicas must start together in one rack "
+        "(topology.kubernetes.io/rack) and the A100-80GB nodes of any one hold at most 3 of them with nothing "
+        "else running"
+    )
+    # Without the hard rule the same gang spans both racks.
+    assert admitted_ids(cycle(nodes, [job("j", "a", gpu=4, replicas=4)])) == ["j"]
+
+
+def test_a_gang_whose_rack_is_busy_waits_and_says_how_many_one_rack_holds_now():
+    nodes = racked({"r1": [8, 8], "r2": [8]})
+    busy = running("busy", "a", [("r1-1", (0, 1, 2, 3))])
+    plan = cycle(nodes, [busy, job("j", "a", gpu=4, replicas=4, rules=one("rack"))])
+    info = pending_info(plan, "j")
+    assert info.reason.message.startswith(
         "gang: only 3 of 4 replicas fit in one rack (topology.kubernetes.io/rack) and all 4 must start together "
         "in one rack (topology.kubernetes.io/rack); next replica: 0 of 3 nodes fit: 2 too few free GPUs, "
         "1 outside rack r1"
     )
-    # Without the hard rule the same gang spans both racks.
-    assert admitted_ids(cycle(nodes, [job("j", "a", gpu=4, replicas=4)])) == ["j"]
+    assert info.reason.waits is True
 
 
 def test_one_node_and_one_zone_and_one_nvlink_domain():
@@ -215,12 +242,14 @@ def test_one_node_and_one_zone_and_one_nvlink_domain():
 
 def test_nodes_without_the_level_label_are_not_used_by_a_one_domain_gang():
     nodes = [node("bare", gpus=8), node("r1-0", gpus=4, labels={RACK: "r1"})]
-    plan = cycle(nodes, [job("j", "a", gpu=4, replicas=2, rules=one("rack"))])
+    plan = cycle(nodes, [job("j", "a", gpu=4, replicas=2, rules=one("rack"), allowed_gpu_models=A100)])
     assert reason_of(plan, "j") == (
-        "gang: only 1 of 2 replicas fit in one rack (topology.kubernetes.io/rack) and all 2 must start together "
-        "in one rack (topology.kubernetes.io/rack); next replica: 0 of 2 nodes fit: 1 too few free GPUs, "
-        "1 without the label topology.kubernetes.io/rack"
+        "gang: never fits as configured: all 2 replicas must start together and the 1 A100-80GB node that could "
+        "run one hold at most 1 of them with nothing else running"
     )
+    # The rack's node alone takes a one-replica job; the bare node never does.
+    plan = cycle(nodes, [job("j", "a", gpu=4, rules=one("rack"))])
+    assert placed(plan) == ["r1-0"]
 
 
 def test_min_available_takes_the_rack_that_holds_the_most_replicas():

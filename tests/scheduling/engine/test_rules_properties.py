@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ from scheduling.engine.model import (
     Taint,
     Workload,
 )
+from scheduling.engine.verdict import never_fits
 
 from .builders import RACK, ZONE, cq, job, lq, node, snapshot
 
@@ -272,3 +274,14 @@ def test_a_one_domain_gang_is_always_in_one_domain(scenario):
 def test_rules_never_change_the_plan_between_identical_runs(scenario):
     nodes, jobs = scenario
     assert plan_of(nodes, jobs) == plan_of(nodes, jobs)
+
+
+@SETTINGS
+@given(scenarios())
+def test_a_job_with_rules_called_never_fitting_is_admitted_on_no_empty_cluster_of_that_configuration(scenario):
+    nodes, jobs = scenario
+    empty = [replace(n, unschedulable=False) for n in nodes]  # as configured: cordons lifted
+    for w in jobs:
+        snap = snapshot(empty, [cq("q", {"A100-80GB": 1000})], [lq("a", "q")], [w])
+        if never_fits(snap, w) is not None:
+            assert run_cycle(snap, Policy(), 0.0).admissions == (), w

@@ -95,7 +95,10 @@ def test_a_toleration_the_team_was_not_granted_does_not_count_in_the_engine():
     # With it, vision's grants (spot only) do not cover the wildcard: the taint is not tolerated.
     plan = cycle(nodes, [sneaky], toleration_grants=(("vision", (TolerationGrant("spot"),)),))
     assert admitted_ids(plan) == []
-    assert reason_of(plan, "j") == "placement: 0 of 1 nodes fit: 1 untolerated taint"
+    assert reason_of(plan, "j") == (
+        "placement: never fits as configured: none of the 1 A100-80GB node passes the job's filters: "
+        "1 untolerated taint"
+    )
     # A team missing from the allow-list has no grants at all.
     assert admitted_ids(cycle(nodes, [sneaky], toleration_grants=())) == []
     granted = (("vision", (TolerationGrant("dedicated", "nlp"),)),)
