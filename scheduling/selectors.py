@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from django.conf import settings
+
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
 from scheduling.engine.model import GpuNode
@@ -29,3 +31,12 @@ def gpu_capacity(*, backend: ClusterBackend | None = None) -> dict[tuple[str, st
         entry[0] += node.gpu_count
         entry[1] += 1
     return {key: (gpus, nodes) for key, (gpus, nodes) in counts.items()}
+
+
+def runtime_speedup() -> float:
+    """How much faster than requested the cluster runs jobs: ``SIM_SPEEDUP`` for the simulated cluster
+    (a job of ``runtime_s`` runs ``runtime_s / SIM_SPEEDUP`` wall seconds), 1 for a real one. Expected
+    ends and costs are in the cluster's own time scale."""
+    if settings.CLUSTER_BACKEND == "simulated":
+        return float(settings.SIM_SPEEDUP)
+    return 1.0
