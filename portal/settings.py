@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "axes",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_htmx",  # request.htmx, and htmx's JavaScript served from the project's static files
     "portal.tenants",
     "portal.jobs",
     "portal.tokens",
@@ -61,6 +62,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.DatabaseOutageMiddleware",
     # Last, as django-axes asks: it turns the lockout raised during authentication into a 429.
@@ -83,6 +85,7 @@ TEMPLATES = [
                 "portal.pages.context.portal_context",
                 "billing.context.budget_alerts",
             ],
+            "libraries": {"portal_format": "portal.pages.templatetags.portal_format"},
         },
     },
 ]
@@ -107,6 +110,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+
+# Job lists and pages refresh their live parts (state, reason, cost) this often, while visible (htmx).
+LIVE_REFRESH_S = env_float("LIVE_REFRESH_S", 5.0)
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "job-list"

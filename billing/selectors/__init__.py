@@ -24,18 +24,28 @@ from billing.selectors.budgets import (
 )
 from billing.selectors.efficiency import JobEfficiency, TeamEfficiency, job_efficiency_list, team_efficiency_list
 from billing.selectors.invoices import InvoiceLine, invoice_lines
-from billing.selectors.jobs import AttemptCost, JobCost, ListFigures, job_costs, job_list_costed, list_figures
+from billing.selectors.jobs import (
+    JOB_SORTS,
+    AttemptCost,
+    JobCost,
+    ListFigures,
+    job_costs,
+    job_list_costed,
+    job_ordering,
+    list_figures,
+)
 from billing.selectors.prices import cost_rollup_current
 from billing.selectors.usage import gpu_hours_by_team_and_day, run_interval_list, running_usage
 
 __all__ = [
+    "JOB_SORTS",
     "AllocationQuery",
     "AttemptCost",
     "BudgetStatus",
     "InvoiceLine",
     "JobCost",
-    "ListFigures",
     "JobEfficiency",
+    "ListFigures",
     "TeamEfficiency",
     "budget_alert_list",
     "budget_status_list",
@@ -46,6 +56,7 @@ __all__ = [
     "job_costs",
     "job_efficiency_list",
     "job_list_costed",
+    "job_ordering",
     "list_figures",
     "month_gpu_spend",
     "run_interval_list",

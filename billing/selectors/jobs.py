@@ -171,6 +171,26 @@ def job_list_costed(jobs: QuerySet[Job], *, now: datetime) -> QuerySet[Job]:
     )
 
 
+# Sort keys of job lists (pages' ?sort=, the API's ?ordering=): a key, and the ordering it means on
+# ``job_list_costed``'s queryset; ties go newest first.
+JOB_SORTS = {
+    "submitted": "created_at",
+    "owner": "owner__username",
+    "state": "state",
+    "run": "run_us",
+    "gpu_hours": "gpu_usage",
+    "cost": "cost_num",
+}
+
+
+def job_ordering(raw: str) -> tuple[str, list[str]]:
+    """A sort (``cost``, ``-cost``, ...; anything else: newest first) and its queryset ordering."""
+    key = raw.lstrip("-")
+    if key not in JOB_SORTS:
+        return "-submitted", ["-created_at", "-id"]
+    return raw, [("-" if raw.startswith("-") else "") + JOB_SORTS[key], "-id"]
+
+
 @dataclass(frozen=True, slots=True)
 class ListFigures:
     """The list's figures of one job, from its annotations."""

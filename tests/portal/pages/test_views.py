@@ -79,13 +79,25 @@ def test_another_teams_job_page_is_404(client, world):
     assert f"/jobs/{job.pk}/" not in client.get("/jobs/").content.decode()
 
 
-def test_cancel_from_the_detail_page(client, world):
-    job = world.submit("vision")
+def test_cancel_from_the_detail_page_asks_for_confirmation_first(client, world):
+    job = world.submit("vision", name="to-cancel")
     client.force_login(world.users["alice"])
-    response = client.post(f"/jobs/{job.pk}/cancel/")
+    detail = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f'href="/jobs/{job.pk}/cancel/"' in detail  # a link to the confirmation, not a one-click form
+    confirm = client.get(f"/jobs/{job.pk}/cancel/")
+    assert confirm.status_code == 200
+    assert f"Cancel job {job.pk} · to-cancel?" in confirm.content.decode()
+    # A POST without the confirmation (an old form, a stray click) only shows the question again.
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 200
+    job.refresh_from_db()
+    assert job.state == "Pending"
+    response = client.post(f"/jobs/{job.pk}/cancel/", {"confirm": "yes"})
     assert response.status_code == 302
     job.refresh_from_db()
     assert job.state == "Cancelled"
+    # Nothing left to cancel: the confirmation page sends the user back with the reason.
+    again = client.get(f"/jobs/{job.pk}/cancel/", follow=True).content.decode()
+    assert "A Cancelled job cannot be cancelled." in again
 
 
 def test_pending_job_page_explains_why(client, world):
@@ -99,7 +111,7 @@ def test_pending_job_page_explains_why(client, world):
     cycle_run(now=timezone.now(), backend=SimulatedCluster())
     client.force_login(world.users["alice"])
     page = client.get(f"/jobs/{waiting.pk}/").content.decode()
-    assert "Why pending" in page
+    assert "Why:" in page
     assert "quota: queue cq-vision uses 0 of 8 A100-80GB GPUs and needs 24 more" in page
     assert "Position 1" in page
 
