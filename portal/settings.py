@@ -110,6 +110,23 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.min.js from the installed plotly
+]
+# collectstatic (the Dockerfile runs it) writes content-hashed names with brotli and gzip copies;
+# whitenoise serves them compressed with a year-long immutable cache. DEBUG=1 (the demo's dev server)
+# serves the source files as they are. STATIC_STORAGE=simple skips the manifest (nothing collected).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": {
+            "manifest": "whitenoise.storage.CompressedManifestStaticFilesStorage",
+            "simple": "django.contrib.staticfiles.storage.StaticFilesStorage",
+        }[env_choice("STATIC_STORAGE", "manifest", {"manifest", "simple"})]
+    },
+}
 
 # Job lists and pages refresh their live parts (state, reason, cost) this often, while visible (htmx).
 LIVE_REFRESH_S = env_float("LIVE_REFRESH_S", 5.0)

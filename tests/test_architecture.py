@@ -149,6 +149,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("billing.charts", 0),
     ("portal.pages.charts", 0),
     ("portal.tenants.tolerations", 0),
+    ("portal.jobs.images", 0),
     # 1: rows, the state table and its one write, settings helpers
     ("*.models", 1),
     ("portal.jobs.states", 1),

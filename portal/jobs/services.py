@@ -19,6 +19,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
 
 from portal.jobs.errors import ServiceError
+from portal.jobs.images import image_reference_problem
 from portal.jobs.models import (
     ClusterQueue,
     FlavorQuota,
@@ -192,8 +193,8 @@ _LIST_FIELDS = frozenset({"command", "tolerations", "allowed_gpu_models"})
 
 def job_spec_validate(spec: JobSpec) -> None:
     """Business rules for a job request. Raises ServiceError naming the field at fault."""
-    if not spec.image.strip():
-        raise ServiceError("an image is required", field="image")
+    if problem := image_reference_problem(spec.image.strip()):
+        raise ServiceError(problem, field="image")
     if spec.local_queue.team_id != spec.team.pk:
         raise ServiceError(
             f"queue {spec.local_queue.name!r} belongs to team {spec.local_queue.team.slug!r}, not {spec.team.slug!r}",
@@ -224,6 +225,14 @@ def job_spec_validate(spec: JobSpec) -> None:
     tolerations_validate(spec)
 
 
+GPU_REQUEST_WORDS = {
+    "gpu": "whole GPUs",
+    "gpu_milli": "a GPU fraction",
+    "mig_profile": "a MIG profile",
+    "gpu_memory_gib": "GPU memory",
+}
+
+
 def resources_validate(spec: JobSpec) -> None:
     """One kind of GPU request at most, each within its range; CPU and memory within theirs."""
     gpu_kinds = [
@@ -237,8 +246,9 @@ def resources_validate(spec: JobSpec) -> None:
         if value
     ]
     if len(gpu_kinds) > 1:
+        chosen = " and ".join(GPU_REQUEST_WORDS[kind] for kind in gpu_kinds)
         raise ServiceError(
-            f"set only one of whole GPUs, a GPU fraction, a MIG profile or GPU memory (got {', '.join(gpu_kinds)})",
+            f"set only one of whole GPUs, a GPU fraction, a MIG profile or GPU memory (this request sets {chosen})",
             field=gpu_kinds[1],
         )
     if spec.gpu < 0 or spec.gpu > MAX_GPUS_PER_REPLICA:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from functools import lru_cache
 
 from django.conf import settings
 from django.contrib import messages
@@ -11,7 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Q
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
@@ -26,10 +25,10 @@ from billing.selectors import (
 from portal.api.serializers import JobCreateSerializer
 from portal.jobs import selectors, services
 from portal.jobs.errors import ServiceError
-from portal.jobs.models import QuotaChange
+from portal.jobs.models import GpuModel, QuotaChange
 from portal.jobs.states import CANCELLABLE_STATES, FINAL_STATES, JobState
 from portal.pages import charts
-from portal.pages.forms import JobForm
+from portal.pages.forms import JobForm, mig_profile_choices
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.factory import cluster_backend
 from scheduling.selectors import runtime_speedup
@@ -39,19 +38,6 @@ def healthz(request):
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
-
-
-@lru_cache(maxsize=1)
-def _plotly_bundle() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
-
-
-def plotly_js(request):
-    response = HttpResponse(_plotly_bundle(), content_type="application/javascript")
-    response["Cache-Control"] = "public, max-age=86400"
-    return response
 
 
 @login_required
@@ -125,6 +111,16 @@ def job_list_for_page(request):
     return jobs
 
 
+def form_error(form: JobForm, field: str | None, message: str) -> None:
+    """An API or service error on the form: beside its field (shown with the field's label), or, for a
+    field the form does not have, at the top with a readable name instead of the API's."""
+    if field in form.fields:
+        form.add_error(field, message)
+    else:
+        name = (field or "").replace("_", " ").capitalize()
+        form.add_error(None, f"{name}: {message}" if name and field != "non_field_errors" else message)
+
+
 @login_required
 def job_create(request):
     queues = list(selectors.local_queue_list(user=request.user))
@@ -138,14 +134,14 @@ def job_create(request):
                 try:
                     job = services.job_submit(owner=request.user, spec=serializer.to_spec())
                 except ServiceError as exc:
-                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                    form_error(form, exc.field, exc.message)
                 else:
                     messages.success(request, f"Job {job.pk} submitted.")
                     return redirect("job-detail", pk=job.pk)
             else:
                 for field, errors in serializer.errors.items():
                     for error in errors if isinstance(errors, list) else [errors]:
-                        form.add_error(field if field in form.fields else None, str(error))
+                        form_error(form, field, str(error))
     else:
         form = JobForm(queues=queues)
     return render(request, "portal/job_form.html", {"form": form}, status=400 if form.errors else 200)
@@ -175,6 +171,15 @@ def job_live_context(job, *, now) -> dict:
         "final": job.state in FINAL_STATES,
         "refresh_s": settings.LIVE_REFRESH_S,
     }
+
+
+@login_required
+def job_mig_profiles(request):
+    """The MIG profile options for the GPU models ticked on the submit form (htmx swaps them in)."""
+    choices = mig_profile_choices(list(GpuModel.objects.all()), request.GET.getlist("allowed_gpu_models"))
+    return render(
+        request, "portal/_mig_options.html", {"choices": choices, "selected": request.GET.get("mig_profile", "")}
+    )
 
 
 @login_required

@@ -82,7 +82,8 @@ def test_a_job_requeued_twice_keeps_three_attempts_each_with_its_own_placement_a
     for attempt in attempts:
         assert len(attempt.placements) == 1
         assert len(attempt.placements[0]["gpu_indices"]) == 2
-        assert attempt.gpu_model == "A100-80GB" and attempt.capacity_type == "on-demand"
+        assert attempt.gpu_model == "A100-80GB"
+        assert attempt.capacity_type == "on-demand"
         assert attempt.gpu_share_7000ths == 2 * 7000
     first, second, third = attempts
     assert (first.queued_at, first.admitted_at, first.started_at) == (
@@ -153,7 +154,8 @@ def test_gpu_hours_and_cost_of_each_attempt_equal_price_times_duration_times_sha
     end = third.started_at + timedelta(seconds=7200)
     services.cluster_sync(backend=backend, now=end + timedelta(seconds=5))
     job.refresh_from_db()
-    assert job.state == JobState.SUCCEEDED and job.finished_at == end
+    assert job.state == JobState.SUCCEEDED
+    assert job.finished_at == end
     gpu, cpu, memory = _price("gpu", "A100-80GB"), _price("cpu"), _price("memory")
     runs_s = {1: 30 * 60 - 60, 2: 75 * 60 - 31 * 60, 3: 7200}
     costs = job_costs(jobs=[job], now=end + timedelta(hours=5))[job.pk]
