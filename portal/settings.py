@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "portal.tenants",
     "portal.jobs",
     "portal.tokens",
+    "portal.notifications",
     "scheduling",
     "billing",
 ]
@@ -269,6 +270,23 @@ CELERY_BEAT_SCHEDULE.update(
         "budget-check": {"task": "billing.tasks.budget_check", "schedule": BUDGET_CHECK_INTERVAL_S},
     }
 )
+
+# --- Notifications (README, Notifications) -----------------------------------------------------
+# Links in mail and webhook bodies point here.
+PORTAL_URL = env_str("PORTAL_URL", "http://127.0.0.1:8000")
+NOTIFY_RETRIES = env_int("NOTIFY_RETRIES", 8)  # tries of one delivery before it is marked failed
+NOTIFY_BACKOFF_S = env_float("NOTIFY_BACKOFF_S", 30.0)  # wait before the second try, doubling after
+NOTIFY_BACKOFF_MAX_S = env_float("NOTIFY_BACKOFF_MAX_S", 3600.0)
+NOTIFY_WEBHOOK_TIMEOUT_S = env_float("NOTIFY_WEBHOOK_TIMEOUT_S", 5.0)
+# Webhooks to loopback, private or link-local addresses are refused unless this is on (a user's URL
+# must not reach the portal's own network).
+NOTIFY_WEBHOOK_ALLOW_PRIVATE = env_bool("NOTIFY_WEBHOOK_ALLOW_PRIVATE", False)
+NOTIFY_MAX_AGE_S = env_float("NOTIFY_MAX_AGE_S", 86400.0)  # older events are not announced
+NOTIFY_SWEEP_INTERVAL_S = env_float("NOTIFY_SWEEP_INTERVAL_S", 60.0)
+CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
+    "task": "portal.notifications.tasks.sweep",
+    "schedule": NOTIFY_SWEEP_INTERVAL_S,
+}
 
 # --- Security (README, Security settings) -------------------------------------------------------
 # Behind a TLS-terminating proxy set SECURE_PROXY_SSL_HEADER=1: the proxy's X-Forwarded-Proto then

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal.api.docs import ApiDocsPermission
+from portal.notifications import views as notifications
 from portal.pages import views as pages
 from portal.tokens import views as tokens
 
@@ -25,6 +26,8 @@ urlpatterns = [
     path("healthz", pages.healthz, name="healthz"),
     path("api/v1/", include("portal.api.urls")),
     path("account/tokens/", tokens.token_list, name="token-list"),
+    path("account/notifications/", notifications.notification_settings, name="notification-settings"),
+    path("jobs/<int:pk>/notifications/", notifications.job_notifications, name="job-notifications"),
     path("account/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
     path("api/schema/", SpectacularAPIView.as_view(**docs), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **docs), name="swagger-ui"),

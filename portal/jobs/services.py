@@ -15,10 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
-from redis.exceptions import RedisError
 
-from portal.jobs.errors import ServiceError
+from portal.jobs.errors import BROKER_ERRORS, ServiceError
 from portal.jobs.images import image_reference_problem
 from portal.jobs.models import (
     ClusterQueue,
@@ -322,10 +320,6 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
         if request_cycle:
             transaction.on_commit(_request_cycle)
     return job
-
-
-# What a broker that is down or unreachable raises when a task is sent.
-BROKER_ERRORS: tuple[type[BaseException], ...] = (KombuOperationalError, RedisError, OSError)
 
 
 def _request_cycle() -> None:
