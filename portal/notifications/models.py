@@ -98,11 +98,13 @@ class Notification(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
     tries = models.PositiveIntegerField(default=0)
     last_error = models.CharField(max_length=500, blank=True)
+    next_try_at = models.DateTimeField(null=True, blank=True, help_text="After a failed try: when to try again.")
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "next_try_at"])]
         constraints = [
             models.UniqueConstraint(fields=["job", "attempt", "event", "channel"], name="uniq_notification_event")
         ]

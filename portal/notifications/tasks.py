@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 DB_ERRORS = (OperationalError, InterfaceError)
@@ -40,13 +39,10 @@ def notification_deliver_task(self, notification_id: int) -> None:
     try:
         delivery.notification_deliver(notification_id=notification_id)
     except delivery.DeliveryFailed as exc:
+        if exc.final or self.request.is_eager:
+            return  # failed for good; or no worker to wait in (eager): the sweep retries at next_try_at
         tries = self.request.retries + 1
-        if tries >= settings.NOTIFY_RETRIES:
-            delivery.notification_give_up(notification_id=notification_id)
-            return
-        raise self.retry(
-            exc=exc, countdown=delivery.retry_backoff_s(tries), max_retries=settings.NOTIFY_RETRIES
-        ) from exc
+        raise self.retry(exc=exc, countdown=delivery.retry_backoff_s(tries), max_retries=None) from exc
 
 
 @shared_task(name="portal.notifications.tasks.sweep", ignore_result=True, autoretry_for=DB_ERRORS, max_retries=3)

@@ -1,11 +1,12 @@
 """Sending one notification: an e-mail (Django's mail) or a signed JSON POST to the user's webhook.
 
 ``notification_deliver`` locks the row and sends only while it is pending, so a retried or doubled
-task never sends twice; a failed try is recorded (``tries``, ``last_error``) and raised as
-``DeliveryFailed`` for the task to retry after ``retry_backoff_s``; after ``NOTIFY_RETRIES`` tries
-``notification_give_up`` marks it failed. Webhooks go only to public addresses unless
-``NOTIFY_WEBHOOK_ALLOW_PRIVATE`` (a user's URL must not reach the portal's own network), and are not
-redirected (a redirect could lead there).
+task never sends twice; a failed try is recorded (``tries``, ``last_error``, ``next_try_at`` after
+``retry_backoff_s``) and raised as ``DeliveryFailed`` for the task to retry then (the sweep retries
+what a task did not); after ``NOTIFY_RETRIES`` tries the notification is failed.
+
+Webhooks go only to public addresses unless ``NOTIFY_WEBHOOK_ALLOW_PRIVATE`` (a user's URL must not
+reach the portal's own network), and are not redirected (a redirect could lead there).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,7 +41,11 @@ from scheduling.selectors import runtime_speedup
 
 
 class DeliveryFailed(Exception):
-    """A try that may succeed later (the receiver is down, answered 5xx, the mail server refused)."""
+    """A try that failed (the receiver is down, answered 5xx, the mail server refused). ``final``: it
+    was the last of ``NOTIFY_RETRIES`` and the notification is now failed; else it is tried again at
+    its ``next_try_at``."""
+
+    final = False
 
 
 def retry_backoff_s(tries: int) -> float:
@@ -184,19 +189,18 @@ def notification_deliver(*, notification_id: int, now: datetime | None = None) -
         except DeliveryFailed as exc:
             failure = exc
             notification.last_error = str(exc)[:500]
-            notification.save(update_fields=["tries", "last_error"])
+            if notification.tries >= settings.NOTIFY_RETRIES:
+                exc.final = True
+                notification.status = Notification.Status.FAILED
+                notification.next_try_at = None
+            else:
+                notification.next_try_at = now + timedelta(seconds=retry_backoff_s(notification.tries))
         else:
             notification.status = Notification.Status.SENT
             notification.sent_at = timezone.now()
             notification.last_error = ""
-            notification.save(update_fields=["tries", "status", "sent_at", "last_error"])
+            notification.next_try_at = None
+        notification.save(update_fields=["tries", "status", "sent_at", "last_error", "next_try_at"])
     if failure is not None:
         raise failure
     return True
-
-
-def notification_give_up(*, notification_id: int) -> None:
-    """After the last try: the notification is failed (its last error stays on it)."""
-    Notification.objects.filter(pk=notification_id, status=Notification.Status.PENDING).update(
-        status=Notification.Status.FAILED
-    )

@@ -16,7 +16,8 @@ those jobs. Steps of ``notifications_dispatch``:
    only while it is pending, so a row is sent once.
 
 ``notifications_sweep`` (beat) dispatches again for recent events and re-sends pending rows whose
-task was lost (a broker outage at the wrong moment): the unique key and the row lock keep it once.
+task was lost (a broker outage at the wrong moment) or whose retry is overdue: the unique key and the
+row lock keep each one once.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def job_events_notify(*, job_ids: Iterable[int]) -> None:
     commits (best effort: with the broker down, the periodic sweep sends them)."""
     ids = sorted(set(job_ids))
     if ids:
-        transaction.on_commit(partial(_enqueue, job_events_task, job_ids=ids))
+        # robust: an error while enqueueing (or, with eager tasks, while sending) is logged, never
+        # raised into the cycle that committed the transitions.
+        transaction.on_commit(partial(_enqueue, job_events_task, job_ids=ids), robust=True)
 
 
 def _enqueue(task, **kwargs) -> None:
@@ -127,7 +130,9 @@ def notifications_dispatch(*, job_ids: Iterable[int], now: datetime | None = Non
         )
         created = Notification.objects.filter(job_id__in=[j.pk for j in jobs]).count() - before
         for notification_id in pending:
-            transaction.on_commit(partial(_enqueue, notification_deliver_task, notification_id=notification_id))
+            transaction.on_commit(
+                partial(_enqueue, notification_deliver_task, notification_id=notification_id), robust=True
+            )
     return created
 
 
@@ -148,8 +153,12 @@ def notifications_sweep(*, now: datetime | None = None) -> int:
         JobAttempt.objects.filter(Q(ended_at__gte=since) | Q(started_at__gte=since)).values_list("job_id", flat=True)
     ) | set(Job.objects.filter(state=JobState.FAILED, finished_at__gte=since).values_list("id", flat=True))
     created = notifications_dispatch(job_ids=recent, now=now) if recent else 0
+    # Never tried for five minutes (the task was lost), or a retry due a while ago that no task made
+    # (eager tasks have no worker to wait in; a lost retry): tried again here.
+    late = now - timedelta(minutes=2)
     stale = Notification.objects.filter(
-        status=Notification.Status.PENDING, created_at__lt=now - timedelta(minutes=5), tries=0
+        Q(tries=0, created_at__lt=now - timedelta(minutes=5)) | Q(tries__gt=0, next_try_at__lte=late),
+        status=Notification.Status.PENDING,
     ).values_list("id", flat=True)[:1000]
     for notification_id in stale:
         _enqueue(notification_deliver_task, notification_id=notification_id)
