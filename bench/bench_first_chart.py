@@ -110,7 +110,7 @@ def first_chart(browser, base: str) -> tuple[float, float, int, str]:
     page.fill("input[name=password]", "demo")
     page.click("button[type=submit], input[type=submit]")
     page.wait_for_load_state("load")
-    wire: dict[str, object] = {}
+    wire: dict[str, int | str] = {}
 
     def seen(response) -> None:
         if "plotly.min" in response.url and "bytes" not in wire:

@@ -29,7 +29,7 @@ class PlotlyFinder(BaseFinder):
     def check(self, **kwargs) -> list:
         return []
 
-    def find(self, path: str, find_all: bool = False, **kwargs) -> str | list[str]:
+    def find(self, path: str, find_all: bool = False, **kwargs) -> str | list[str]:  # type: ignore[override]  # one body for both overloads
         if path == f"{PREFIX}/{BUNDLE}":
             found = self.storage.path(BUNDLE)
             return [found] if find_all else found

@@ -52,8 +52,9 @@ class TransitionSerializer(serializers.ModelSerializer):
         fields = ["from_state", "to_state", "at", "reason", "actor"]
 
 
-MONEY = {"max_digits": 20, "decimal_places": 6, "read_only": True}
-"""Exact figures (6 decimals), as strings: a float would not round-trip."""
+def _money(*, allow_null: bool = False) -> serializers.DecimalField:
+    """An exact figure (6 decimals), as a string: a float would not round-trip."""
+    return serializers.DecimalField(max_digits=20, decimal_places=6, read_only=True, allow_null=allow_null)
 
 
 class CostFieldsMixin(serializers.Serializer):
@@ -74,15 +75,15 @@ class CostFieldsMixin(serializers.Serializer):
     def get_run_s(self, instance) -> float:
         return round(self.figures(instance).run_s, 3)
 
-    @extend_schema_field(serializers.DecimalField(**MONEY))
+    @extend_schema_field(_money())
     def get_gpu_hours(self, instance) -> str:
         return str(self.figures(instance).so_far.gpu_hours)
 
-    @extend_schema_field(serializers.DecimalField(**MONEY))
+    @extend_schema_field(_money())
     def get_cost_usd(self, instance) -> str:
         return str(self.figures(instance).so_far.total_cost)
 
-    @extend_schema_field(serializers.DecimalField(**MONEY, allow_null=True))
+    @extend_schema_field(_money(allow_null=True))
     def get_estimated_total_usd(self, instance) -> str | None:
         value = self.figures(instance).estimated_total_usd
         return None if value is None else str(value)

@@ -62,7 +62,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
     def job_data(self, jobs: list[Job], *, many: bool):
         """Serialized jobs with their costs (one query for every job's attempts, one for prices)."""
-        context = self.get_serializer_context()
+        context = dict(self.get_serializer_context())
         context["costs"] = job_costs(jobs=jobs, now=timezone.now(), speedup=runtime_speedup())
         return JobSerializer(jobs if many else jobs[0], many=many, context=context).data
 

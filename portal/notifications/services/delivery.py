@@ -63,7 +63,7 @@ def webhook_url_problem(url: str) -> str | None:
     if settings.NOTIFY_WEBHOOK_ALLOW_PRIVATE:
         return None
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or 443)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(parts.hostname, parts.port or 443)}
     except OSError as exc:
         return f"cannot resolve {parts.hostname}: {exc}"
     for address in addresses:

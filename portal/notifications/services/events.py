@@ -64,7 +64,7 @@ def _enqueue(task, **kwargs) -> None:
 ENDINGS = {JobState.SUCCEEDED: Event.SUCCEEDED, JobState.FAILED: Event.FAILED, JobState.PREEMPTED: Event.PREEMPTED}
 
 
-def job_events(job: Job, attempt: JobAttempt | None) -> list[tuple[int, str, datetime, float]]:
+def job_events(job: Job, attempt: JobAttempt | None) -> list[tuple[int, Event, datetime, float]]:
     """(attempt number, event, when, wait in seconds) of the job's latest attempt (step 2)."""
     if attempt is None:
         if job.state == JobState.FAILED and job.finished_at is not None:
