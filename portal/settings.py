@@ -111,11 +111,6 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATICFILES_FINDERS = [
-    "django.contrib.staticfiles.finders.FileSystemFinder",
-    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.min.js from the installed plotly
-]
 # collectstatic (the Dockerfile runs it) writes content-hashed names with brotli and gzip copies;
 # whitenoise serves them compressed with a year-long immutable cache. DEBUG=1 (the demo's dev server)
 # serves the source files as they are. STATIC_STORAGE=simple skips the manifest (nothing collected).

@@ -124,7 +124,7 @@ def test_dashboard_and_queue_pages_render_charts_and_quotas(client, world):
     assert "Cluster GPU allocation" in html
     assert "GPU-hours per team per day" in html
     # plotly's bundle is a static file (collected, compressed and cached for good), not inline.
-    assert '<script src="/static/vendor/plotly.min.js"></script>' in html
+    assert '<script src="/static/vendor/plotly/plotly-basic.min.js"></script>' in html
     assert "Plotly.newPlot" in html
     assert len(html) < 500_000
     queues = client.get("/queues/").content.decode()
