@@ -12,6 +12,7 @@ class PreferenceForm(forms.ModelForm):
         model = NotificationPreference
         fields = ["email", "webhook", "on_succeeded", "on_failed", "on_preempted", "started_after_wait_min"]
         labels = {"email": "By e-mail", "webhook": "By webhook"}
+        help_texts = {"email": "", "webhook": "", "started_after_wait_min": "empty: never"}
 
 
 class EmailForm(forms.Form):

@@ -26,7 +26,9 @@ class JobForm(forms.Form):
     gpu_memory_gib = forms.IntegerField(initial=0, label="GPU memory (GiB)")
     cpu_milli = forms.IntegerField(initial=4000, label="CPU (milli-cores)")
     memory_mib = forms.IntegerField(initial=16384, label="Memory (MiB)")
-    allowed_gpu_models = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    allowed_gpu_models = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Allowed GPU models"
+    )
     priority_class = forms.ChoiceField()
     runtime_s = forms.IntegerField(initial=3600, label="Requested runtime (s)")
 
