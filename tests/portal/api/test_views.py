@@ -336,7 +336,7 @@ def test_the_job_shape_carries_run_time_gpu_hours_cost_and_attempts_and_sorts_by
     alice = api("alice")
     small = submit(alice, name="small", gpu=1).json()["id"]
     big = submit(alice, name="big", gpu=4).json()["id"]
-    waiting = submit(alice, name="waiting", gpu=8, replicas=3).json()["id"]
+    waiting = submit(alice, name="waiting", gpu=8, replicas=2).json()["id"]  # waits for the other two
     backend = SimulatedCluster(speedup=1.0)
     start = timezone.now() - timedelta(minutes=10)
     cycle_run(now=start, backend=backend)

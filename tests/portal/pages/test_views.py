@@ -429,6 +429,9 @@ def test_the_mig_profile_is_a_choice_from_the_catalogue_filtered_by_gpu_model(cl
     assert "3g.40gb" not in options  # T4 has no MIG
     options = client.get("/jobs/new/mig-profiles/?allowed_gpu_models=A100-80GB&mig_profile=2g.20gb").content.decode()
     assert '<option value="2g.20gb" selected>' in options
+    from scheduling.models import SimNode
+
+    SimNode.objects.filter(name="a100-1").update(mig_enabled=True)  # a node that can hold the slice
     created = client.post(
         "/jobs/new/", {**FORM, "gpu": "0", "mig_profile": "3g.40gb", "allowed_gpu_models": ["A100-80GB"]}
     )
