@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0004_start_backoff'),
+        ('jobs', '0006_alter_jobattempt_placements'),
     ]
 
     operations = [
