@@ -160,13 +160,14 @@ def job_live_context(job, *, now) -> dict:
     attempts = list(selectors.job_attempt_list(job=job))
     # The node pool of each replica's node (where placement is explained), for the attempts' tables.
     pools = node_pools_of({p.get("node", "") for a in attempts for p in a.placements or ()})
-    for a in attempts:
-        a.placement_rows = [(p, pools.get(p.get("node", ""))) for p in a.placements or ()]
     return {
         "job": job,
         "now": now,
         "cost": cost,
-        "attempts": [(a, cost.attempts[a.number]) for a in attempts],
+        "attempts": [
+            (a, cost.attempts[a.number], [(p, pools.get(p.get("node", ""))) for p in a.placements or ()])
+            for a in attempts
+        ],
         "current": attempts[-1] if attempts and attempts[-1].ended_at is None else None,
         "last_attempt": attempts[-1] if attempts else None,
         "placements": job.placements.all(),
