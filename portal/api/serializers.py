@@ -312,3 +312,45 @@ class QuotaUpdateSerializer(StrictSerializer):
     cpu_quota_milli = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, allow_null=True)
     memory_quota_mib = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, allow_null=True)
     flavors = BoundedDictField(max_items=64, max_key_length=64, child=FlavorQuotaUpdateSerializer(), required=False)
+
+
+def _exact(source: str | None, help_text: str) -> serializers.DecimalField:
+    """An exact amount (hours or USD), rounded once to 6 places, as a decimal string."""
+    extra = {"source": source} if source else {}
+    return serializers.DecimalField(max_digits=20, decimal_places=6, help_text=help_text, **extra)
+
+
+class CostFiguresSerializer(serializers.Serializer):
+    """Hours and money of ``billing.core.allocation.Figures`` (the object's ``figures``)."""
+
+    gpu_hours = _exact("figures.gpu_hours", "GPU-hours (a quarter GPU for an hour is 0.25).")
+    gpu_usd = _exact("figures.gpu_cost", "GPU cost, USD.")
+    cpu_core_hours = _exact("figures.cpu_core_hours", "CPU core-hours.")
+    cpu_usd = _exact("figures.cpu_cost", "CPU cost, USD.")
+    memory_gib_hours = _exact("figures.ram_gib_hours", "Memory GiB-hours.")
+    memory_usd = _exact("figures.ram_cost", "Memory cost, USD.")
+    total_usd = _exact("figures.total_cost", "GPU + CPU + memory, USD (rounded once from the exact sum).")
+
+
+class RunCostSerializer(CostFiguresSerializer):
+    """One Running interval of a job (``billing.selectors.jobs.RunCost``)."""
+
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    running = serializers.BooleanField(help_text="Still running: the figures run up to the answer's time.")
+    gpu_model = serializers.CharField()
+    capacity_type = serializers.CharField()
+    gpus = _exact(None, "Billed GPUs held, all replicas together.")
+    price_per_gpu_hour = _exact("gpu_usd_per_hour", "GPU price (USD per GPU-hour) at the start of the run.")
+
+
+class JobCostSerializer(CostFiguresSerializer):
+    """What a job cost so far (``billing.selectors.jobs.JobCost``): exact decimals as strings."""
+
+    job = serializers.IntegerField(source="job_id")
+    as_of = serializers.DateTimeField(help_text="The time the figures run up to.")
+    currency = serializers.SerializerMethodField()
+    runs = RunCostSerializer(many=True)
+
+    def get_currency(self, obj) -> str:
+        return "USD"

@@ -8,6 +8,7 @@ import json
 import django_filters
 from django.db import transaction
 from django.http import QueryDict
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -15,8 +16,10 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.selectors import job_cost
 from portal.api.serializers import (
     GpuModelSerializer,
+    JobCostSerializer,
     JobCreateSerializer,
     JobSerializer,
     LocalQueueSerializer,
@@ -90,6 +93,14 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         job = job_submit(owner=request.user, spec=serializer.to_spec())
         job = self.get_queryset().get(pk=job.pk)
         return status.HTTP_201_CREATED, JobSerializer(job).data
+
+    @extend_schema(responses={200: JobCostSerializer})
+    @action(detail=True, methods=["get"])
+    def cost(self, request, pk=None):
+        """What the job cost so far: GPU-hours and GPU, CPU and memory cost of each run and in total,
+        priced with the price book (a running job up to now; the same before and after metering)."""
+        job = self.get_object()
+        return Response(JobCostSerializer(job_cost(job=job, now=timezone.now())).data)
 
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])

@@ -1,0 +1,166 @@
+"""Human-readable text for the CLI (``--json`` prints the portal's JSON instead)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from gpuportal.progress import clock, relative, status_text
+from gpuportal.types import Check, Cost, Job, JobCost
+
+
+def usd(amount: Decimal | None, currency: str = "USD") -> str:
+    """``$7.34`` (cents; amounts under a cent keep 4 places: ``$0.0042``)."""
+    if amount is None:
+        return "?"
+    sign = "$" if currency == "USD" else f"{currency} "
+    places = Decimal("0.01") if abs(amount) >= Decimal("0.01") or amount == 0 else Decimal("0.0001")
+    return f"{sign}{amount.quantize(places):,}"
+
+
+def hours(value: Decimal) -> str:
+    text = f"{value.quantize(Decimal('0.001')).normalize():f}"
+    return text
+
+
+def duration(delta: timedelta) -> str:
+    """``1 h 05 min`` / ``12 min 30 s`` / ``45 s``."""
+    seconds = max(0, round(delta.total_seconds()))
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds} s"
+
+
+def when(moment: datetime | None, now: datetime | None = None) -> str:
+    if moment is None:
+        return "unknown"
+    return f"{clock(moment)} ({relative(moment, now or datetime.now(UTC))})"
+
+
+def resources(job: Job) -> str:
+    if job.gpu:
+        gpu = f"{job.gpu} GPU"
+    elif job.gpu_milli:
+        gpu = f"{job.gpu_milli / 1000:g} GPU"
+    elif job.mig_profile:
+        gpu = f"MIG {job.mig_profile}"
+    elif job.gpu_memory_gib:
+        gpu = f"{job.gpu_memory_gib} GiB GPU memory"
+    else:
+        gpu = "no GPU"
+    return f"{job.replicas} × {gpu}" if job.replicas > 1 else gpu
+
+
+def job_text(job: Job, now: datetime | None = None) -> str:
+    """A few lines: identity, state line, placements, times."""
+    now = now or datetime.now(UTC)
+    title = f"job {job.id}" + (f" {job.name}" if job.name else "")
+    lines = [
+        f"{title}: {status_text(job, now)}",
+        f"  team {job.team}, queue {job.queue}, owner {job.owner}; {resources(job)}"
+        + (f" on {job.gpu_model}" if job.gpu_model else ""),
+    ]
+    if job.state == "Pending" and job.estimated_start is None and job.pending_reason is None:
+        lines.append("  not yet looked at by the scheduler")
+    for placement in job.placements:
+        replica = f"replica {placement.replica}" if placement.replica is not None else "replica"
+        lines.append(f"  {replica}: {placement.describe()}")
+    for label, moment in (
+        ("submitted", job.created_at),
+        ("started", job.started_at),
+        ("finished", job.finished_at),
+    ):
+        if moment is not None:
+            lines.append(f"  {label} {when(moment, now)}")
+    return "\n".join(lines)
+
+
+def cost_line(cost: Cost) -> str:
+    price = (
+        f" × {usd(cost.price_per_gpu_hour, cost.currency)}/GPU-hour"
+        + (f" {cost.capacity_type}" if cost.capacity_type else "")
+        if cost.price_per_gpu_hour is not None
+        else ""
+    )
+    return (
+        f"{hours(cost.gpu_hours)} GPU-hours{price} = {usd(cost.gpu_usd, cost.currency)} GPU"
+        f" + {usd(cost.cpu_usd, cost.currency)} CPU + {usd(cost.memory_usd, cost.currency)} memory"
+        f" = {usd(cost.total_usd, cost.currency)}"
+    )
+
+
+def preempt_text(victim: Mapping[str, Any]) -> str:
+    ident = victim.get("job", victim.get("id", "?"))
+    name = victim.get("name")
+    team = victim.get("team")
+    parts = [f"job {ident}" + (f" {name}" if name else "")]
+    if team:
+        parts.append(f"({team})")
+    return " ".join(parts)
+
+
+def check_text(check: Check, now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    lines = []
+    if check.runs_now:
+        where = "; ".join(p.describe() for p in check.placements)
+        lines.append(
+            "runs now" + (f" on {check.gpu_model}" if check.gpu_model else "") + (f": {where}" if where else "")
+        )
+    elif check.waits:
+        head = "waits" + (f": #{check.position} in queue" if check.position is not None else "")
+        lines.append(head + (f", {check.reason.message}" if check.reason and check.reason.message else ""))
+        if check.estimated_start_p50 is not None:
+            p90 = f", P90 {when(check.estimated_start_p90, now)}" if check.estimated_start_p90 else ""
+            lines.append(f"  estimated start {when(check.estimated_start_p50, now)}{p90}")
+        if check.preempts:
+            lines.append("  would preempt " + ", ".join(preempt_text(v) for v in check.preempts))
+    else:
+        lines.append("never fits" + (f": {check.reason.message}" if check.reason and check.reason.message else ""))
+    if check.cost is not None:
+        lines.append(f"  estimated cost: {cost_line(check.cost)}")
+    lines.extend(f"  sooner: {s.message}" for s in check.suggestions if s.message)
+    return "\n".join(lines)
+
+
+def job_cost_text(cost: JobCost) -> str:
+    currency = cost.currency
+    lines = [
+        f"job {cost.job}: {hours(cost.gpu_hours)} GPU-hours; {usd(cost.gpu_usd, currency)} GPU"
+        f" + {usd(cost.cpu_usd, currency)} CPU + {usd(cost.memory_usd, currency)} memory"
+        f" = {usd(cost.total_usd, currency)} {currency}" + (" so far (running)" if cost.running else "")
+    ]
+    for index, run in enumerate(cost.runs, 1):
+        start = clock(run.start) if run.start else "?"
+        end = "now" if run.running else (clock(run.end) if run.end else "?")
+        length = duration(run.end - run.start) if run.start and run.end else "?"
+        price = f" at {usd(run.price_per_gpu_hour, currency)}/GPU-hour" if run.price_per_gpu_hour is not None else ""
+        lines.append(
+            f"  run {index}: {start}–{end} ({length}) {run.gpu_model or 'CPU only'} {run.capacity_type}, "
+            f"{hours(run.gpus)} GPU → {hours(run.gpu_hours)} GPU-hours{price}; total {usd(run.total_usd, currency)}"
+        )
+    if not cost.runs:
+        lines.append("  it has not run")
+    return "\n".join(lines)
+
+
+def job_row(job: Job) -> tuple[str, ...]:
+    return (
+        str(job.id),
+        job.name or "-",
+        job.state + (f" #{job.queue_position}" if job.state == "Pending" and job.queue_position else ""),
+        f"{job.team}/{job.queue}",
+        resources(job),
+        job.gpu_model or "-",
+        job.created_at.astimezone().strftime("%Y-%m-%d %H:%M") if job.created_at else "-",
+    )
+
+
+def job_table(jobs: Iterable[Job]) -> str:
+    rows = [("ID", "NAME", "STATE", "TEAM/QUEUE", "GPU", "MODEL", "SUBMITTED"), *map(job_row, jobs)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
