@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuportal {__version__}")
     _common(parser, suppress=False)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")  # "command": the job's
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
@@ -260,15 +260,15 @@ def main(argv: Sequence[str] | None = None, *, out: IO[str] | None = None, err: 
         args = parser.parse_args(flags)
     except SystemExit as exc:  # argparse: --help/--version exit 0, errors exit 2
         return int(exc.code or 0)
-    if command is not None and args.command not in ("check", "submit"):
-        err.write(f"gpuportal {args.command}: unexpected arguments after --\n")
+    if command is not None and args.verb not in ("check", "submit"):
+        err.write(f"gpuportal {args.verb}: unexpected arguments after --\n")
         return Exit.USAGE
     args.argv_command = command
     cli = Cli(args, out, err)
     try:
-        return int(getattr(cli, args.command)())
+        return int(getattr(cli, args.verb)())
     except ValidationError as exc:
-        err.write(f"gpuportal: the portal refused it: {exc.detail}\n")
+        err.write("gpuportal: the portal refused it" + (":\n" if exc.errors else f": {exc.detail}\n"))
         for field, messages in exc.errors.items():
             for message in messages:
                 err.write(f"  {field}: {message}\n")

@@ -37,15 +37,14 @@ class _Bar(tqdm):  # type: ignore[misc,valid-type]  # tqdm.auto picks its class 
 
 
 def relative(moment: datetime, now: datetime) -> str:
-    """``in 12 min`` / ``in 2 h 5 min`` / ``now``; ``5 min ago`` for the past."""
-    seconds = int((moment - now).total_seconds())
-    later = seconds >= 0
-    seconds = abs(seconds)
+    """``in 12 min`` / ``in 2 h 5 min`` / ``now``; ``5 min ago`` / ``just now`` for the past."""
+    delta = (moment - now).total_seconds()
+    seconds = int(abs(delta))
     if seconds < 60:
-        return "now" if later else "just now"
+        return "now" if delta >= 0 else "just now"
     minutes = seconds // 60
     text = f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
-    return f"in {text}" if later else f"{text} ago"
+    return f"in {text}" if delta >= 0 else f"{text} ago"
 
 
 def clock(moment: datetime) -> str:

@@ -12,22 +12,26 @@ from gpuportal.types import Check, Cost, Job, JobCost
 
 
 def usd(amount: Decimal | None, currency: str = "USD") -> str:
-    """``$7.34`` (cents; amounts under a cent keep 4 places: ``$0.0042``)."""
+    """``$7.34``; under a cent, the portal's 6 places without trailing zeros: ``$0.00098``."""
     if amount is None:
         return "?"
     sign = "$" if currency == "USD" else f"{currency} "
-    places = Decimal("0.01") if abs(amount) >= Decimal("0.01") or amount == 0 else Decimal("0.0001")
-    return f"{sign}{amount.quantize(places):,}"
+    if amount == 0 or abs(amount) >= Decimal("0.01"):
+        return f"{sign}{amount.quantize(Decimal('0.01')):,}"
+    return f"{sign}{amount.quantize(Decimal('0.000001')).normalize():f}"
 
 
 def hours(value: Decimal) -> str:
-    text = f"{value.quantize(Decimal('0.001')).normalize():f}"
-    return text
+    """Hours or GPUs as the portal gives them (6 places at most), without trailing zeros: ``0.000278``."""
+    return f"{value.quantize(Decimal('0.000001')).normalize():f}"
 
 
 def duration(delta: timedelta) -> str:
     """``1 h 05 min`` / ``12 min 30 s`` / ``45 s``."""
-    seconds = max(0, round(delta.total_seconds()))
+    exact = max(0.0, delta.total_seconds())
+    if exact < 10:
+        return f"{exact:.1f} s"
+    seconds = round(exact)
     if seconds >= 3600:
         return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
     if seconds >= 60:
@@ -42,8 +46,9 @@ def when(moment: datetime | None, now: datetime | None = None) -> str:
 
 
 def resources(job: Job) -> str:
+    """``2 GPUs`` / ``4 × 1 GPU`` / ``0.25 GPU`` / ``MIG 3g.40gb`` / ``no GPU``."""
     if job.gpu:
-        gpu = f"{job.gpu} GPU"
+        gpu = f"{job.gpu} GPU" + ("s" if job.gpu > 1 and job.replicas == 1 else "")
     elif job.gpu_milli:
         gpu = f"{job.gpu_milli / 1000:g} GPU"
     elif job.mig_profile:
