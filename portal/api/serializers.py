@@ -316,8 +316,9 @@ class QuotaUpdateSerializer(StrictSerializer):
 
 def _exact(source: str | None, help_text: str) -> serializers.DecimalField:
     """An exact amount (hours or USD), rounded once to 6 places, as a decimal string."""
-    extra = {"source": source} if source else {}
-    return serializers.DecimalField(max_digits=20, decimal_places=6, help_text=help_text, **extra)
+    if source is None:  # the attribute of the field's own name (DRF refuses a redundant source)
+        return serializers.DecimalField(max_digits=20, decimal_places=6, help_text=help_text)
+    return serializers.DecimalField(max_digits=20, decimal_places=6, source=source, help_text=help_text)
 
 
 class CostFiguresSerializer(serializers.Serializer):
