@@ -6,7 +6,7 @@
 * ``efficiency``: utilization per job and team, with advice;
 * ``invoices``: a team's month per GPU model and capacity type;
 * ``usage``: Running intervals, running jobs' usage, GPU-hours per day;
-* ``jobs``: what one job cost so far, run by run;
+* ``job_runs``: what one job cost so far, run by run (its cost endpoint);
 * ``prices``: the price book and whether the priced rollup is current;
 * ``capacity``: recorded GPU capacity.
 
@@ -24,7 +24,7 @@ from billing.selectors.budgets import (
 )
 from billing.selectors.efficiency import JobEfficiency, TeamEfficiency, job_efficiency_list, team_efficiency_list
 from billing.selectors.invoices import InvoiceLine, invoice_lines
-from billing.selectors.jobs import JobCost, RunCost, job_cost
+from billing.selectors.job_runs import JobCost, RunCost, job_cost
 from billing.selectors.prices import cost_rollup_current
 from billing.selectors.usage import gpu_hours_by_team_and_day, run_interval_list, running_usage
 

@@ -334,7 +334,7 @@ class CostFiguresSerializer(serializers.Serializer):
 
 
 class RunCostSerializer(CostFiguresSerializer):
-    """One Running interval of a job (``billing.selectors.jobs.RunCost``)."""
+    """One Running interval of a job (``billing.selectors.job_runs.RunCost``)."""
 
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
@@ -346,7 +346,7 @@ class RunCostSerializer(CostFiguresSerializer):
 
 
 class JobCostSerializer(CostFiguresSerializer):
-    """What a job cost so far (``billing.selectors.jobs.JobCost``): exact decimals as strings."""
+    """What a job cost so far (``billing.selectors.job_runs.JobCost``): exact decimals as strings."""
 
     job = serializers.IntegerField(source="job_id")
     as_of = serializers.DateTimeField(help_text="The time the figures run up to.")

@@ -1,4 +1,4 @@
-"""What one job cost (``billing.selectors.jobs.job_cost``), against price × GPU-hours recomputed from the
+"""What one job cost (``billing.selectors.job_runs.job_cost``), against price × GPU-hours recomputed from the
 price book's rows and the job's intervals alone."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import PriceBookEntry
-from billing.selectors.jobs import job_cost
+from billing.selectors.job_runs import job_cost
 from billing.services import metering_run, price_book_seed_defaults
 from portal.jobs.models import Job
 from portal.jobs.states import JobState
