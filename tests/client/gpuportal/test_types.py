@@ -1,0 +1,114 @@
+"""``gpuportal.types``: the API's JSON as typed values; unknown fields never break parsing and stay in
+``raw``; money and hours are exact."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from gpuportal.types import Check, Job, JobCost, Placement, parse_decimal, parse_time
+
+JOB = {
+    "id": 42,
+    "name": "resnet",
+    "team": "vision",
+    "queue": "default",
+    "state": "Pending",
+    "command": ["python", "train.py"],
+    "replicas": 2,
+    "gpu": 1,
+    "created_at": "2026-11-20T10:00:00.123456Z",
+    "pending_reason": {"kind": "quota", "message": "cq-vision: 8 of 8 A100-80GB in use", "details": {"used": 8}},
+    "queue_position": 3,
+    "estimated_start": "2026-11-20T12:00:00+00:00",
+    "placements": [],
+    "transitions": [{"from_state": "", "to_state": "Pending", "at": "2026-11-20T10:00:00Z", "reason": "submitted"}],
+    "a_field_from_a_newer_portal": {"x": 1},
+}
+
+
+def test_a_job_is_read_with_its_reason_times_and_history_and_keeps_unknown_fields_in_raw():
+    job = Job.from_api(JOB)
+    assert (job.id, job.name, job.state, job.replicas, job.command) == (
+        42,
+        "resnet",
+        "Pending",
+        2,
+        ("python", "train.py"),
+    )
+    assert job.created_at == datetime(2026, 11, 20, 10, 0, 0, 123456, tzinfo=UTC)
+    assert job.pending_reason is not None
+    assert job.pending_reason.kind == "quota"
+    assert job.pending_reason.details == {"used": 8}
+    assert job.queue_position == 3
+    assert job.transitions[0].to_state == "Pending"
+    assert job.raw["a_field_from_a_newer_portal"] == {"x": 1}
+    assert not job.done
+    assert Job.from_api({**JOB, "state": "Cancelled"}).done
+
+
+def test_missing_and_malformed_fields_fall_back_instead_of_raising():
+    job = Job.from_api(
+        {"id": "7", "replicas": None, "queue_position": "", "created_at": "yesterday", "placements": "?"}
+    )
+    assert (job.id, job.replicas, job.queue_position, job.created_at, job.placements) == (7, 1, None, None, ())
+    assert job.pending_reason is None
+    assert Job.from_api(None).id == 0
+
+
+def test_money_and_hours_are_exact_decimals_from_strings_or_numbers():
+    cost = JobCost.from_api(
+        {"job": 1, "gpu_hours": "0.000278", "total_usd": 1.1, "runs": [{"gpus": "0.428571", "running": True}]}
+    )
+    assert cost.gpu_hours == Decimal("0.000278")
+    assert cost.total_usd == Decimal("1.1")  # the float's shortest repr, not 1.100000000000000088817841970012523
+    assert cost.currency == "USD"
+    assert cost.running
+    assert parse_decimal("not a number") is None
+    assert parse_decimal(True) is None
+
+
+def test_a_dry_run_answer_with_every_field_and_one_with_few():
+    full = Check.from_api(
+        {
+            "verdict": "waits",
+            "gpu_model": "A100-80GB",
+            "placements": [{"node": "a100-1", "gpu_indices": [4, 5]}],
+            "position": 2,
+            "reason": {"kind": "capacity", "message": "no node has 2 free GPUs", "waits": True, "details": {}},
+            "estimated_start_p50": "2026-11-20T12:00:00Z",
+            "estimated_start_p90": "2026-11-20T13:00:00Z",
+            "preempts": [{"job": 12, "name": "low-prio"}, 13],
+            "cost": {"gpu_hours": "4", "gpu_usd": "14.68", "cpu_usd": "0.25", "memory_usd": "0.1", "total_usd": "15.03",
+                     "price_per_gpu_hour": "3.67", "capacity_type": "on-demand", "currency": "USD"},
+            "suggestions": [{"message": "1 H100 starts now", "change": {"allowed_gpu_models": ["H100-80GB"]}}, "fewer"],
+        }
+    )  # fmt: skip
+    assert full.waits
+    assert not full.runs_now
+    assert full.reason is not None
+    assert full.reason.waits is True
+    assert full.placements[0].describe() == "a100-1 GPUs 4,5"
+    assert full.preempts == ({"job": 12, "name": "low-prio"}, {"job": 13})
+    assert full.cost is not None
+    assert full.cost.total_usd == Decimal("15.03")
+    assert full.cost.price_per_gpu_hour == Decimal("3.67")
+    assert [s.message for s in full.suggestions] == ["1 H100 starts now", "fewer"]
+    assert full.suggestions[0].change == {"allowed_gpu_models": ["H100-80GB"]}
+    bare = Check.from_api({"verdict": "never"})
+    assert bare.never
+    assert (bare.cost, bare.reason, bare.placements, bare.suggestions) == (None, None, (), ())
+
+
+def test_placements_describe_devices_shares_and_mig_slots():
+    assert Placement.from_api({"node": "a", "gpu_indices": [3]}).describe() == "a GPU 3"
+    assert Placement.from_api({"node": "a", "gpu_indices": [3], "gpu_milli": 250}).describe() == "a GPU 3 (250 milli)"
+    assert (
+        Placement.from_api({"node": "a", "mig_profile": "3g.40gb", "mig_slot": 4}).describe() == "a MIG 3g.40gb slot 4"
+    )
+
+
+def test_times_with_z_offsets_or_nothing():
+    assert parse_time("2026-11-20T10:00:00Z") == datetime(2026, 11, 20, 10, tzinfo=UTC)
+    assert parse_time("2026-11-20T11:00:00+01:00") == datetime(2026, 11, 20, 10, tzinfo=UTC)
+    assert parse_time(None) is None
