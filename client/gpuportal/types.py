@@ -8,7 +8,7 @@ later stays readable in ``raw`` (the whole JSON object), so a newer portal never
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, Self, TypedDict
@@ -262,16 +262,33 @@ class Cost(ApiValue):
 
 @dataclass(frozen=True, slots=True)
 class Suggestion(ApiValue):
-    """A change to the spec that makes the job start sooner (another GPU model, a fraction, …)."""
+    """A change to the spec that makes the job start sooner (another GPU model, a fraction, …): in
+    words, as spec fields to change, and what the dry run answers for the changed spec."""
 
     message: str
-    change: Mapping[str, Any] = field(metadata={"sources": ("change", "spec", "patch"), "parse": _mapping})
+    change: Mapping[str, Any]
+    verdict: str = ""
+    estimated_start: datetime | None = field(
+        default=None, metadata={"sources": ("estimated_start", "estimated_start_p50")}
+    )
     raw: Mapping[str, Any] = _raw()
 
     @staticmethod
     def sentences_or_objects(value: Any) -> tuple[Suggestion, ...]:
-        """Suggestions as objects, or as plain sentences."""
-        return tuple(Suggestion.from_api({"message": x} if isinstance(x, str) else x) for x in _list(value))
+        """Suggestions as objects (the words under ``message`` or ``change``, the fields under
+        ``spec_patch``, ``patch``, ``spec`` or ``change``; the answer flat or under ``answer``), or as
+        plain sentences."""
+        out = []
+        for item in _list(value):
+            data: dict[str, Any] = {"message": item} if isinstance(item, str) else dict(_mapping(item))
+            answer = _mapping(data.get("answer"))
+            words = next((data[k] for k in ("message", "change", "description") if isinstance(data.get(k), str)), "")
+            patch: Mapping[str, Any] = next(
+                (data[k] for k in ("spec_patch", "patch", "spec", "change") if isinstance(data.get(k), Mapping)), {}
+            )
+            flat = {**answer, **data, "message": words, "change": patch}
+            out.append(replace(Suggestion.from_api(flat), raw=data))
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,3 +112,24 @@ def test_times_with_z_offsets_or_nothing():
     assert parse_time("2026-11-20T10:00:00Z") == datetime(2026, 11, 20, 10, tzinfo=UTC)
     assert parse_time("2026-11-20T11:00:00+01:00") == datetime(2026, 11, 20, 10, tzinfo=UTC)
     assert parse_time(None) is None
+
+
+def test_suggestions_in_words_with_the_fields_to_change_and_the_answer_they_get():
+    check = Check.from_api(
+        {
+            "verdict": "waits",
+            "suggestions": [
+                {
+                    "change": "1 GPUs per replica instead of 2",
+                    "spec_patch": {"gpu": 1},
+                    "answer": {"verdict": "runs_now", "estimated_start_p50": "2026-11-20T10:00:00Z"},
+                }
+            ],
+        }
+    )
+    [suggestion] = check.suggestions
+    assert suggestion.message == "1 GPUs per replica instead of 2"
+    assert suggestion.change == {"gpu": 1}
+    assert suggestion.verdict == "runs_now"
+    assert suggestion.estimated_start == datetime(2026, 11, 20, 10, tzinfo=UTC)
+    assert suggestion.raw["spec_patch"] == {"gpu": 1}
