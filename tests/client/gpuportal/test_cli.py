@@ -117,19 +117,21 @@ def test_a_spec_the_portal_refuses_exits_2_naming_the_field(connect, job_yaml):
     assert as_json.json()["errors"]["gpu_milli"]
 
 
-def test_usage_mistakes_exit_2_before_anything_is_sent(connect, tmp_path):
+@pytest.mark.django_db(transaction=False)
+def test_usage_mistakes_exit_2_before_anything_is_sent(tmp_path):
+    nowhere = ["--url", "http://127.0.0.1:9", "--token", "gpt_unused"]  # a request would fail with exit 1
     assert Run().code == Exit.USAGE  # no command
-    assert Run("submit", "--gpu", "two", *connect).code == Exit.USAGE
-    missing = Run("submit", str(tmp_path / "nope.yaml"), *connect)
+    assert Run("submit", "--gpu", "two", *nowhere).code == Exit.USAGE
+    missing = Run("submit", str(tmp_path / "nope.yaml"), *nowhere)
     assert missing.code == Exit.USAGE
     assert "cannot read" in missing.err
     listed = tmp_path / "list.yaml"
     listed.write_text("- queue: default\n")
-    assert "must hold a mapping" in Run("check", str(listed), *connect).err
-    assert Run("submit", "--runtime", "soon", "--queue", "default", *connect).code == Exit.USAGE
-    assert Run("status", "forty-two", *connect).code == Exit.USAGE
-    assert Run("status", "1", "--", "x", *connect).code == Exit.USAGE
-    assert JobRow.objects.count() == 0
+    assert "must hold a mapping" in Run("check", str(listed), *nowhere).err
+    assert Run("submit", "--runtime", "soon", "--queue", "default", *nowhere).code == Exit.USAGE
+    assert Run("status", "forty-two", *nowhere).code == Exit.USAGE
+    assert Run("status", "1", "--", "x", *nowhere).code == Exit.USAGE
+    assert Run("jobs", "--url", "ftp://x", "--token", "t").code == Exit.USAGE
 
 
 def test_portal_errors_exit_1(portal_url, connect, world):
