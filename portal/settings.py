@@ -171,6 +171,11 @@ CLUSTER_BACKEND = env_choice("CLUSTER_BACKEND", "simulated", {"simulated", "kube
 # Simulated cluster: a job "runs" for runtime / SIM_SPEEDUP wall seconds.
 SIM_SPEEDUP = env_float("SIM_SPEEDUP", 60.0)
 PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "binpack")
+# A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
+# any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
+# limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a
+# job then queues, its reason says it does not fit as configured.
+QUEUE_NEVER_FITTING_JOBS = env_bool("QUEUE_NEVER_FITTING_JOBS", False)
 SCHEDULER_SEED = env_int("SCHEDULER_SEED", 0)
 # Node label whose value (on-demand, spot, reserved) prices the GPU-hours of jobs on that node.
 CAPACITY_TYPE_LABEL = env_str("CAPACITY_TYPE_LABEL", "karpenter.sh/capacity-type")

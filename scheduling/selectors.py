@@ -1,16 +1,26 @@
-"""Read-side questions about the cluster, for other apps (billing, pages) that must not drive a backend.
+"""Read-side questions about the cluster, for other apps (billing, pages, the submit service) that must
+not drive a backend.
 
-``cluster_nodes`` and ``gpu_capacity`` go through the configured backend (the simulated cluster's
-rows, or the Kubernetes watch cache); callers pass ``backend`` when they already hold one.
+``cluster_nodes``, ``gpu_capacity``, ``cluster_configuration`` and ``job_never_fits`` go through the
+configured backend (the simulated cluster's rows, or the Kubernetes watch cache); callers pass
+``backend`` when they already hold one.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
+from django.conf import settings
+
+from portal.jobs.models import GpuModel, Job
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
-from scheduling.engine.model import GpuNode
+from scheduling.adapters.orm import queues_load, workload_from_job
+from scheduling.engine.model import GpuNode, Reason, Snapshot
+from scheduling.engine.verdict import never_fits
+
+logger = logging.getLogger(__name__)
 
 
 def cluster_nodes(*, backend: ClusterBackend | None = None) -> list[GpuNode]:
@@ -29,3 +39,45 @@ def gpu_capacity(*, backend: ClusterBackend | None = None) -> dict[tuple[str, st
         entry[0] += node.gpu_count
         entry[1] += 1
     return {key: (gpus, nodes) for key, (gpus, nodes) in counts.items()}
+
+
+def cluster_configuration(*, backend: ClusterBackend | None = None, nodes: list[GpuNode] | None = None) -> Snapshot:
+    """The cluster as configured, without workloads: its nodes, every queue and quota, and the GPU
+    models' memory and MIG profiles (what ``verdict.never_fits`` reads)."""
+    cluster_queues, local_queues = queues_load()
+    gpu_models = list(GpuModel.objects.all())
+    return Snapshot(
+        nodes=tuple(cluster_nodes(backend=backend) if nodes is None else nodes),
+        cluster_queues=cluster_queues,
+        local_queues=local_queues,
+        workloads=(),
+        mig_profiles=tuple((g.name, tuple(g.mig_profiles or ())) for g in gpu_models),
+        gpu_memory_gib=tuple((g.name, g.memory_gib) for g in gpu_models),
+    )
+
+
+def job_never_fits(*, job: Job, backend: ClusterBackend | None = None) -> Reason | None:
+    """Why ``job`` (saved, its allowed GPU models set) can never run on the cluster as configured, or
+    ``None`` when waiting can let it start: the engine's own test (``scheduling.engine.verdict``).
+
+    ``None`` too when the cluster cannot tell: its API does not answer, or it reports no node at all
+    (a cluster being set up, or scaled to zero); the cycle then explains the job as it waits.
+    """
+    try:
+        nodes = cluster_nodes(backend=backend)
+    except _unreadable() as exc:
+        logger.warning("cluster unreadable, job %s queued unchecked: %s", job.pk, exc)
+        return None
+    if not nodes:
+        return None
+    return never_fits(cluster_configuration(nodes=nodes), workload_from_job(job, []))
+
+
+def _unreadable() -> tuple[type[BaseException], ...]:
+    """What reading the cluster raises when its API is down (resolved at run time: importing this
+    module never imports ``kubernetes``)."""
+    if settings.CLUSTER_BACKEND == "kubernetes":
+        from scheduling.adapters.kubernetes_api import ClusterApiError
+
+        return (ClusterApiError,)
+    return ()

@@ -307,6 +307,7 @@ def start_failure_record(*, job: Job, now: datetime) -> None:
             "kind": "backoff",
             "message": f"waiting out a {backoff_s:g} s back-off after its pods did not start",
             "details": {"not_before": job.not_before.isoformat(), "start_failures": failures},
+            "waits": True,
         }
         job.queue_position = None
         job.estimated_start = job.not_before

@@ -22,6 +22,8 @@ def exception_handler(exc, context):
         return Response({"detail": f"invalid input: body: {message}", "errors": {"body": [message]}}, status=413)
     if isinstance(exc, ServiceError):
         body = {"detail": str(exc), "errors": {exc.field: [exc.message]} if exc.field else {}}
+        if exc.reason is not None:
+            body["reason"] = exc.reason
         return Response(body, status=exc.status_code)
     response = drf_exception_handler(exc, context)
     if response is None:

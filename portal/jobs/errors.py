@@ -5,6 +5,7 @@ class ServiceError(Exception):
     """A business-rule refusal from a service, naming the field at fault. Maps to a 4xx response."""
 
     status_code = 400
+    reason: dict | None = None  # the engine's reason (kind, message, details, waits), when it decided
 
     def __init__(self, message: str, *, field: str | None = None, status_code: int | None = None) -> None:
         super().__init__(f"{field}: {message}" if field else message)

@@ -38,7 +38,10 @@ from portal.tenants.tolerations import toleration_allowed, toleration_text
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.pods import valid_label
 from scheduling.engine.admission import pending_limit_error
+from scheduling.engine.codec import reason_to_json
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
+from scheduling.engine.model import Reason
+from scheduling.selectors import job_never_fits
 from scheduling.services import cycle_request_claim
 from scheduling.tasks import scheduling_cycle_task
 
@@ -279,9 +282,37 @@ def tolerations_validate(spec: JobSpec) -> None:
             )
 
 
+def never_fits_error(reason: Reason, spec: JobSpec) -> ServiceError:
+    """The 400 for a job that never fits as configured: the engine's reason, on the field to change."""
+    details = dict(reason.details)
+    limit, resource = details.get("limit"), str(details.get("resource", ""))
+    field: str | None
+    gpu_field = next(
+        (name for name in ("gpu", "gpu_milli", "mig_profile", "gpu_memory_gib") if getattr(spec, name)), "gpu"
+    )
+    if limit in ("queue_ceiling", "largest_node"):
+        field = {"cpu": "cpu_milli", "memory": "memory_mib"}.get(resource, gpu_field)
+    elif limit == "cluster_total":
+        field = "min_available" if spec.min_available else "replicas"
+    elif limit in ("catalogue", "mig_partition"):
+        field = gpu_field
+    elif limit in ("no_quota", "absent_model"):
+        field = "allowed_gpu_models" if spec.allowed_gpu_models else "queue"
+    else:  # node filters: the first filter that refuses the most nodes
+        first = next((key for key in details if key not in ("limit", "nodes")), "")
+        field = {"node selector does not match": "node_selector", "untolerated taint": "tolerations"}.get(
+            first, gpu_field if first.startswith("MIG") else None
+        )
+    error = ServiceError(reason.message, field=field)
+    error.reason = reason_to_json(reason)
+    return error
+
+
 def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycle: bool = True) -> Job:
     """Create a Pending job, enforcing the local queue's max pending jobs, and schedule a cycle.
 
+    A job that never fits the cluster as configured (``scheduling.engine.verdict``) is refused with a
+    400 naming the limit, unless ``QUEUE_NEVER_FITTING_JOBS`` lets it queue (clusters that autoscale).
     The queue row is locked so two concurrent submissions cannot both take the last pending slot.
     """
     job_spec_validate(spec)
@@ -301,6 +332,8 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
             job.created_at = at
         if spec.allowed_gpu_models:
             job.allowed_gpu_models.set(spec.allowed_gpu_models)
+        if not settings.QUEUE_NEVER_FITTING_JOBS and (never := job_never_fits(job=job)) is not None:
+            raise never_fits_error(never, spec)  # rolls the job back
         JobTransition.objects.create(
             job=job,
             from_state="",

@@ -23,6 +23,7 @@ from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.jobs.transitions import job_transition
 from scheduling.adapters.contract import ClusterBackend, ClusterView, node_capacity_type
 from scheduling.engine import model as m
+from scheduling.engine.codec import reason_to_json
 from scheduling.engine.shares import billed_gpus, placement_billed_units
 
 ENGINE_STATE = {
@@ -155,14 +156,6 @@ def placement_gpus(placements: tuple[m.ReplicaPlacement, ...]) -> Decimal:
     return billed_gpus(sum(placement_billed_units(p) for p in placements))
 
 
-def reason_to_json(info: m.PendingInfo) -> dict:
-    return {
-        "kind": str(info.reason.kind),
-        "message": info.reason.message,
-        "details": dict(info.reason.details),
-    }
-
-
 def pending_update(rows: list[tuple[int, dict, int, datetime | None]]) -> None:
     """Write (id, pending reason, queue position, estimated start) for pending jobs, only those rows.
 
@@ -283,7 +276,7 @@ def pending_apply(pending: tuple[m.PendingInfo, ...]) -> None:
     )
     for job_id, old_reason, old_position, old_estimate in current:
         info = infos[job_id]
-        reason = reason_to_json(info)
+        reason = reason_to_json(info.reason)
         estimate = datetime.fromtimestamp(info.estimated_start, tz=UTC) if info.estimated_start is not None else None
         if (reason, info.position, estimate) != (old_reason, old_position, old_estimate):
             rows.append((job_id, reason, info.position, estimate))

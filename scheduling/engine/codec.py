@@ -98,15 +98,23 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "workload_id": p.workload_id,
                 "position": p.position,
                 "estimated_start": p.estimated_start,
-                "reason": {
-                    "kind": p.reason.kind.value,
-                    "message": p.reason.message,
-                    "details": dict(p.reason.details),
-                },
+                "reason": reason_to_json(p.reason),
             }
             for p in plan.pending
         ],
         "stats": dict(plan.stats),
+    }
+
+
+def reason_to_json(reason: model.Reason) -> dict[str, Any]:
+    """A reason as JSON: ``kind``, ``message``, ``details`` (an object) and ``waits`` (whether waiting
+    can help: false for a job that never fits as configured). The portal stores this as a job's
+    pending reason and the API shows it."""
+    return {
+        "kind": reason.kind.value,
+        "message": reason.message,
+        "details": dict(reason.details),
+        "waits": reason.waits,
     }
 
 

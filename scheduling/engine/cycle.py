@@ -5,8 +5,10 @@ Steps (each is one call in :meth:`_Cycle.run`):
 1. Build free capacity (``capacity.Cluster``) from admitted and running workloads' placements and
    ``snapshot.foreign``; build quota usage (``quota.QuotaBook``) and fair-share usage from the same
    workloads.
-2. Check each pending workload for things no cycle can fix (unknown queue, impossible request):
-   reason ``invalid``.
+2. Set aside each pending workload that never fits the cluster as configured
+   (``verdict.Feasibility``: an invalid request, no quota for its models, more than its queue's
+   ceiling, a replica bigger than any node, a GPU model or MIG profile no node offers, a gang bigger
+   than all its nodes): its reason says so (``Reason.waits`` false) and it gets no estimated start.
 3. Walk pending workloads in admission order (``admission.AdmissionOrder``: priority, fair share,
    submission time), twice: first only jobs that fit their ClusterQueue's nominal quota, then the
    ones that need to borrow (Kueue's rule; without it a job preempted to reclaim lent quota would
@@ -33,7 +35,7 @@ import numpy as np
 from .admission import AdmissionOrder, FairShare, lq_order_key
 from .capacity import FULL, Cluster, Statement
 from .estimate import estimate_starts
-from .explain import gang_reason, placement_reason, quota_reason
+from .explain import gang_reason, invalid_reason, placement_reason, quota_reason
 from .fit import Shape
 from .frag.plugins import workload_mix
 from .model import (
@@ -52,6 +54,7 @@ from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
 from .placement import Placer
 from .preemption import Holder, Victim, VictimIndex, select_victims
 from .quota import CPU, MEMORY, QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .verdict import Feasibility
 
 
 def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
@@ -101,6 +104,9 @@ class _Cycle:
         # Built before any usage is applied: stateful scorers mirror every change of the cluster.
         self.placer = Placer(self.cluster, policy, dict(snapshot.mig_profiles), workload_mix(snapshot, policy))
         self.fair = FairShare(snapshot.cluster_queues, snapshot.local_queues, self._nominal(), self._capacity())
+        self.feasibility = Feasibility(
+            self.cluster, self.placer.filters, self.quota, self.lq_by_name, self.placer.shape_for
+        )
         self.holders: list[Holder] = []
         self._initial_holders: list[Holder] = []
         self._victim_index: VictimIndex | None = None  # built on the first preemption attempt
@@ -170,35 +176,17 @@ class _Cycle:
     # -- 2. invalid requests ----------------------------------------------------------------------
 
     def _valid_pending(self) -> dict[str, list[Workload]]:
-        """Pending workloads by LocalQueue; the invalid ones get their reason."""
+        """Pending workloads by LocalQueue; those that never fit as configured get their reason."""
         by_lq: dict[str, list[Workload]] = {}
         for w in self.snapshot.workloads:
             if w.state != WorkloadState.PENDING:
                 continue
-            invalid = self._invalid(w)
-            if invalid is not None:
-                self.pending[w.id] = (Reason(ReasonKind.INVALID, invalid), None)
+            never = self.feasibility.never_fits(w)
+            if never is not None:
+                self.pending[w.id] = (never, None)
                 continue
             by_lq.setdefault(w.local_queue, []).append(w)
         return by_lq
-
-    def _invalid(self, w: Workload) -> str | None:
-        lq = self.lq_by_name.get(w.local_queue)
-        if lq is None:
-            return f"invalid: local queue {w.local_queue} does not exist"
-        if lq.cluster_queue not in self.quota.queues:
-            return f"invalid: cluster queue {lq.cluster_queue} of {lq.name} does not exist"
-        res = w.resources
-        kinds = sum(bool(x) for x in (res.gpu, res.gpu_milli, res.mig_profile, res.gpu_memory_gib))
-        if kinds > 1:
-            return "invalid: ask for whole GPUs, a GPU fraction, a MIG profile or GPU memory, not several"
-        if res.gpu_milli and not 0 < res.gpu_milli < FULL:
-            return f"invalid: gpu_milli must be between 1 and 999, got {res.gpu_milli}"
-        if min(res.gpu, res.gpu_milli, res.gpu_memory_gib, res.cpu_milli, res.memory_mib) < 0:
-            return "invalid: negative resource request"
-        if w.replicas < 1 or not 0 <= w.min_available <= w.replicas:
-            return f"invalid: replicas={w.replicas}, min_available={w.min_available}"
-        return None
 
     # -- 3. admission -----------------------------------------------------------------------------
 
@@ -238,7 +226,7 @@ class _Cycle:
         why = self.blocked.get(job.team)
         if why is not None:
             message = f"budget: team {job.team} may not start new jobs" + (f": {why}" if why else "")
-            return NoFit(Reason(ReasonKind.BUDGET, message, (("team", job.team),)))
+            return NoFit(Reason(ReasonKind.BUDGET, message, (("team", job.team), ("waits_for", "budget"))))
         # b. The same job failed already.
         key = (
             borrow,
@@ -262,12 +250,7 @@ class _Cycle:
         return outcome
 
     def _attempt(self, job: Workload, cq: str, borrow: bool) -> Outcome:
-        models = models_to_try(job, self.quota.flavors[cq])
-        if not models:
-            wanted = ", ".join(job.allowed_gpu_models) or "any GPU"
-            return NoFit(
-                Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no quota for {wanted}", (("cluster_queue", cq),))
-            )
+        models = models_to_try(job, self.quota.flavors[cq])  # not empty: step 2 refused jobs without any
         misses = _Misses()
         # c. Quota, then placement, model by model.
         for model in models:
@@ -314,8 +297,7 @@ class _Cycle:
             return Fit(Admission(job.id, model, result.placements, borrowed), request)
         failure = None
         if job.gang_size > 1 and result.fit_count:
-            _, counts = result.explanation
-            failure = gang_reason(result.fit_count, job.gang_size, self.cluster.n, counts)
+            failure = gang_reason(result.fit_count, job.gang_size, self.cluster.n, result.explanation)
         self.memo.placement_failed[pkey] = failure
         misses.placement = misses.placement or failure
         return None
@@ -339,8 +321,8 @@ class _Cycle:
             key = (tuple(misses.fitting), job.node_selector, job.tolerations)
             failure = self.memo.explained.get(key)
             if failure is None:
-                fitting, counts = self.placer.explain(job, misses.fitting)
-                failure = self.memo.explained[key] = placement_reason(self.cluster.n, fitting, counts)
+                explanation = self.placer.explain(job, misses.fitting)
+                failure = self.memo.explained[key] = placement_reason(self.cluster.n, explanation)
         if failure is not None:
             if misses.invalid:
                 failure = replace(failure, message=f"{failure.message} ({'; '.join(misses.invalid)})")
@@ -350,7 +332,7 @@ class _Cycle:
                 return misses.quota[0]
             message = "; ".join(r.message.removeprefix("quota: ") for r in misses.quota)
             return Reason(ReasonKind.QUOTA, "quota: " + message, misses.quota[0].details)
-        return Reason(ReasonKind.INVALID, "invalid: " + "; ".join(misses.invalid))
+        return invalid_reason("; ".join(misses.invalid))  # unreachable: step 2 set such jobs aside
 
     def _request(self, shape: Shape, count: int) -> dict[str, int]:
         """``request_of`` memoised for the cycle (callers never mutate the result)."""
@@ -437,7 +419,7 @@ class _Cycle:
             self.preemptions.append(Preemption(w.id, job.id, why))
         message = f"preempting: waiting for {len(victims)} job(s) to stop: {', '.join(names)}"
         self.pending[job.id] = (
-            Reason(ReasonKind.PREEMPTING, message, (("victims", len(victims)),)),
+            Reason(ReasonKind.PREEMPTING, message, (("victims", len(victims)), ("waits_for", "victims"))),
             self.now,
         )
 

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
+from .capacity import FULL, Cluster
+from .filters import CPU, FIT, GPUS, MEMORY
+from .fit import Shape, gpu_fits
+from .mig import COMPUTE_SLICES
 from .model import Reason, ReasonKind
+
+Details = tuple[tuple[str, int | float | str], ...]
 
 
 def quota_reason(
@@ -30,6 +40,7 @@ def quota_reason(
             ("nominal", nominal),
             ("requested", requested),
             ("borrowable", borrowable),
+            ("waits_for", "quota"),
         ),
     )
 
@@ -43,19 +54,249 @@ def _resource_words(resource: str) -> tuple[str, int, str]:
 
 
 def _fmt(value: int, scale: int) -> str:
-    return f"{value / scale:g}"
+    """``value / scale`` exactly as far as three decimals go (``976562.5``, ``0.25``, ``8``)."""
+    return f"{value / scale:.3f}".rstrip("0").rstrip(".")
 
 
-def placement_reason(
-    total: int, fitting: int, counts: tuple[tuple[str, int], ...], prefix: str = "placement"
-) -> Reason:
+def placement_reason(total: int, explanation: Explanation, prefix: str = "placement") -> Reason:
+    """``placement: F of N nodes fit: <counts>; <what is short, with its numbers>``."""
+    counts = explanation.counts
     parts = ", ".join(f"{n} {what}" for what, n in counts)
-    message = f"{prefix}: {fitting} of {total} nodes fit" + (f": {parts}" if parts else "")
-    details: tuple[tuple[str, int | float | str], ...] = (("nodes", total), ("fit", fitting), *counts)
+    message = f"{prefix}: {explanation.fit} of {total} nodes fit" + (f": {parts}" if parts else "")
+    details: Details = (("nodes", total), ("fit", explanation.fit), *counts)
+    short = explanation.short
+    if short is not None:
+        message += f"; {short.text}"
+        details += short.details
     return Reason(ReasonKind.PLACEMENT, message, details)
 
 
-def gang_reason(placed: int, needed: int, total: int, counts: tuple[tuple[str, int], ...]) -> Reason:
-    inner = placement_reason(total, 0, counts, prefix="next replica")
+def gang_reason(placed: int, needed: int, total: int, explanation: Explanation) -> Reason:
+    inner = placement_reason(total, explanation, prefix="next replica")
     message = f"gang: only {placed} of {needed} replicas fit and all {needed} must start together; {inner.message}"
     return Reason(ReasonKind.GANG, message, (("placed", placed), ("needed", needed), *inner.details))
+
+
+@dataclass(frozen=True, slots=True)
+class Shortage:
+    """The resource one more replica is short of on the nodes that pass the static filters.
+
+    ``nodes`` counts the nodes short of it; ``details`` holds ``resource``, ``needed``,
+    ``most_free_on_one_node``, ``free_in_all`` (engine units) and ``waits_for``: ``fragmentation`` when
+    enough is free in all but not on one node (or one device), ``capacity`` when it is in use.
+    """
+
+    nodes: int
+    text: str
+    details: Details
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why one more replica does not go anywhere (``placement.Placer.explain``): how many nodes fit,
+    the nodes counted by the first filter that rejects them (largest count first), and the resource
+    the nodes that pass the static filters are short of, with its numbers (``None``: none is short)."""
+
+    fit: int
+    counts: tuple[tuple[str, int], ...]
+    short: Shortage | None = None
+
+
+NO_EXPLANATION = Explanation(0, ())
+
+
+def shortage(cluster: Cluster, shape: Shape, nodes: np.ndarray, codes: np.ndarray) -> Shortage | None:
+    """The resource most of ``nodes`` (one GPU model's, with their explanation ``codes``) are short of
+    (GPUs first on ties), or ``None`` when none is short.
+
+    Its numbers are taken over the *eligible* nodes: those that pass the static filters and have room
+    for the rest of the replica (all that pass the filters when none has), so "at most X free on an
+    eligible node" is the true best the job could get of that resource now.
+    """
+    short_of = {code: int(np.count_nonzero(codes == code)) for code in (GPUS, CPU, MEMORY)}
+    code = max(short_of, key=lambda c: short_of[c])
+    if not short_of[code]:
+        return None
+    passing = nodes[np.isin(codes, (FIT, GPUS, CPU, MEMORY))]
+    room = {
+        GPUS: gpu_fits(cluster, shape, passing),
+        CPU: cluster.cpu_free[passing] >= shape.cpu_milli,
+        MEMORY: cluster.mem_free[passing] >= shape.memory_mib,
+    }
+    rest = np.ones(len(passing), dtype=bool)
+    for other, ok in room.items():
+        if other != code:
+            rest &= ok
+    eligible = passing[rest] if rest.any() else passing
+    if code in (CPU, MEMORY):
+        if code == CPU:
+            key, need, free, scale, unit, noun = "cpu", shape.cpu_milli, cluster.cpu_free, FULL, "", "CPU cores"
+        else:
+            key, need, free, scale, unit, noun = "memory", shape.memory_mib, cluster.mem_free, 1024, " GiB", "memory"
+        most, total = _most_and_total(free[eligible])
+        text = (
+            f"needs {_fmt(need, scale)}{unit} free {noun} on one node; eligible nodes have at most "
+            f"{_fmt(most, scale)}{unit} free each and {_fmt(total, scale)}{unit} in all"
+        )
+    else:
+        key = f"gpu/{shape.gpu_model}"
+        _, total = _most_and_total(cluster.gpu_free_total[eligible])
+        if shape.mig is not None:
+            # Fragmentation: a device with enough free compute and memory slices, none at a valid start.
+            need, most = shape.mig.gpu_milli, 0
+            free_slices = np.zeros(cluster.mig_mask[eligible].shape, dtype=np.int64)
+            for bit in range(8):
+                free_slices += ((cluster.mig_mask[eligible] >> bit) & 1) == 0
+            exists = np.arange(cluster.width)[None, :] < cluster.gpu_count[eligible][:, None]
+            room = exists & (cluster.mig_compute[eligible] + shape.mig.compute <= COMPUTE_SLICES)
+            scattered = int(np.count_nonzero(room & (free_slices >= shape.mig.memory_slices)))
+            total = need if scattered else 0
+            text = f"needs a free {shape.mig.profile} slice; no GPU of an eligible node has one at a valid start"
+            if scattered:
+                text += f", {_count(scattered, 'GPU')} with enough free slices but not at a valid start"
+        elif shape.gpus:
+            need = shape.gpus * FULL
+            most = int(cluster.full_free[eligible].max(initial=0)) * FULL
+            text = (
+                f"needs {_count(shape.gpus, f'free {shape.gpu_model} GPU')} on one node; eligible nodes have at most "
+                f"{most // FULL} free each and {_fmt(total, FULL)} in all"
+            )
+        else:
+            need = shape.milli
+            most = int(cluster.max_share[eligible].max(initial=0))
+            text = (
+                f"needs {_fmt(need, FULL)} of one {shape.gpu_model} GPU; eligible nodes' GPUs have at most "
+                f"{_fmt(most, FULL)} free each and {_fmt(total, FULL)} in all"
+            )
+    waits_for = "fragmentation" if total >= need else "capacity"
+    text += " (fragmentation)" if total >= need else " (capacity in use)"
+    details: Details = (
+        ("resource", key),
+        ("needed", need),
+        ("most_free_on_one_node", most),
+        ("free_in_all", total),
+        ("waits_for", waits_for),
+    )
+    return Shortage(short_of[code], text, details)
+
+
+def _most_and_total(free: np.ndarray) -> tuple[int, int]:
+    clipped = np.clip(free, 0, None)
+    return int(clipped.max(initial=0)), int(clipped.sum())
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+# -- never fits as configured (``verdict``) ---------------------------------------------------------
+
+NEVER = "never fits as configured"
+
+
+def _never(kind: ReasonKind, limit: str, text: str, details: Details) -> Reason:
+    return Reason(kind, f"{kind.value}: {NEVER}: {text}", (("limit", limit), *details), waits=False)
+
+
+def amount_words(resource: str, amount: int) -> str:
+    """``amount`` of a resource key in words: ``16 A100-80GB GPUs``, ``200 CPU cores``, ``100 GiB memory``."""
+    name, scale, _ = _resource_words(resource)
+    if amount == scale and name.endswith("s"):
+        name = name[:-1]
+    return f"{_fmt(amount, scale)} {name}"
+
+
+def no_quota_reason(cq: str, wanted: str) -> Reason:
+    return _never(ReasonKind.QUOTA, "no_quota", f"queue {cq} has no quota for {wanted}", (("cluster_queue", cq),))
+
+
+def ceiling_reason(cq: str, cohort: str, resource: str, needed: int, nominal: int, ceiling: int) -> Reason:
+    """The gang needs more of ``resource`` than its queue may ever hold (nominal plus borrowing)."""
+    _, scale, _ = _resource_words(resource)
+    if cohort:
+        parts = f"nominal {_fmt(nominal, scale)} + {_fmt(ceiling - nominal, scale)} it may borrow in cohort {cohort}"
+    else:
+        parts = "its nominal quota; no cohort to borrow from"
+    most = _fmt(ceiling, scale)
+    text = f"needs {amount_words(resource, needed)} at once and queue {cq} may hold at most {most} ({parts})"
+    details = (
+        ("cluster_queue", cq),
+        ("resource", resource),
+        ("needed", needed),
+        ("nominal", nominal),
+        ("ceiling", ceiling),
+    )
+    return _never(ReasonKind.QUOTA, "queue_ceiling", text, details)
+
+
+def absent_model_reason(model: str, present: tuple[str, ...]) -> Reason:
+    have = ", ".join(present) if present else "no GPU nodes"
+    text = f"no node has GPU model {model} (the cluster has {have})"
+    return _never(ReasonKind.PLACEMENT, "absent_model", text, (("gpu_model", model),))
+
+
+def node_words(model: str | None) -> str:
+    """``A100-80GB node`` for a GPU model's nodes, ``node`` for CPU-only work (any node)."""
+    return f"{model} node" if model else "node"
+
+
+def filtered_reason(model: str | None, total: int, counts: tuple[tuple[str, int], ...]) -> Reason:
+    """Every node of the model is refused by a filter that no cycle changes (selector, taints, MIG mode)."""
+    parts = ", ".join(f"{n} {why}" for why, n in counts)
+    text = f"none of the {_count(total, node_words(model))} passes the job's filters: {parts}"
+    return _never(ReasonKind.PLACEMENT, "node_filters", text, (("nodes", total), *counts))
+
+
+def largest_node_reason(model: str | None, short: list[tuple[str, int, int]], together: bool) -> Reason:
+    """One replica is bigger than every node that passes the filters. ``short``: per resource key
+    (``gpu/<model>``, ``cpu``, ``memory``) the replica's need and the most any such node has."""
+    if together:
+        needs = ", ".join(amount_words(key, need) for key, need, _ in short)
+        text = f"one replica needs {needs} on one node and no {node_words(model)} has all of them"
+    else:
+        key, need, most = short[0]
+        _, scale, _ = _resource_words(key)
+        largest = _fmt(most, scale)
+        text = f"one replica needs {amount_words(key, need)} and the largest {node_words(model)} has {largest}"
+    details: tuple[tuple[str, int | float | str], ...] = (
+        ("resource", short[0][0]),
+        ("needed", short[0][1]),
+        ("largest", short[0][2]),
+    )
+    return _never(ReasonKind.PLACEMENT, "largest_node", text, details)
+
+
+def mig_slots_reason(model: str | None, profile: str) -> Reason:
+    text = f"no {node_words(model)} has room for a {profile} slice on any GPU"
+    return _never(ReasonKind.PLACEMENT, "mig_partition", text, (("mig_profile", profile),))
+
+
+def cluster_total_reason(model: str | None, needed: int, most: int, nodes: int) -> Reason:
+    """The gang's replicas must start together and all the nodes that could hold one hold fewer."""
+    text = (
+        f"all {needed} replicas must start together and the {_count(nodes, node_words(model))} that could run one "
+        f"hold at most {most} of them with nothing else running"
+    )
+    return _never(ReasonKind.GANG, "cluster_total", text, (("needed", needed), ("most", most), ("nodes", nodes)))
+
+
+def catalogue_reason(problem: str) -> Reason:
+    return _never(ReasonKind.PLACEMENT, "catalogue", problem, ())
+
+
+def invalid_reason(problem: str) -> Reason:
+    return Reason(ReasonKind.INVALID, f"invalid: {problem}", (("limit", "invalid"),), waits=False)
+
+
+def per_model_reason(reasons: list[tuple[str, Reason]]) -> Reason:
+    """One reason from each GPU model's: the job never fits on any of them."""
+    if len(reasons) == 1:
+        return reasons[0][1]
+    first = reasons[0][1]
+    parts = []
+    for model, reason in reasons:
+        text = reason.message.split(f"{NEVER}: ", 1)[-1]
+        parts.append(f"on {model}: {text}")
+    message = f"{first.kind.value}: {NEVER}: " + "; ".join(parts)
+    models = ",".join(model for model, _ in reasons)
+    return Reason(first.kind, message, (*first.details, ("gpu_models", models)), waits=False)

@@ -79,10 +79,11 @@ class StaticFilters:
         )
         self.any_soft_taint = bool(self.soft_tainted.any())
 
-    def codes(self, workload: Workload, shape: Shape, nodes: np.ndarray) -> np.ndarray:
+    def codes(self, workload: Workload, shape: Shape, nodes: np.ndarray, cordon: bool = True) -> np.ndarray:
         """First failing static filter per node in ``nodes`` (``FIT`` when all pass), vectorised.
 
         Codes are written from the last filter to the first, so the first failing one wins.
+        ``cordon=False`` leaves the cordon out (the cluster as configured: a cordon is lifted again).
         """
         cluster = self.cluster
         codes = np.zeros(len(nodes), dtype=np.int8)
@@ -97,7 +98,8 @@ class StaticFilters:
         if shape.gpu_model is not None:
             code = cluster.model_code.get(shape.gpu_model, -2)
             codes[cluster.node_model[nodes] != code] = MODEL
-        codes[cluster.cordoned[nodes]] = CORDONED
+        if cordon:
+            codes[cluster.cordoned[nodes]] = CORDONED
         return codes
 
     def eligible(self, workload: Workload, shape: Shape) -> tuple[np.ndarray, np.ndarray, int]:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .capacity import FULL, Cluster
-from .mig import COMPUTE_SLICES, MigGeometry
+from .mig import COMPUTE_SLICES, MigGeometry, devices_for_memory
+from .model import Resources
 
 Nodes = np.ndarray | slice
 """Node indices: an integer index array, or a slice (a GPU model's nodes are one contiguous block)."""
@@ -64,6 +65,35 @@ class Shape:
         if self.milli:
             return "fraction"
         return "cpu"
+
+
+def shape_of(
+    cluster: Cluster, mig_profiles: dict[str, tuple[str, ...]], resources: Resources, model: str | None
+) -> Shape | str:
+    """The replica shape of ``resources`` on GPU ``model``, or why the request cannot exist on that
+    model (a MIG profile the model does not offer, GPU memory of an unknown model)."""
+    cpu, memory_mib = resources.cpu_milli, resources.memory_mib
+    if not resources.wants_gpu:
+        return Shape(model, cpu_milli=cpu, memory_mib=memory_mib)
+    if model is None:
+        return "job wants a GPU but no GPU model is available"
+    if resources.mig_profile:
+        supported = mig_profiles.get(model)
+        if supported is not None and resources.mig_profile not in supported:
+            return f"{model} does not offer MIG profile {resources.mig_profile}"
+        geometry = cluster.mig(resources.mig_profile, cluster.memory_of(model))
+        if geometry is None:
+            return f"MIG profile {resources.mig_profile} does not exist on {model}"
+        return Shape(model, mig=geometry, cpu_milli=cpu, memory_mib=memory_mib)
+    if resources.gpu_memory_gib:
+        memory = cluster.memory_of(model)
+        if memory <= 0:
+            return f"GPU memory of {model} is unknown"
+        gpus = devices_for_memory(resources.gpu_memory_gib, memory)
+        return Shape(model, gpus=gpus, cpu_milli=cpu, memory_mib=memory_mib)
+    if resources.gpu:
+        return Shape(model, gpus=resources.gpu, cpu_milli=cpu, memory_mib=memory_mib)
+    return Shape(model, milli=resources.gpu_milli, cpu_milli=cpu, memory_mib=memory_mib)
 
 
 # -- vectorised ------------------------------------------------------------------------------------
@@ -137,6 +167,37 @@ def replica_capacity(cluster: Cluster, shape: Shape, nodes: Nodes) -> np.ndarray
     if shape.memory_mib:
         cap = np.minimum(cap, cluster.mem_free[nodes] // shape.memory_mib)
     return np.where(cap == big, 1, cap)
+
+
+def empty_capacity(cluster: Cluster, shape: Shape, nodes: np.ndarray) -> np.ndarray:
+    """How many replicas of ``shape`` each node of ``nodes`` holds when nothing runs on it: the same
+    rule as :func:`replica_capacity`, on the node's total capacity instead of its free capacity
+    (MIG: every instance of the profile that fits on its empty devices)."""
+    big = np.iinfo(np.int64).max // 4
+    cap = np.full(len(nodes), big, dtype=np.int64)
+    count = cluster.gpu_count[nodes].astype(np.int64)
+    if shape.kind == "whole":
+        cap = count // shape.gpus
+    elif shape.kind == "fraction":
+        cap = count * (FULL // shape.milli)
+    elif shape.kind == "mig":
+        assert shape.mig is not None
+        cap = count * mig_instances(shape.mig)
+    if shape.cpu_milli:
+        cap = np.minimum(cap, cluster.cpu_total[nodes] // shape.cpu_milli)
+    if shape.memory_mib:
+        cap = np.minimum(cap, cluster.mem_total[nodes] // shape.memory_mib)
+    return cap
+
+
+def mig_instances(geometry: MigGeometry) -> int:
+    """How many instances of one profile an empty device holds (its starts, taken lowest first)."""
+    mask, compute, count = 0, 0, 0
+    while (start := mig_start(mask, compute, geometry)) is not None:
+        mask |= geometry.mask_at(start)
+        compute += geometry.compute
+        count += 1
+    return count
 
 
 def contiguous(cluster: Cluster, gpus: int, nodes: Nodes) -> np.ndarray:

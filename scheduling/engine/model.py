@@ -199,11 +199,20 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Reason:
-    """Why a workload did not start, with the numbers behind it."""
+    """Why a workload did not start, with the numbers behind it.
+
+    ``waits`` says whether waiting can help: True when what blocks the job is in use or scattered
+    (quota in use, capacity in use, fragmentation, a budget hold, victims still stopping); False when
+    the job never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
+    any node, a GPU model or MIG profile no node offers, an invalid request). ``details`` carries the
+    limit's numbers in engine units (``limit`` names which one for a job that never fits,
+    ``waits_for`` what it waits for otherwise).
+    """
 
     kind: ReasonKind
     message: str
     details: tuple[tuple[str, int | float | str], ...] = ()
+    waits: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,10 +35,10 @@ import numpy as np
 
 from . import fit
 from .capacity import FULL, Cluster, Statement
+from .explain import NO_EXPLANATION, Explanation, shortage
 from .filters import CORDONED, CPU, FIT, GPUS, MEMORY, MODEL, REASONS, StaticFilters
 from .fit import Nodes, Shape
 from .frag import plugins as _frag_plugins  # noqa: F401  (registers the FGD paper's policies)
-from .mig import devices_for_memory
 from .model import Policy, ReplicaPlacement, Workload
 from .scorers import PLUGINS, PluginSetup, ScoreContext, ScorerPlugin, binpack_scores, pick_devices
 
@@ -52,9 +52,6 @@ CONTIGUOUS_WEIGHT = 0.2
 _MISFIT_CODES = np.array([FIT, GPUS, CPU, MEMORY], dtype=np.int8)
 # Policies whose scores are shares of a node (about one unit wide): side votes add to them directly.
 _UNIT_SCALE_POLICIES = ("binpack", "spread")
-
-Explanation = tuple[int, tuple[tuple[str, int], ...]]
-"""(number of nodes that fit, ((reason, count), ...) largest count first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,33 +117,8 @@ class Placer:
         key = (workload.resources, model)
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = self._shape_for(workload, model)
+            shape = self._shapes[key] = fit.shape_of(self.cluster, self.mig_profiles, workload.resources, model)
         return shape
-
-    def _shape_for(self, workload: Workload, model: str | None) -> Shape | str:
-        res = workload.resources
-        cpu, memory_mib = res.cpu_milli, res.memory_mib
-        if not res.wants_gpu:
-            return Shape(model, cpu_milli=cpu, memory_mib=memory_mib)
-        if model is None:
-            return "job wants a GPU but no GPU model is available"
-        if res.mig_profile:
-            supported = self.mig_profiles.get(model)
-            if supported is not None and res.mig_profile not in supported:
-                return f"{model} does not offer MIG profile {res.mig_profile}"
-            geometry = self.cluster.mig(res.mig_profile, self.cluster.memory_of(model))
-            if geometry is None:
-                return f"MIG profile {res.mig_profile} does not exist on {model}"
-            return Shape(model, mig=geometry, cpu_milli=cpu, memory_mib=memory_mib)
-        if res.gpu_memory_gib:
-            memory = self.cluster.memory_of(model)
-            if memory <= 0:
-                return f"GPU memory of {model} is unknown"
-            gpus = devices_for_memory(res.gpu_memory_gib, memory)
-            return Shape(model, gpus=gpus, cpu_milli=cpu, memory_mib=memory_mib)
-        if res.gpu:
-            return Shape(model, gpus=res.gpu, cpu_milli=cpu, memory_mib=memory_mib)
-        return Shape(model, milli=res.gpu_milli, cpu_milli=cpu, memory_mib=memory_mib)
 
     # -- filters and fit --------------------------------------------------------------------------
 
@@ -355,7 +327,7 @@ class Placer:
             eligible = self.eligible(workload, shape)
             capacity = int(fit.replica_capacity(self.cluster, shape, self.feasible(shape, eligible)).sum())
             if capacity < needed:
-                explanation = self._explain_after(workload, shape, capacity) if explain else (0, ())
+                explanation = self._explain_after(workload, shape, capacity) if explain else NO_EXPLANATION
                 return GangResult((), explanation, capacity)
         placements: list[ReplicaPlacement] = []
         gang_nodes: list[int] = []
@@ -375,7 +347,7 @@ class Placer:
             gang_nodes.append(last)
         if len(placements) >= needed:
             return GangResult(tuple(placements), None)
-        explanation = self.explain(workload, [shape]) if explain else (0, ())
+        explanation = self.explain(workload, [shape]) if explain else NO_EXPLANATION
         stmt.discard()
         return GangResult((), explanation, len(placements))
 
@@ -425,9 +397,11 @@ class Placer:
         return explanation
 
     def explain(self, workload: Workload, shapes: list[Shape]) -> Explanation:
-        """Count nodes by the first filter that rejects one more replica of any of ``shapes``."""
+        """Count nodes by the first filter that rejects one more replica of any of ``shapes``, and
+        name the resource that is short where a node passes the static filters (``explain.shortage``)."""
         cluster = self.cluster
         codes = np.full(cluster.n, MODEL, dtype=np.int8)
+        per_shape = []
         for shape in shapes:
             if shape.gpu_model is None:
                 nodes = self._all
@@ -435,6 +409,7 @@ class Placer:
                 nodes = np.flatnonzero(cluster.node_model == cluster.model_code.get(shape.gpu_model, -2))
             static = self.filters.codes(workload, shape, nodes)
             codes[nodes] = np.where(static != FIT, static, _MISFIT_CODES[fit.misfit(cluster, shape, nodes)])
+            per_shape.append((shape, nodes))
         codes[cluster.cordoned] = CORDONED
         counts = np.bincount(codes, minlength=len(REASONS))
         words = list(REASONS)
@@ -443,11 +418,16 @@ class Placer:
             words[GPUS] = f"no GPU with {shapes[0].milli / 1000:g} free"
         elif kinds == {"mig"} and shapes[0].mig is not None:
             words[GPUS] = f"no free MIG slice for {shapes[0].mig.profile}"
+        models = sorted({shape.gpu_model for shape in shapes if shape.gpu_model})
+        if models:
+            words[MODEL] = f"GPU model not {' or '.join(models)}"
         pairs = sorted(
             ((words[c], int(counts[c])) for c in range(1, len(REASONS)) if counts[c]),
             key=lambda p: (-p[1], p[0]),
         )
-        return int(counts[FIT]), tuple(pairs)
+        shorts = [s for shape, nodes in per_shape if (s := shortage(cluster, shape, nodes, codes[nodes]))]
+        short = max(shorts, key=lambda s: s.nodes, default=None)  # the first of equals
+        return Explanation(int(counts[FIT]), tuple(pairs), short)
 
 
 def _unit(raw: np.ndarray) -> np.ndarray:

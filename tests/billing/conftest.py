@@ -22,6 +22,13 @@ from portal.jobs.states import JobState
 from portal.jobs.transitions import job_transition
 
 
+@pytest.fixture(autouse=True)
+def _histories_need_no_configured_fit(settings):
+    """Billing tests write recorded histories on any GPU model and MIG profile, whatever nodes the test
+    world has: the submit service's "never fits as configured" refusal does not apply to them."""
+    settings.QUEUE_NEVER_FITTING_JOBS = True
+
+
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> datetime:
     return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 

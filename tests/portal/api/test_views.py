@@ -318,3 +318,109 @@ def test_the_schema_and_docs_are_off_by_default_without_debug_and_can_require_a_
     assert client.get("/api/schema/").status_code in (401, 403)
     client.force_login(world.users["bob"])
     assert client.get("/api/schema/").status_code == 200
+
+
+# The world: 2 A100 nodes of 8 GPUs (96 cores, 1 TiB) and 1 T4 node of 4 (32 cores); queue cq-vision
+# holds 8 A100s and 4 T4s nominal and may borrow as much again from cq-nlp in cohort research.
+NEVER = "never fits as configured"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "limit", "message"),
+    [
+        (
+            {"gpu": 8, "replicas": 3, "allowed_gpu_models": ["A100-80GB"]},
+            "gpu",
+            "queue_ceiling",
+            (
+                f"quota: {NEVER}: needs 24 A100-80GB GPUs at once and queue cq-vision may hold at most 16 "
+                "(nominal 8 + 8 it may borrow in cohort research)"
+            ),
+        ),
+        (
+            {"gpu": 16},
+            "gpu",
+            "largest_node",
+            (
+                f"placement: {NEVER}: on A100-80GB: one replica needs 16 A100-80GB GPUs and the largest A100-80GB node "
+                "has 8; on T4: one replica needs 16 T4 GPUs and the largest T4 node has 4"
+            ),
+        ),
+        (
+            {"gpu": 1, "cpu_milli": 200_000, "allowed_gpu_models": ["A100-80GB"]},
+            "cpu_milli",
+            "largest_node",
+            f"placement: {NEVER}: one replica needs 200 CPU cores and the largest A100-80GB node has 96",
+        ),
+        (
+            {"gpu": 5, "replicas": 3, "allowed_gpu_models": ["A100-80GB"]},
+            "replicas",
+            "cluster_total",
+            (
+                f"gang: {NEVER}: all 3 replicas must start together and the 2 A100-80GB nodes that could run one hold "
+                "at most 2 of them with nothing else running"
+            ),
+        ),
+        (
+            {"gpu": 0, "mig_profile": "3g.40gb", "allowed_gpu_models": ["A100-80GB"]},
+            "mig_profile",
+            "node_filters",
+            f"placement: {NEVER}: none of the 2 A100-80GB nodes passes the job's filters: 2 MIG mode does not match",
+        ),
+        (
+            {"node_selector": {"pool": "nope"}, "allowed_gpu_models": ["A100-80GB"]},
+            "node_selector",
+            "node_filters",
+            (
+                f"placement: {NEVER}: none of the 2 A100-80GB nodes passes the job's filters: "
+                "2 node selector does not match"
+            ),
+        ),
+    ],
+)
+def test_a_job_that_never_fits_is_refused_with_a_400_naming_the_limit(api, world, fields, field, limit, message):
+    response = submit(api("alice"), **fields)
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["errors"] == {field: [message]}
+    assert body["reason"]["waits"] is False
+    assert body["reason"]["details"]["limit"] == limit
+    assert Job.objects.count() == 0
+    assert JobTransition.objects.count() == 0
+
+
+def test_a_gpu_model_no_node_has_is_named(api, world):
+    from portal.jobs.models import GpuModel
+
+    h100 = GpuModel.objects.create(name="H100-80GB", memory_gib=80)
+    FlavorQuota.objects.create(cluster_queue=world.cluster_queues["vision"], gpu_model=h100, nominal_gpus=8, order=2)
+    response = submit(api("alice"), allowed_gpu_models=["H100-80GB"])
+    assert response.status_code == 400
+    assert response.json()["errors"] == {
+        "allowed_gpu_models": [f"placement: {NEVER}: no node has GPU model H100-80GB (the cluster has A100-80GB, T4)"]
+    }
+
+
+def test_a_job_that_fits_the_empty_cluster_is_accepted_however_busy_it_is(api, world):
+    alice = api("alice")
+    assert submit(alice, gpu=8, replicas=2, allowed_gpu_models=["A100-80GB"]).status_code == 201
+    assert submit(alice, gpu=8, replicas=2, allowed_gpu_models=["A100-80GB"]).status_code == 201  # waits
+
+
+def test_on_an_autoscaling_cluster_a_never_fitting_job_queues_and_says_waiting_will_not_help(api, world, settings):
+    from django.utils import timezone
+
+    from scheduling.adapters.simulated import SimulatedCluster
+    from scheduling.services import cycle_run
+
+    settings.QUEUE_NEVER_FITTING_JOBS = True
+    alice = api("alice")
+    created = submit(alice, gpu=16, allowed_gpu_models=["A100-80GB"])
+    assert created.status_code == 201
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    reason = alice.get(f"/api/v1/jobs/{created.json()['id']}/").json()["pending_reason"]
+    assert reason["waits"] is False
+    assert reason["message"] == (
+        f"placement: {NEVER}: one replica needs 16 A100-80GB GPUs and the largest A100-80GB node has 8"
+    )
+    assert reason["details"]["limit"] == "largest_node"

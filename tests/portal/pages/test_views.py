@@ -71,6 +71,15 @@ def test_the_form_shows_field_errors_and_creates_nothing(client, world):
     assert Job.objects.count() == 0
 
 
+def test_the_form_refuses_a_job_that_never_fits_and_names_the_limit(client, world):
+    client.force_login(world.users["alice"])
+    response = client.post("/jobs/new/", {**FORM, "replicas": "1", "gpu": "16"})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "never fits as configured: one replica needs 16 A100-80GB GPUs and the largest A100-80GB node has 8" in html
+    assert Job.objects.count() == 0
+
+
 def test_another_teams_job_page_is_404(client, world):
     job = world.submit("vision")
     client.force_login(world.users["bob"])
@@ -94,14 +103,40 @@ def test_pending_job_page_explains_why(client, world):
     from scheduling.adapters.simulated import SimulatedCluster
     from scheduling.services import cycle_run
 
-    # 3 x 8 A100s: more than the whole cohort's 16, so it waits with a quota reason.
-    waiting = world.submit("vision", gpu=8, replicas=3, allowed_gpu_models=(world.models["A100-80GB"],))
+    # The queue may hold 16 A100s (8 nominal + 8 borrowed): with 8 held, a gang of 2 x 8 waits on quota.
+    a100 = (world.models["A100-80GB"],)
+    world.submit("vision", gpu=8, allowed_gpu_models=a100)
+    waiting = world.submit("vision", gpu=8, replicas=2, allowed_gpu_models=a100)
     cycle_run(now=timezone.now(), backend=SimulatedCluster())
     client.force_login(world.users["alice"])
     page = client.get(f"/jobs/{waiting.pk}/").content.decode()
     assert "Why pending" in page
-    assert "quota: queue cq-vision uses 0 of 8 A100-80GB GPUs and needs 24 more" in page
+    assert (
+        "quota: queue cq-vision uses 8 of 8 A100-80GB GPUs and needs 16 more; cohort research has 8 borrowable" in page
+    )
+    assert "Waiting can help" in page
     assert "Position 1" in page
+
+
+def test_a_never_fitting_job_queued_on_an_autoscaling_cluster_says_waiting_will_not_help(client, world, settings):
+    from django.utils import timezone
+
+    from scheduling.adapters.simulated import SimulatedCluster
+    from scheduling.services import cycle_run
+
+    settings.QUEUE_NEVER_FITTING_JOBS = True
+    # 3 x 8 A100s: more than the 16 the queue may ever hold.
+    never = world.submit("vision", gpu=8, replicas=3, allowed_gpu_models=(world.models["A100-80GB"],))
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    client.force_login(world.users["alice"])
+    page = client.get(f"/jobs/{never.pk}/").content.decode()
+    assert (
+        "quota: never fits as configured: needs 24 A100-80GB GPUs at once and queue cq-vision may hold at most 16 "
+        "(nominal 8 + 8 it may borrow in cohort research)"
+    ) in page
+    assert "Waiting will not help" in page
+    listing = client.get("/jobs/").content.decode()
+    assert "never fits" in listing
 
 
 def test_dashboard_and_queue_pages_render_charts_and_quotas(client, world):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from scheduling.engine.model import (
     ClusterQueue,
     FlavorQuota,
@@ -48,9 +50,14 @@ def node(
     )
 
 
-def cq(name: str, quota: dict[str, int] | None = None, *, cohort: str = "", **kwargs: object) -> ClusterQueue:
+def cq(
+    name: str, quota: Mapping[str, int | tuple[int | None, ...]] | None = None, *, cohort: str = "", **kwargs: object
+) -> ClusterQueue:
+    """A ClusterQueue; ``quota`` maps a GPU model to its nominal GPUs, or to (nominal, borrowing limit,
+    lending limit) (a shorter tuple leaves the rest unlimited)."""
     flavors = tuple(
-        FlavorQuota(model, n) if isinstance(n, int) else FlavorQuota(model, *n) for model, n in (quota or {}).items()
+        FlavorQuota(model, n) if isinstance(n, int) else FlavorQuota(model, *n)  # type: ignore[arg-type]
+        for model, n in (quota or {}).items()
     )
     return ClusterQueue(name=name, cohort=cohort, flavors=flavors, **kwargs)  # type: ignore[arg-type]
 

@@ -121,7 +121,11 @@ def test_the_documented_example_parses_and_schedules(tmp_path):
     assert [a["workload_id"] for a in out["admissions"]] == ["train-1"]
     assert out["now"] == 1732170000
     (waiting,) = out["pending"]
-    assert waiting["reason"]["message"] == ("placement: 0 of 2 nodes fit: 1 too few free GPUs, 1 untolerated taint")
+    assert waiting["reason"]["message"] == (
+        "placement: 0 of 2 nodes fit: 1 too few free GPUs, 1 untolerated taint; needs 4 free A100-80GB GPUs on "
+        "one node; eligible nodes have at most 3 free each and 3.75 in all (capacity in use)"
+    )
+    assert waiting["reason"]["waits"] is True
     assert waiting["estimated_start"] == 1732170000 + 7200  # when train-1 ends
 
 

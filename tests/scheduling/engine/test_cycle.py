@@ -68,16 +68,36 @@ def test_quota_reason_has_the_numbers():
 
 def test_it_places_a_gang_all_or_nothing():
     snap = snapshot(
-        [node("n1", gpus=4), node("n2", gpus=4)],
+        [node("n1", gpus=4), node("n2", gpus=4), node("n3", gpus=4)],
         [cq("q", {"A100-80GB": 100})],
         [lq("a", "q")],
-        [job("gang", "a", gpu=3, replicas=3), job("small", "a", gpu=1, created=1)],
+        [
+            running("r", "a", [("n3", (0, 1))], priority=1),
+            job("gang", "a", gpu=3, replicas=3),
+            job("small", "a", gpu=1, created=1),
+        ],
     )
     plan = run_cycle(snap, Policy(), NOW)
     assert admitted_ids(plan) == ["small"]
     reason = pending_info(plan, "gang").reason
     assert reason.kind == ReasonKind.GANG
     assert reason.message.startswith("gang: only 2 of 3 replicas fit")
+    assert reason.waits  # n3's two GPUs come back when r ends
+
+
+def test_a_gang_bigger_than_all_its_nodes_never_fits():
+    snap = snapshot(
+        [node("n1", gpus=4), node("n2", gpus=4)],
+        [cq("q", {"A100-80GB": 100})],
+        [lq("a", "q")],
+        [job("gang", "a", gpu=3, replicas=3)],
+    )
+    reason = pending_info(run_cycle(snap, Policy(), NOW), "gang").reason
+    assert (reason.kind, reason.waits) == (ReasonKind.GANG, False)
+    assert reason.message == (
+        "gang: never fits as configured: all 3 replicas must start together and the 2 A100-80GB nodes that could "
+        "run one hold at most 2 of them with nothing else running"
+    )
 
 
 def test_fractions_share_a_device_and_whole_gpus_need_free_devices():
@@ -94,7 +114,10 @@ def test_fractions_share_a_device_and_whole_gpus_need_free_devices():
     plan = run_cycle(snap, Policy(), NOW)
     assert admitted_ids(plan) == ["half1", "half2"]
     assert {a.placements[0].gpu_indices for a in plan.admissions} == {(0,)}
-    assert reason_of(plan, "whole") == "placement: 0 of 1 nodes fit: 1 too few free GPUs"
+    assert reason_of(plan, "whole") == (
+        "placement: 0 of 1 nodes fit: 1 too few free GPUs; needs 1 free A100-80GB GPU on one node; "
+        "eligible nodes have at most 0 free each and 0 in all (capacity in use)"
+    )
 
 
 def test_capacity_comes_from_running_placements_and_foreign_pods():
@@ -114,14 +137,48 @@ def test_capacity_comes_from_running_placements_and_foreign_pods():
 
 def test_cpu_and_memory_must_fit():
     snap = snapshot(
-        [node("n1", cpu=4000, mem=8192)],
+        [node("n1", cpu=10_000, mem=16_384)],
         [cq("q", {"A100-80GB": 10})],
         [lq("a", "q")],
-        [job("cpu-hog", "a", gpu=1, cpu=8000), job("mem-hog", "a", gpu=1, mem=10_000, created=1)],
+        [
+            running("r", "a", [("n1", (0,))], cpu=4000, mem=8192),
+            job("cpu-hog", "a", gpu=1, cpu=8000),
+            job("mem-hog", "a", gpu=1, mem=10_000, created=1),
+        ],
     )
     plan = run_cycle(snap, Policy(), NOW)
-    assert reason_of(plan, "cpu-hog") == "placement: 0 of 1 nodes fit: 1 not enough CPU"
-    assert reason_of(plan, "mem-hog") == "placement: 0 of 1 nodes fit: 1 not enough memory"
+    assert reason_of(plan, "cpu-hog") == (
+        "placement: 0 of 1 nodes fit: 1 not enough CPU; needs 8 free CPU cores on one node; "
+        "eligible nodes have at most 6 free each and 6 in all (capacity in use)"
+    )
+    assert reason_of(plan, "mem-hog") == (
+        "placement: 0 of 1 nodes fit: 1 not enough memory; needs 9.766 GiB free memory on one node; "
+        "eligible nodes have at most 8 GiB free each and 8 GiB in all (capacity in use)"
+    )
+
+
+def test_a_replica_needing_more_cpu_or_memory_than_any_node_has_never_fits():
+    snap = snapshot(
+        [node("n1", cpu=4000, mem=8192), node("n2", cpu=6000, mem=4096)],
+        [cq("q", {"A100-80GB": 10})],
+        [lq("a", "q")],
+        [
+            job("cpu-hog", "a", gpu=1, cpu=8000),
+            job("mem-hog", "a", gpu=1, mem=10_240, created=1),
+            job("both", "a", gpu=1, cpu=5000, mem=6144, created=2),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert reason_of(plan, "cpu-hog") == (
+        "placement: never fits as configured: one replica needs 8 CPU cores and the largest A100-80GB node has 6"
+    )
+    assert reason_of(plan, "mem-hog") == (
+        "placement: never fits as configured: one replica needs 10 GiB memory and the largest A100-80GB node has 8"
+    )
+    assert reason_of(plan, "both") == (
+        "placement: never fits as configured: one replica needs 1 A100-80GB GPU, 5 CPU cores, 6 GiB memory on one "
+        "node and no A100-80GB node has all of them"
+    )
 
 
 def test_every_pending_job_gets_a_reason_and_position():

@@ -107,7 +107,9 @@ def test_quota_bound_jobs_wait_for_their_queue_to_drain():
 def test_a_replica_larger_than_any_node_has_no_estimated_start():
     snap = snapshot([node("n1", gpus=4), node("n2", gpus=4)], QUEUE, [lq("a", "q")], [job("wide", "a", gpu=8)])
     info = pending_info(run_cycle(snap, Policy(), NOW), "wide")
-    assert info.reason.message == "placement: 0 of 2 nodes fit: 2 too few free GPUs"
+    assert info.reason.message == (
+        "placement: never fits as configured: one replica needs 8 A100-80GB GPUs and the largest A100-80GB node has 4"
+    )
     assert info.estimated_start is None
 
 

@@ -66,16 +66,31 @@ def test_placement_reason_counts_each_node_once_by_its_first_failing_filter():
     )
     info = pending_info(run_cycle(snap, Policy(), NOW), "j")
     assert info.reason.message == (
-        "placement: 0 of 6 nodes fit: 3 too few free GPUs, 2 GPU model not allowed, 1 not enough memory"
+        "placement: 0 of 6 nodes fit: 3 too few free GPUs, 2 GPU model not A100-80GB, 1 not enough memory; "
+        "needs 1 free A100-80GB GPU on one node; eligible nodes have at most 0 free each and 0 in all "
+        "(capacity in use)"
     )
+    assert info.reason.waits
     assert dict(info.reason.details)["too few free GPUs"] == 3
 
 
 @pytest.mark.parametrize(
     ("request_kwargs", "message"),
     [
-        ({"milli": 600}, "placement: 0 of 1 nodes fit: 1 no GPU with 0.6 free"),
-        ({"gpu": 1}, "placement: 0 of 1 nodes fit: 1 too few free GPUs"),
+        (
+            {"milli": 600},
+            (
+                "placement: 0 of 1 nodes fit: 1 no GPU with 0.6 free; needs 0.6 of one A100-80GB GPU; eligible nodes' "
+                "GPUs have at most 0.5 free each and 0.5 in all (capacity in use)"
+            ),
+        ),
+        (
+            {"gpu": 1},
+            (
+                "placement: 0 of 1 nodes fit: 1 too few free GPUs; needs 1 free A100-80GB GPU on one node; eligible "
+                "nodes have at most 0 free each and 0.5 in all (capacity in use)"
+            ),
+        ),
     ],
 )
 def test_gpu_shortage_is_worded_for_the_request(request_kwargs, message):
@@ -95,8 +110,10 @@ def test_mig_shortage_names_the_profile():
         [lq("a", "q")],
         [job("big", "a", mig="4g.40gb"), job("j", "a", mig="4g.40gb", created=1)],
     )
-    assert (
-        reason_of(run_cycle(snap, Policy(), NOW), "j") == "placement: 0 of 1 nodes fit: 1 no free MIG slice for 4g.40gb"
+    # Two 4g instances need 8 compute slices of 7: the second waits for the first (not fragmentation).
+    assert reason_of(run_cycle(snap, Policy(), NOW), "j") == (
+        "placement: 0 of 1 nodes fit: 1 no free MIG slice for 4g.40gb; needs a free 4g.40gb slice; no GPU of an "
+        "eligible node has one at a valid start (capacity in use)"
     )
 
 
@@ -105,8 +122,17 @@ def test_cpu_only_jobs_are_explained_by_their_own_filters():
         [node("c1", None, labels={"disk": "hdd"}), node("c2", None, cpu=1000)],
         QUEUE,
         [lq("a", "q")],
-        [job("j", "a", cpu=2000, node_selector=(("disk", "hdd"),), mem=10**9)],
+        [
+            running("r", "a", [("c1", ())], mem=510_000),
+            job("j", "a", cpu=2000, node_selector=(("disk", "hdd"),), mem=4096),
+            job("huge", "a", cpu=2000, node_selector=(("disk", "hdd"),), mem=10**9, created=1),
+        ],
     )
-    assert reason_of(run_cycle(snap, Policy(), NOW), "j") == (
-        "placement: 0 of 2 nodes fit: 1 node selector does not match, 1 not enough memory"
+    plan = run_cycle(snap, Policy(), NOW)
+    assert reason_of(plan, "j") == (
+        "placement: 0 of 2 nodes fit: 1 node selector does not match, 1 not enough memory; needs 4 GiB free memory "
+        "on one node; eligible nodes have at most 1.953 GiB free each and 1.953 GiB in all (capacity in use)"
+    )
+    assert reason_of(plan, "huge") == (
+        "placement: never fits as configured: one replica needs 976562.5 GiB memory and the largest node has 500"
     )

@@ -16,6 +16,7 @@ from .strategies import loaded_clusters, shapes
 
 NOW = 1000.0
 QUEUES = ([cq("q", {"A100-80GB": 1000, "H100-80GB": 1000, "L40S": 1000})], [lq("a", "q")])
+A100 = ("A100-80GB",)
 
 
 def place(nodes, jobs, policy=None, **snap_kwargs):
@@ -36,11 +37,14 @@ def test_required_node_selector():
         nodes,
         [
             job("ssd", "a", gpu=1, node_selector=labels_of({"disk": "ssd"})),
-            job("nvme", "a", gpu=1, node_selector=labels_of({"disk": "nvme"}), created=1),
+            job("nvme", "a", gpu=1, node_selector=labels_of({"disk": "nvme"}), created=1, allowed_gpu_models=A100),
         ],
     )
     assert nodes_of(plan, "ssd") == ["n2"]
-    assert reason_of(plan, "nvme") == "placement: 0 of 2 nodes fit: 2 node selector does not match"
+    assert reason_of(plan, "nvme") == (
+        "placement: never fits as configured: none of the 2 A100-80GB nodes passes the job's filters: "
+        "2 node selector does not match"
+    )
 
 
 def test_taints_need_tolerations():
@@ -48,12 +52,15 @@ def test_taints_need_tolerations():
     plan = place(
         [spot],
         [
-            job("plain", "a", gpu=1),
+            job("plain", "a", gpu=1, allowed_gpu_models=A100),
             job("tolerant", "a", gpu=1, tolerations=(Toleration("spot", "Exists"),), created=1),
         ],
     )
     assert admitted_ids(plan) == ["tolerant"]
-    assert reason_of(plan, "plain") == "placement: 0 of 1 nodes fit: 1 untolerated taint"
+    assert reason_of(plan, "plain") == (
+        "placement: never fits as configured: none of the 1 A100-80GB node passes the job's filters: "
+        "1 untolerated taint"
+    )
 
 
 def test_prefer_no_schedule_taint_is_only_avoided():
@@ -69,7 +76,8 @@ def test_cordoned_nodes_and_gpu_models_are_counted_in_the_reason():
         [running("r", "a", [("a1", (0,))]), job("j", "a", gpu=1, allowed_gpu_models=("A100-80GB",))],
     )
     assert reason_of(plan, "j") == (
-        "placement: 0 of 4 nodes fit: 2 GPU model not allowed, 1 cordoned, 1 too few free GPUs"
+        "placement: 0 of 4 nodes fit: 2 GPU model not A100-80GB, 1 cordoned, 1 too few free GPUs; needs 1 free "
+        "A100-80GB GPU on one node; eligible nodes have at most 0 free each and 0 in all (capacity in use)"
     )
 
 
@@ -117,11 +125,16 @@ def test_mig_profiles_are_per_gpu_model_and_mig_nodes_take_no_fractions():
         mig_profiles=(("A100-80GB", ("1g.10gb", "3g.40gb", "7g.80gb")),),
     )
     assert admitted_ids(plan) == ["ok"]
+    # Never fits: a profile no model offers; a fraction on a cluster whose only nodes are in MIG mode.
     assert reason_of(plan, "unknown") == (
-        "placement: 0 of 1 nodes fit: 1 GPU model not allowed (A100-80GB does not offer MIG profile 5g.50gb; "
-        "MIG profile 5g.50gb does not exist on L40S)"
+        "placement: never fits as configured: on A100-80GB: A100-80GB does not offer MIG profile 5g.50gb; "
+        "on H100-80GB: no node has GPU model H100-80GB (the cluster has A100-80GB); "
+        "on L40S: MIG profile 5g.50gb does not exist on L40S"
     )
-    assert reason_of(plan, "fraction") == "placement: 0 of 1 nodes fit: 1 MIG mode does not match"
+    assert reason_of(plan, "fraction").startswith(
+        "placement: never fits as configured: on A100-80GB: none of the 1 A100-80GB node passes the job's filters: "
+        "1 MIG mode does not match; "
+    )
 
 
 @pytest.mark.parametrize(("model", "memory", "devices"), [("A100-80GB", 80, 2), ("L40S", 48, 3)])

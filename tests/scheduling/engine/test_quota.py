@@ -57,7 +57,10 @@ def test_a_queue_without_a_cohort_never_borrows():
         [job("j", "qa", gpu=5)],
     )
     plan = run_cycle(snap, Policy(), NOW)
-    assert reason_of(plan, "j") == "quota: queue a uses 0 of 4 A100-80GB GPUs and needs 5 more; no cohort"
+    assert reason_of(plan, "j") == (
+        "quota: never fits as configured: needs 5 A100-80GB GPUs at once and queue a may hold at most 4 "
+        "(its nominal quota; no cohort to borrow from)"
+    )
 
 
 def test_it_takes_the_first_gpu_model_with_room_in_flavor_order():
@@ -84,7 +87,7 @@ def test_allowed_gpu_models_restrict_the_flavors():
     )
     plan = run_cycle(snap, Policy(), NOW)
     assert [(a.workload_id, a.gpu_model) for a in plan.admissions] == [("j", "A100-80GB")]
-    assert reason_of(plan, "none") == "quota: queue q has no quota for L4"
+    assert reason_of(plan, "none") == "quota: never fits as configured: queue q has no quota for L4"
 
 
 @pytest.mark.parametrize(
@@ -114,7 +117,8 @@ def test_cpu_quota_is_borrowed_from_the_cohort_up_to_the_lending_limit(cores, ad
         assert plan.admissions[0].borrowed
     else:
         assert reason_of(plan, "j") == (
-            "quota: queue a uses 0 of 2 CPU cores and needs 5 more; cohort co has 2 borrowable"
+            "quota: never fits as configured: needs 5 CPU cores at once and queue a may hold at most 4 "
+            "(nominal 2 + 2 it may borrow in cohort co)"
         )
 
 

@@ -234,7 +234,7 @@ class Command(BaseCommand):
             ("vision", "resnet-sweep", {"gpu": 1, "replicas": 4}, "default", 4 * 3600, []),
             ("vision", "detector-finetune", {"gpu": 8}, "high", 8 * 3600, ["H100-80GB"]),
             ("vision", "notebook-share", {"gpu_milli": 250}, "low", 2 * 3600, ["T4"]),
-            ("vision", "big-gang", {"gpu": 8, "replicas": 4}, "default", 12 * 3600, ["H100-80GB"]),
+            ("vision", "big-gang", {"gpu": 8, "replicas": 2}, "default", 12 * 3600, ["H100-80GB"]),
             (
                 "nlp",
                 "llama-70b-serve",
