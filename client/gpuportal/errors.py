@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuportal.types import Reason
+
 
 class PortalError(Exception):
     """Base class of every error the client raises."""
@@ -30,6 +32,12 @@ class PortalError(Exception):
         self.errors: dict[str, list[str]] = dict(errors or {})
         self.body = body
         self.retry_after = retry_after
+
+    @property
+    def reason(self) -> Reason | None:
+        """The scheduler's reason the portal attached (a job that can never run as configured: its
+        ``kind``, ``message``, ``waits`` False and ``details`` naming the limit)."""
+        return Reason.optional(self.body.get("reason")) if isinstance(self.body, Mapping) else None
 
     def __str__(self) -> str:
         head = f"{self.status} {self.detail}" if self.status else self.detail

@@ -125,6 +125,13 @@ def test_a_spec_the_portal_refuses_raises_validation_error_naming_each_field(por
         portal.submit({**SPEC, "gpus": 2})
     assert unknown.value.errors == {"gpus": ["unknown field"]}
 
+    with pytest.raises(ValidationError) as never:
+        portal.submit({**SPEC, "gpu": 16})  # the largest A100 node has 8
+    assert never.value.reason is not None
+    assert never.value.reason.waits is False
+    assert never.value.reason.details["limit"] == "largest_node"
+    assert "gpu" in never.value.errors
+
     with pytest.raises(ValidationError) as nested:
         portal.submit({**SPEC, "tolerations": [{"key": "x", "operator": "Sometimes"}]})
     assert nested.value.errors == {"tolerations.0.operator": ['"Sometimes" is not a valid choice.']}
