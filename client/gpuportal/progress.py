@@ -24,15 +24,27 @@ BAR_FORMAT = "{desc} |{bar}| {status} [{elapsed}]"
 REASON_CHARS = 90
 
 
+MIN_BAR = 10  # columns the bar keeps on a narrow terminal; the status text is cut instead
+FIXED = len(" || [00:00:00]") + MIN_BAR
+
+
 class _Bar(tqdm):  # type: ignore[misc,valid-type]  # tqdm.auto picks its class at import time
-    """tqdm with one more field, ``{status}``, for the state text (``postfix`` would prefix ", ")."""
+    """tqdm with one more field, ``{status}``, for the state text (``postfix`` would prefix ", ").
+
+    On a terminal the text is cut to the line (most important first: state, position, start; the
+    reason last), so the bar is redrawn in place instead of wrapping onto new lines."""
 
     status = ""
 
     @property
     def format_dict(self) -> dict[str, Any]:
         values = dict(super().format_dict)
-        values["status"] = self.status
+        status = self.status
+        if values.get("ncols"):  # a terminal (the notebook widget has no width and wraps by itself)
+            room = int(values["ncols"]) - len(str(values.get("prefix") or "")) - FIXED
+            if len(status) > room:
+                status = status[: max(0, room - 1)] + "…"
+        values["status"] = status
         return values
 
 
@@ -55,8 +67,9 @@ def clock(moment: datetime) -> str:
     return local.strftime("%Y-%m-%d %H:%M")
 
 
-def status_text(job: Job, now: datetime | None = None) -> str:
-    """One line for a job's state: ``Pending · #3 in queue · start ~14:05 (in 12 min) · quota: …``."""
+def status_text(job: Job, now: datetime | None = None, *, reason: bool = True) -> str:
+    """One line for a job's state: ``Pending · #3 in queue · start ~14:05 (in 12 min) · quota: …``
+    (the reason cut to ``REASON_CHARS``; ``reason=False`` leaves it out)."""
     now = now or datetime.now(UTC)
     parts = [job.state or "?"]
     if job.state in WAITING_STATES:
@@ -64,7 +77,9 @@ def status_text(job: Job, now: datetime | None = None) -> str:
             parts.append(f"#{job.queue_position} in queue")
         if job.estimated_start is not None:
             parts.append(f"start ~{clock(job.estimated_start)} ({relative(job.estimated_start, now)})")
-        if job.pending_reason and job.pending_reason.message:
+        if job.state == "Pending" and job.queue_position is None and job.pending_reason is None:
+            parts.append("waiting for the scheduler's next cycle")
+        if reason and job.pending_reason and job.pending_reason.message:
             message = job.pending_reason.message
             parts.append(message if len(message) <= REASON_CHARS else message[: REASON_CHARS - 1] + "…")
     elif job.state == "Running":

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from gpuportal.progress import clock, relative, status_text
+from gpuportal.progress import WAITING_STATES, clock, relative, status_text
 from gpuportal.types import Check, Cost, Job, JobCost
 
 
@@ -46,9 +46,9 @@ def when(moment: datetime | None, now: datetime | None = None) -> str:
 
 
 def resources(job: Job) -> str:
-    """``2 GPUs`` / ``4 × 1 GPU`` / ``0.25 GPU`` / ``MIG 3g.40gb`` / ``no GPU``."""
+    """``2 GPUs`` / ``4 × 1 GPU`` / ``2 × 8 GPUs`` / ``0.25 GPU`` / ``MIG 3g.40gb`` / ``no GPU``."""
     if job.gpu:
-        gpu = f"{job.gpu} GPU" + ("s" if job.gpu > 1 and job.replicas == 1 else "")
+        gpu = f"{job.gpu} GPU" + ("s" if job.gpu > 1 else "")
     elif job.gpu_milli:
         gpu = f"{job.gpu_milli / 1000:g} GPU"
     elif job.mig_profile:
@@ -65,12 +65,12 @@ def job_text(job: Job, now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     title = f"job {job.id}" + (f" {job.name}" if job.name else "")
     lines = [
-        f"{title}: {status_text(job, now)}",
+        f"{title}: {status_text(job, now, reason=False)}",
         f"  team {job.team}, queue {job.queue}, owner {job.owner}; {resources(job)}"
         + (f" on {job.gpu_model}" if job.gpu_model else ""),
     ]
-    if job.state == "Pending" and job.estimated_start is None and job.pending_reason is None:
-        lines.append("  not yet looked at by the scheduler")
+    if job.state in WAITING_STATES and job.pending_reason and job.pending_reason.message:
+        lines.append(f"  why: {job.pending_reason.message}")
     for placement in job.placements:
         replica = f"replica {placement.replica}" if placement.replica is not None else "replica"
         lines.append(f"  {replica}: {placement.describe()}")
@@ -146,7 +146,8 @@ def job_cost_text(cost: JobCost) -> str:
         price = f" at {usd(run.price_per_gpu_hour, currency)}/GPU-hour" if run.price_per_gpu_hour is not None else ""
         lines.append(
             f"  run {index}: {start}–{end} ({length}) {run.gpu_model or 'CPU only'} {run.capacity_type}, "
-            f"{hours(run.gpus)} GPU → {hours(run.gpu_hours)} GPU-hours{price}; total {usd(run.total_usd, currency)}"
+            f"{hours(run.gpus)} GPU{'s' if run.gpus > 1 else ''} → {hours(run.gpu_hours)} GPU-hours{price};"
+            f" total {usd(run.total_usd, currency)}"
         )
     if not cost.runs:
         lines.append("  it has not run")

@@ -32,6 +32,21 @@ def test_the_status_line_says_position_estimated_start_and_why():
     assert status_text(failed, NOW) == "Failed · pods never started"
     long_reason = job(pending_reason={"kind": "x", "message": "y" * 200})
     assert len(status_text(long_reason, NOW)) < 120
+    assert status_text(job(), NOW) == "Pending · waiting for the scheduler's next cycle"
+
+
+def test_on_a_narrow_terminal_the_text_is_cut_so_the_line_never_wraps():
+    stream = io.StringIO()
+    reason = {"kind": "quota", "message": "queue cq-vision uses 8 of 8 H100-80GB GPUs and needs 16 more " * 3}
+    bar = WaitProgress(job(queue_position=2, pending_reason=reason), file=stream)
+    bar.bar.ncols = 100
+    bar.bar.dynamic_ncols = False
+    bar.update(job(queue_position=1, pending_reason=reason), NOW)
+    last = stream.getvalue().split("\r")[-1].rstrip()  # padded with blanks over the longer first line
+    assert len(last) <= 100
+    assert "#1 in queue" in last
+    assert last.endswith("]")  # the clock is still there
+    bar.close()
 
 
 def test_relative_times():

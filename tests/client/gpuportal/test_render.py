@@ -53,7 +53,7 @@ def test_a_jobs_cost_lists_each_run():
     )  # fmt: skip
     text = job_cost_text(cost).splitlines()
     assert text[0] == "job 42: 1.5 GPU-hours; $5.50 GPU + $0.10 CPU + $0.01 memory = $5.62 USD"
-    assert "(45 min 00 s) A100-80GB spot, 2 GPU → 1.5 GPU-hours at $1.47/GPU-hour; total $2.20" in text[1]
+    assert "(45 min 00 s) A100-80GB spot, 2 GPUs → 1.5 GPU-hours at $1.47/GPU-hour; total $2.20" in text[1]
     assert job_cost_text(JobCost.from_api({"job": 1})).endswith("it has not run")
 
 
