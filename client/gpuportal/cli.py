@@ -168,6 +168,8 @@ class Cli:
         job = self.portal.submit(self.spec(), idempotency_key=key)
         if not self.args.json:
             self.err.write(f"submitted job {job.id} (idempotency key {key})\n")
+            if job.check is not None:  # the dry run of the spec just before it was queued
+                self.err.write(check_text(job.check) + "\n")
         if self.args.wait:
             return self._wait(job)
         self.emit(dict(job.raw), job_text(job))

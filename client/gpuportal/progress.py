@@ -22,6 +22,11 @@ from gpuportal.types import Job
 WAITING_STATES = frozenset({"Pending", "Admitted", "Preempted"})
 BAR_FORMAT = "{desc} |{bar}| {status} [{elapsed}]"
 REASON_CHARS = 90
+NO_ESTIMATE = {  # the portal's estimate_note: why a waiting job has no estimated start
+    "never": "no start estimate: never fits as configured",
+    "horizon": "no start estimate: beyond the forecast's horizon",
+    "budget": "no start estimate: held by the team's budget",
+}
 
 
 MIN_BAR = 10  # columns the bar keeps on a narrow terminal; the status text is cut instead
@@ -77,6 +82,10 @@ def status_text(job: Job, now: datetime | None = None, *, reason: bool = True) -
             parts.append(f"#{job.queue_position} in queue")
         if job.estimated_start is not None:
             parts.append(f"start ~{clock(job.estimated_start)} ({relative(job.estimated_start, now)})")
+            if job.estimated_start_p90 is not None and job.estimated_start_p90 > job.estimated_start:
+                parts[-1] += f", P90 {clock(job.estimated_start_p90)}"
+        elif job.estimate_note in NO_ESTIMATE:
+            parts.append(NO_ESTIMATE[job.estimate_note])
         if job.state == "Pending" and job.queue_position is None and job.pending_reason is None:
             parts.append("waiting for the scheduler's next cycle")
         if reason and job.pending_reason and job.pending_reason.message:

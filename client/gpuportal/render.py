@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from gpuportal.progress import WAITING_STATES, clock, relative, status_text
-from gpuportal.types import Check, Cost, Job, JobCost
+from gpuportal.types import Check, Cost, Job, JobCost, Victim
 
 
 def usd(amount: Decimal | None, currency: str = "USD") -> str:
@@ -98,14 +97,13 @@ def cost_line(cost: Cost) -> str:
     )
 
 
-def preempt_text(victim: Mapping[str, Any]) -> str:
-    ident = victim.get("job", victim.get("id", "?"))
-    name = victim.get("name")
-    team = victim.get("team")
-    parts = [f"job {ident}" + (f" {name}" if name else "")]
-    if team:
-        parts.append(f"({team})")
-    return " ".join(parts)
+def preempt_text(victim: Victim) -> str:
+    """``job 12 sweep (nlp)``, or ``3 jobs of other teams`` for the ones the portal only counts."""
+    if victim.job is None:
+        return f"{victim.count} job{'s' if victim.count != 1 else ''} of other teams"
+    return (
+        f"job {victim.job}" + (f" {victim.name}" if victim.name else "") + (f" ({victim.team})" if victim.team else "")
+    )
 
 
 def check_text(check: Check, now: datetime | None = None) -> str:
@@ -122,6 +120,8 @@ def check_text(check: Check, now: datetime | None = None) -> str:
         if check.estimated_start_p50 is not None:
             p90 = f", P90 {when(check.estimated_start_p90, now)}" if check.estimated_start_p90 else ""
             lines.append(f"  estimated start {when(check.estimated_start_p50, now)}{p90}")
+        elif check.no_estimate is not None and check.no_estimate.message:
+            lines.append(f"  no start estimate: {check.no_estimate.message}")
         if check.preempts:
             lines.append("  would preempt " + ", ".join(preempt_text(v) for v in check.preempts))
     else:

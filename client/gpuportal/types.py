@@ -103,7 +103,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "Mapping[str, Any]": _mapping,
     "tuple[str, ...]": lambda v: tuple("" if x is None else str(x) for x in _list(v)),
     "tuple[int, ...]": lambda v: tuple(_int(x) for x in _list(v)),
-    "tuple[Mapping[str, Any], ...]": lambda v: tuple(x if isinstance(x, Mapping) else {"job": x} for x in _list(v)),
+    "float | None": lambda v: None if parse_decimal(v) is None else float(v),
 }
 
 
@@ -225,10 +225,17 @@ class Job(ApiValue):
     capacity_type: str = ""
     pending_reason: Reason | None = field(default=None, metadata={"parse": Reason.optional})
     queue_position: int | None = None
-    estimated_start: datetime | None = None
+    estimated_start: datetime | None = None  # P50
+    estimated_start_p90: datetime | None = None
+    estimate_note: str = ""  # why there is no estimated start: never, horizon or budget
     placements: tuple[Placement, ...] = field(default=(), metadata={"parse": Placement.many})
     transitions: tuple[Transition, ...] = field(default=(), metadata={"parse": Transition.many})
     raw: Mapping[str, Any] = _raw()
+
+    @property
+    def check(self) -> Check | None:
+        """A submission's answer carries the dry run of its spec just before it was queued."""
+        return Check.optional(self.raw.get("check"))
 
     @property
     def done(self) -> bool:
@@ -257,6 +264,9 @@ class Cost(ApiValue):
     price_per_gpu_hour: Decimal | None
     capacity_type: str
     currency: str = field(metadata={"parse": lambda v: str(v) if v else "USD"})
+    gpu_model: str | None = None
+    runtime_s: float | None = None  # the expected runtime it is priced for
+    priced_at: datetime | None = None
     raw: Mapping[str, Any] = _raw()
 
 
@@ -292,6 +302,22 @@ class Suggestion(ApiValue):
 
 
 @dataclass(frozen=True, slots=True)
+class Victim(ApiValue):
+    """A job a dry run would preempt: named when it is one of your teams' (``job``, ``name``, ``team``),
+    else only counted (``job`` None, ``count`` of other teams' jobs)."""
+
+    job: int | None
+    name: str
+    team: str
+    count: int = field(metadata={"parse": lambda v: _int(v, 1)})
+    raw: Mapping[str, Any] = _raw()
+
+    @staticmethod
+    def ids_or_objects(value: Any) -> tuple[Victim, ...]:
+        return tuple(Victim.from_api(x if isinstance(x, Mapping) else {"job": x}) for x in _list(value))
+
+
+@dataclass(frozen=True, slots=True)
 class Check(ApiValue):
     """A dry run's answer (``POST /api/v1/jobs/check/``): will it run, when, at what cost."""
 
@@ -302,9 +328,12 @@ class Check(ApiValue):
     reason: Reason | None = field(default=None, metadata={"parse": Reason.optional})
     estimated_start_p50: datetime | None = None
     estimated_start_p90: datetime | None = None
-    preempts: tuple[Mapping[str, Any], ...] = ()
+    no_estimate: Reason | None = field(default=None, metadata={"parse": Reason.optional})  # why no start
+    preempts: tuple[Victim, ...] = field(default=(), metadata={"parse": Victim.ids_or_objects})
     cost: Cost | None = field(default=None, metadata={"parse": Cost.optional})
     suggestions: tuple[Suggestion, ...] = field(default=(), metadata={"parse": Suggestion.sentences_or_objects})
+    as_of: datetime | None = None  # the state the answer was computed on
+    runtime_s: float | None = None  # the expected runtime it assumed, in the cluster's seconds
     raw: Mapping[str, Any] = _raw()
 
     @property

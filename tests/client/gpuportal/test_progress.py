@@ -26,6 +26,11 @@ def test_the_status_line_says_position_estimated_start_and_why():
     assert text.startswith("Pending · #3 in queue · start ~")
     assert "(in 12 min)" in text
     assert text.endswith("cq-vision: 8 of 8 A100-80GB in use")
+    p90 = job(
+        queue_position=1, estimated_start=NOW.isoformat(), estimated_start_p90=(NOW + timedelta(hours=1)).isoformat()
+    )
+    assert ", P90 " in status_text(p90, NOW)
+    assert "beyond the forecast's horizon" in status_text(job(queue_position=40, estimate_note="horizon"), NOW)
     running = job(state="Running", gpu_model="A100-80GB", placements=[{"node": "a100-0"}, {"node": "a100-1"}])
     assert status_text(running, NOW) == "Running · on a100-0, a100-1 (A100-80GB)"
     failed = job(state="Failed", message="pods never started")

@@ -26,17 +26,22 @@ def test_a_dry_run_reads_as_a_sentence_per_verdict():
         {"verdict": "waits", "position": 2, "reason": {"message": "cq-vision: 8 of 8 A100-80GB in use"},
          "estimated_start_p50": (NOW + timedelta(minutes=30)).isoformat(),
          "estimated_start_p90": (NOW + timedelta(hours=2)).isoformat(),
-         "preempts": [{"job": 12, "name": "sweep", "team": "nlp"}],
+         "preempts": [{"job": 12, "name": "sweep", "team": "vision", "count": 1},
+                      {"job": None, "name": None, "team": None, "count": 2}],
          "suggestions": [{"message": "ask for T4: starts now"}]}
     )  # fmt: skip
     lines = check_text(waits, NOW).splitlines()
     assert lines[0] == "waits: #2 in queue, cq-vision: 8 of 8 A100-80GB in use"
     assert "(in 30 min), P90" in lines[1]
     assert "(in 2 h 0 min)" in lines[1]
-    assert lines[2] == "  would preempt job 12 sweep (nlp)"
+    assert lines[2] == "  would preempt job 12 sweep (vision), 2 jobs of other teams"
     assert lines[3] == "  sooner: ask for T4: starts now"
     never = Check.from_api({"verdict": "never", "reason": {"message": "the largest node has 8 GPUs; 16 asked"}})
     assert check_text(never, NOW) == "never fits: the largest node has 8 GPUs; 16 asked"
+    unknown = Check.from_api(
+        {"verdict": "waits", "position": 9, "no_estimate": {"kind": "horizon", "message": "beyond 7 days"}}
+    )
+    assert check_text(unknown, NOW).splitlines()[1] == "  no start estimate: beyond 7 days"
 
 
 def test_a_jobs_cost_lists_each_run():

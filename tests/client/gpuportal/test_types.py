@@ -78,7 +78,11 @@ def test_a_dry_run_answer_with_every_field_and_one_with_few():
             "reason": {"kind": "capacity", "message": "no node has 2 free GPUs", "waits": True, "details": {}},
             "estimated_start_p50": "2026-11-20T12:00:00Z",
             "estimated_start_p90": "2026-11-20T13:00:00Z",
-            "preempts": [{"job": 12, "name": "low-prio"}, 13],
+            "no_estimate": None,
+            "preempts": [{"job": 12, "name": "low-prio", "team": "vision", "count": 1},
+                         {"job": None, "name": None, "team": None, "count": 3}],
+            "as_of": "2026-11-20T10:00:00Z",
+            "runtime_s": 3600.0,
             "cost": {"gpu_hours": "4", "gpu_usd": "14.68", "cpu_usd": "0.25", "memory_usd": "0.1", "total_usd": "15.03",
                      "price_per_gpu_hour": "3.67", "capacity_type": "on-demand", "currency": "USD"},
             "suggestions": [{"message": "1 H100 starts now", "change": {"allowed_gpu_models": ["H100-80GB"]}}, "fewer"],
@@ -89,13 +93,20 @@ def test_a_dry_run_answer_with_every_field_and_one_with_few():
     assert full.reason is not None
     assert full.reason.waits is True
     assert full.placements[0].describe() == "a100-1 GPUs 4,5"
-    assert full.preempts == ({"job": 12, "name": "low-prio"}, {"job": 13})
+    assert [(v.job, v.name, v.team, v.count) for v in full.preempts] == [
+        (12, "low-prio", "vision", 1),
+        (None, "", "", 3),
+    ]
+    assert full.as_of == datetime(2026, 11, 20, 10, tzinfo=UTC)
+    assert full.runtime_s == 3600.0
     assert full.cost is not None
     assert full.cost.total_usd == Decimal("15.03")
     assert full.cost.price_per_gpu_hour == Decimal("3.67")
     assert [s.message for s in full.suggestions] == ["1 H100 starts now", "fewer"]
     assert full.suggestions[0].change == {"allowed_gpu_models": ["H100-80GB"]}
-    bare = Check.from_api({"verdict": "never"})
+    bare = Check.from_api({"verdict": "never", "no_estimate": {"kind": "never", "message": "never fits as configured"}})
+    assert bare.no_estimate is not None
+    assert bare.no_estimate.kind == "never"
     assert bare.never
     assert (bare.cost, bare.reason, bare.placements, bare.suggestions) == (None, None, (), ())
 
@@ -133,3 +144,14 @@ def test_suggestions_in_words_with_the_fields_to_change_and_the_answer_they_get(
     assert suggestion.verdict == "runs_now"
     assert suggestion.estimated_start == datetime(2026, 11, 20, 10, tzinfo=UTC)
     assert suggestion.raw["spec_patch"] == {"gpu": 1}
+
+
+def test_a_submission_carries_the_dry_run_of_its_spec_and_the_job_its_p90_and_why_no_estimate():
+    job = Job.from_api(
+        {**JOB, "estimated_start_p90": "2026-11-20T13:00:00Z", "check": {"verdict": "waits", "position": 3}}
+    )
+    assert job.estimated_start_p90 == datetime(2026, 11, 20, 13, tzinfo=UTC)
+    assert job.check is not None
+    assert (job.check.verdict, job.check.position) == ("waits", 3)
+    assert Job.from_api(JOB).check is None
+    assert Job.from_api({**JOB, "estimated_start": None, "estimate_note": "horizon"}).estimate_note == "horizon"
