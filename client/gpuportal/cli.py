@@ -39,7 +39,7 @@ class Exit(IntEnum):
     ERROR = 1  # the portal answered an error (401, 403, 404, 409, 429, 5xx) or could not be reached
     USAGE = 2  # bad flags, an unreadable spec, no URL/token, or the portal refused the spec (400)
     WAITS = 3  # check: the job would wait
-    NEVER = 4  # check: the job can never run as specified
+    NEVER = 4  # check (or submit): the job can never run as configured
     FAILED = 5  # wait (or submit --wait): the job ended Failed or Cancelled
     TIMEOUT = 6  # wait --timeout: the job had not finished in time (it keeps going)
     INTERRUPTED = 130  # Ctrl-C
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpuportal",
         description="The GPU job portal from a terminal: check, submit, follow, cancel and cost jobs.",
         epilog="exit codes: 0 ok/runs now/Succeeded, 1 error, 2 usage or refused spec, 3 would wait, "
-        "4 never fits, 5 Failed/Cancelled, 6 wait timed out",
+        "4 never fits as configured, 5 Failed/Cancelled, 6 wait timed out",
     )
     parser.add_argument("--version", action="version", version=f"gpuportal {__version__}")
     _common(parser, suppress=False)
@@ -270,6 +270,7 @@ def main(argv: Sequence[str] | None = None, *, out: IO[str] | None = None, err: 
     try:
         return int(getattr(cli, args.verb)())
     except ValidationError as exc:
+        never = exc.reason is not None and exc.reason.waits is False  # the scheduler's "never fits"
         err.write("gpuportal: the portal refused it" + (":\n" if exc.errors else f": {exc.detail}\n"))
         for field, messages in exc.errors.items():
             for message in messages:
@@ -277,7 +278,7 @@ def main(argv: Sequence[str] | None = None, *, out: IO[str] | None = None, err: 
         if args.json and exc.body is not None:
             json.dump(exc.body, out, indent=2, sort_keys=True)
             out.write("\n")
-        return Exit.USAGE
+        return Exit.NEVER if never else Exit.USAGE
     except ConfigError as exc:
         err.write(f"gpuportal: {exc.detail}\n")
         return Exit.USAGE

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import requests
 
 from gpuportal.config import resolve
-from gpuportal.errors import Conflict, PortalError, WaitTimeout
+from gpuportal.errors import Conflict, PortalError, ValidationError, WaitTimeout
 from gpuportal.http import Transport
 from gpuportal.progress import WaitProgress
 from gpuportal.types import Check, Job, JobCost, JobSpec
@@ -102,8 +102,17 @@ class Portal:
 
     def check(self, spec: Spec) -> Check:
         """Dry run: will this spec run now, wait (where in the queue, until when, why) or never fit,
-        and what would it cost. Nothing is submitted. ``ValidationError`` for a spec the portal refuses."""
-        body, _ = self.http.request("POST", "jobs/check/", json=dict(spec), retry_unsafe=True)
+        and what would it cost. Nothing is submitted.
+
+        A spec that can never run as configured is a ``never`` answer with the scheduler's reason, also
+        when the portal refuses it outright (a 400 carrying that reason); any other refused spec raises
+        ``ValidationError``."""
+        try:
+            body, _ = self.http.request("POST", "jobs/check/", json=dict(spec), retry_unsafe=True)
+        except ValidationError as exc:
+            if exc.reason is None or exc.reason.waits is not False or not isinstance(exc.body, Mapping):
+                raise
+            return Check.from_api({**exc.body, "verdict": "never"})
         return Check.from_api(body)
 
     # -- jobs ---------------------------------------------------------------------------------------

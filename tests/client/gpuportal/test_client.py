@@ -23,7 +23,7 @@ from gpuportal import (
 )
 from portal.jobs.models import Job as JobRow
 from portal.jobs.states import JobState
-from tests.client.conftest import needs_dry_run
+from tests.client.conftest import SPEEDUP, needs_dry_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -200,20 +200,27 @@ def test_check_answers_runs_now_with_the_cost_the_price_book_gives(portal_url, k
     assert check.verdict == "runs_now"
     assert check.runs_now
     assert check.gpu_model == "A100-80GB"
+    assert all(p.node.startswith("a100-") for p in check.placements)
     assert check.cost is not None
-    assert check.cost.gpu_hours == 2  # 2 GPUs for the requested hour
-    assert check.cost.gpu_usd == rounded(2 * price("gpu", "A100-80GB"))
+    # Priced for the requested hour in the cluster's own time (the simulated cluster runs SPEEDUP× faster):
+    # 2 GPUs × 3600 s / SPEEDUP, at the A100 on-demand row of the price book.
+    gpu_hours = 2 * Fraction(3600) / Fraction(SPEEDUP) / 3600
+    assert check.cost.gpu_hours == rounded(gpu_hours)
+    assert check.cost.gpu_usd == rounded(gpu_hours * price("gpu", "A100-80GB"))
+    assert Fraction(check.cost.price_per_gpu_hour or 0) == price("gpu", "A100-80GB")
     assert JobRow.objects.count() == 0  # nothing was submitted
 
 
 @needs_dry_run
-def test_check_says_never_for_more_gpus_than_any_node_has(portal_url, key_of):
+def test_check_says_never_for_more_gpus_than_any_node_has_naming_the_limit(portal_url, key_of):
     portal = Portal(portal_url, key_of("alice"))
     check = portal.check({**SPEC, "gpu": 16})  # the largest A100 node has 8
     assert check.verdict == "never"
     assert check.never
     assert check.reason is not None
-    assert check.reason.message
+    assert check.reason.waits is False
+    assert "8" in check.reason.message
+    assert JobRow.objects.count() == 0
 
 
 @needs_dry_run
