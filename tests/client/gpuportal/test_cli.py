@@ -108,13 +108,17 @@ def test_flags_override_the_file_and_the_command_after_a_double_dash_is_the_argv
     assert body["command"] == stored.command
 
 
-def test_a_spec_the_portal_refuses_exits_2_naming_the_field(connect, job_yaml):
+def test_a_refused_spec_exits_2_naming_the_field_and_4_when_it_never_fits(connect, job_yaml):
     run = Run("submit", job_yaml, "--gpu-milli", "250", *connect)
     assert run.code == Exit.USAGE
     assert "gpu_milli: set only one of" in run.err
     assert JobRow.objects.count() == 0
     as_json = Run("submit", job_yaml, "--gpu-milli", "250", "--json", *connect)
     assert as_json.json()["errors"]["gpu_milli"]
+    never = Run("submit", job_yaml, "--gpu", "16", *connect)  # the largest A100 node has 8
+    assert never.code == Exit.NEVER
+    assert "never fits as configured" in never.err
+    assert JobRow.objects.count() == 0
 
 
 @pytest.mark.django_db(transaction=False)

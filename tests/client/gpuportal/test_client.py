@@ -4,7 +4,10 @@ carry the portal's answer; the same idempotency key never makes a second job."""
 
 from __future__ import annotations
 
+import http.server
 import io
+import json
+import threading
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -228,3 +231,51 @@ def test_check_refuses_a_bad_spec_like_submit_does(portal_url, key_of):
     with pytest.raises(ValidationError) as refused:
         Portal(portal_url, key_of("alice")).check({**SPEC, "gpu_milli": 250})
     assert "gpu_milli" in refused.value.errors
+
+
+NEVER_FITS_400 = {
+    "detail": "gpu: placement: never fits as configured: one replica needs 16 A100-80GB GPUs and the largest "
+    "A100-80GB node has 8",
+    "errors": {"gpu": ["placement: never fits as configured: ..."]},
+    "reason": {"kind": "placement", "waits": False, "message": "one replica needs 16 A100-80GB GPUs and the largest "
+               "A100-80GB node has 8", "details": {"limit": "largest_node"}},
+}  # fmt: skip
+
+
+@pytest.fixture
+def answering():
+    """A server in the test answering every POST with a given status and JSON body (what the portal
+    answers a submission that never fits as configured, before a dry-run endpoint says it)."""
+    replies: list[tuple[int, dict]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            status, body = replies.pop(0)
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", replies
+    server.shutdown()
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_spec_refused_because_it_never_fits_is_checks_never_answer_and_others_still_raise(answering):
+    url, replies = answering
+    portal = Portal(url, "gpt_test")
+    replies.append((400, NEVER_FITS_400))
+    check = portal.check({**SPEC, "gpu": 16})
+    assert check.never
+    assert check.reason is not None
+    assert check.reason.details == {"limit": "largest_node"}
+    replies.append((400, {"detail": "invalid input: gpu_milli: ...", "errors": {"gpu_milli": ["..."]}}))
+    with pytest.raises(ValidationError):
+        portal.check({**SPEC, "gpu_milli": 250})
