@@ -29,6 +29,7 @@ from gpuportal.errors import (
     WaitTimeout,
 )
 from gpuportal.types import (
+    Attempt,
     Check,
     Cost,
     Job,
@@ -39,9 +40,11 @@ from gpuportal.types import (
     RunCost,
     Suggestion,
     Transition,
+    Victim,
 )
 
 __all__ = [
+    "Attempt",
     "AuthenticationError",
     "Check",
     "ConfigError",
@@ -64,6 +67,7 @@ __all__ = [
     "Suggestion",
     "Transition",
     "ValidationError",
+    "Victim",
     "WaitTimeout",
     "__version__",
     "job_id",

@@ -193,6 +193,30 @@ class Transition(ApiValue):
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt(ApiValue):
+    """One admission of a job (a requeued job has several): where and when it ran, how it ended, and
+    its run time, GPU-hours, cost so far and estimated total."""
+
+    number: int
+    queued_at: datetime | None
+    admitted_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str
+    end_reason: str
+    gpu_model: str
+    capacity_type: str
+    gpus: Decimal
+    nodes: tuple[str, ...]
+    placements: tuple[Placement, ...] = field(default=(), metadata={"parse": Placement.many})
+    run_s: float | None = None
+    gpu_hours: Decimal | None = None
+    cost_usd: Decimal | None = None
+    estimated_total_usd: Decimal | None = None
+    raw: Mapping[str, Any] = _raw()
+
+
+@dataclass(frozen=True, slots=True)
 class Job(ApiValue):
     """A job as the portal reports it (``GET /api/v1/jobs/<id>/``)."""
 
@@ -230,6 +254,12 @@ class Job(ApiValue):
     estimate_note: str = ""  # why there is no estimated start: never, horizon or budget
     placements: tuple[Placement, ...] = field(default=(), metadata={"parse": Placement.many})
     transitions: tuple[Transition, ...] = field(default=(), metadata={"parse": Transition.many})
+    # Run time and money over every attempt, running ones up to now (None from a portal without them).
+    run_s: float | None = None
+    gpu_hours: Decimal | None = None
+    cost_usd: Decimal | None = None
+    estimated_total_usd: Decimal | None = None  # None while it waits for an admission
+    attempts: tuple[Attempt, ...] = field(default=(), metadata={"parse": Attempt.many})
     raw: Mapping[str, Any] = _raw()
 
     @property

@@ -155,3 +155,28 @@ def test_a_submission_carries_the_dry_run_of_its_spec_and_the_job_its_p90_and_wh
     assert (job.check.verdict, job.check.position) == ("waits", 3)
     assert Job.from_api(JOB).check is None
     assert Job.from_api({**JOB, "estimated_start": None, "estimate_note": "horizon"}).estimate_note == "horizon"
+
+
+def test_a_jobs_attempts_and_figures_when_the_portal_gives_them():
+    job = Job.from_api(
+        {
+            **JOB,
+            "run_s": 5400.5,
+            "gpu_hours": "3.000278",
+            "cost_usd": "11.01",
+            "estimated_total_usd": None,
+            "attempts": [
+                {"number": 1, "started_at": "2026-11-20T08:00:00Z", "ended_at": "2026-11-20T09:30:00Z",
+                 "outcome": "Preempted", "gpu_model": "A100-80GB", "capacity_type": "spot", "gpus": "2.000000",
+                 "nodes": ["a100-1"], "cost_usd": "4.40", "placements": [{"node": "a100-1", "gpu_indices": [0, 1]}]},
+            ],
+        }
+    )  # fmt: skip
+    assert job.run_s == 5400.5
+    assert (job.gpu_hours, job.cost_usd, job.estimated_total_usd) == (Decimal("3.000278"), Decimal("11.01"), None)
+    [attempt] = job.attempts
+    assert (attempt.number, attempt.outcome, attempt.gpus, attempt.nodes) == (1, "Preempted", Decimal(2), ("a100-1",))
+    assert attempt.placements[0].describe() == "a100-1 GPUs 0,1"
+    assert attempt.cost_usd == Decimal("4.40")
+    bare = Job.from_api(JOB)  # a portal without these fields
+    assert (bare.run_s, bare.gpu_hours, bare.cost_usd, bare.attempts) == (None, None, None, ())
