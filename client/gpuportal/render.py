@@ -154,7 +154,8 @@ def job_cost_text(cost: JobCost) -> str:
     return "\n".join(lines)
 
 
-def job_row(job: Job) -> tuple[str, ...]:
+def job_row(job: Job, *, costs: bool = False) -> tuple[str, ...]:
+    figures = (hours(job.gpu_hours) if job.gpu_hours is not None else "-", usd(job.cost_usd)) if costs else ()
     return (
         str(job.id),
         job.name or "-",
@@ -162,11 +163,16 @@ def job_row(job: Job) -> tuple[str, ...]:
         f"{job.team}/{job.queue}",
         resources(job),
         job.gpu_model or "-",
+        *figures,
         job.created_at.astimezone().strftime("%Y-%m-%d %H:%M") if job.created_at else "-",
     )
 
 
 def job_table(jobs: Iterable[Job]) -> str:
-    rows = [("ID", "NAME", "STATE", "TEAM/QUEUE", "GPU", "MODEL", "SUBMITTED"), *map(job_row, jobs)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    """Aligned columns; GPU-hours and cost when the portal reports them."""
+    listed = list(jobs)
+    costs = any(job.cost_usd is not None for job in listed)
+    head = ("ID", "NAME", "STATE", "TEAM/QUEUE", "GPU", "MODEL", *(("GPU-H", "COST") if costs else ()), "SUBMITTED")
+    rows = [head, *(job_row(job, costs=costs) for job in listed)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

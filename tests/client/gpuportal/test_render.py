@@ -83,3 +83,12 @@ def test_the_job_table_lines_up_its_columns():
     assert lines[1].split()[:4] == ["1", "a", "Pending", "#2"]
     assert "4 × 0.25 GPU" in lines[2]
     assert lines[1].index("vision") == lines[2].index("vision")
+
+
+def test_the_job_table_adds_gpu_hours_and_cost_when_the_portal_reports_them():
+    costed = Job.from_api(
+        {"id": 3, "name": "c", "state": "Succeeded", "gpu": 1, "gpu_hours": "0.5", "cost_usd": "1.835"}
+    )
+    lines = job_table([costed]).splitlines()
+    assert lines[0].split() == ["ID", "NAME", "STATE", "TEAM/QUEUE", "GPU", "MODEL", "GPU-H", "COST", "SUBMITTED"]
+    assert lines[1].split()[-4:-2] == ["0.5", "$1.84"]  # before the date and time
