@@ -180,3 +180,14 @@ def test_a_jobs_attempts_and_figures_when_the_portal_gives_them():
     assert attempt.cost_usd == Decimal("4.40")
     bare = Job.from_api(JOB)  # a portal without these fields
     assert (bare.run_s, bare.gpu_hours, bare.cost_usd, bare.attempts) == (None, None, None, ())
+
+
+def test_the_spec_type_names_exactly_the_fields_the_portal_accepts():
+    """``JobSpec`` (the client's typing of a submission) and the API's submit serializer list the same
+    fields: a field added to one and not the other fails here."""
+    from typing import get_type_hints
+
+    from gpuportal.types import JobSpec
+    from portal.api.serializers import JobCreateSerializer
+
+    assert set(get_type_hints(JobSpec)) == set(JobCreateSerializer().fields)
