@@ -26,6 +26,12 @@ def job_labels(job: Job) -> dict[str, str]:
     return labels
 
 
+def _util(pct: float | None) -> float | None:
+    """Utilization to 0.0001 %: a measured 5e-324 % (a subnormal float) made the rollup's float division
+    underflow in PostgreSQL ("value out of range: underflow")."""
+    return None if pct is None else round(pct, 4)
+
+
 def usage_record(
     job: Job, interval: RunInterval, *, end: datetime | None = None, utilization: Utilization = UNKNOWN
 ) -> UsageRecord:
@@ -63,7 +69,7 @@ def usage_record(
         gpu_usage=usage.gpu_usage,
         cpu_milli_us=usage.cpu_milli_us,
         memory_mib_us=usage.memory_mib_us,
-        gpu_util_pct=utilization.gpu_util_pct if usage.share else None,
+        gpu_util_pct=_util(utilization.gpu_util_pct) if usage.share else None,
         gpu_fb_used_mib=utilization.fb_used_mib if usage.share else None,
         labels=job_labels(job) | {"capacity-type": usage.capacity_type},
     )

@@ -13,6 +13,7 @@ runs the same text through ``portable_sql``.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from billing.core.prices import PriceSegment
-from billing.core.units import CPU, GPU, MEMORY, Meter
+from billing.core.units import CPU, GPU, MEMORY, US_PER_HOUR, Meter
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,3 +372,59 @@ def team_cost_reprice_sql(cte: str) -> str:
         FROM billing_usagehourly r {PRICE_JOIN}
         GROUP BY r.epoch_hour, r.team_id
     """
+
+
+# --- jobs: run time, GPU usage and cost per job, from its attempts (the job list's sort keys) ----------------
+
+JOB_COST_SCALE = math.lcm(*(m.usage_per_hour for m in (GPU, CPU, MEMORY)))
+"""One denominator for the three meters: a job's cost numerator ``Σ usage × price units × (JOB_COST_SCALE
+/ usage_per_hour)`` over ``JOB_COST_SCALE × COST_SCALE`` is its total in USD, exactly."""
+
+
+def epoch_us_sql(column: str) -> str:
+    """Microseconds since 1970 of a timestamp column (exact in PostgreSQL; SQLite, the demo, in floats)."""
+    if connection.vendor == "postgresql":
+        return f"(EXTRACT(EPOCH FROM {column}) * 1000000)"
+    return f"((julianday({column}) - 2440587.5) * 86400000000.0)"
+
+
+def _greatest(*terms: str) -> str:
+    return f"{'GREATEST' if connection.vendor == 'postgresql' else 'MAX'}({', '.join(terms)})"
+
+
+def _least(*terms: str) -> str:
+    return f"{'LEAST' if connection.vendor == 'postgresql' else 'MIN'}({', '.join(terms)})"
+
+
+def job_attempt_sums_sql(job_column: str, now_us: int) -> dict[str, tuple[str, list[Any]]]:
+    """Correlated subqueries over the attempts of the job whose id is ``job_column``: ``run_us``
+    (microseconds its pods ran, open runs up to ``now_us``) and ``gpu_usage`` (1/7000 GPU × µs)."""
+    start, end = epoch_us_sql("a.started_at"), f"COALESCE({epoch_us_sql('a.ended_at')}, %s)"
+    base = f"FROM jobs_jobattempt a WHERE a.job_id = {job_column} AND a.started_at IS NOT NULL"
+    return {
+        "run_us": (f"(SELECT COALESCE(SUM({end} - {start}), 0) {base})", [now_us]),
+        "gpu_usage": (f"(SELECT COALESCE(SUM(a.gpu_share_7000ths * ({end} - {start})), 0) {base})", [now_us]),
+    }
+
+
+def job_cost_sql(job_column: str, now_us: int, segments: Sequence[PriceSegment]) -> tuple[str, list[Any]]:
+    """A correlated subquery: the cost numerator of the job ``job_column`` (see ``JOB_COST_SCALE``),
+    each attempt's run priced by the segments it overlaps (``segments`` in USD, hour-aligned, covering
+    every run; a price holds from the start of its hour, as in the rollups)."""
+    if not segments:
+        return "0", []
+    values, params = price_segments_sql([s.in_units() for s in segments])
+    start, end = epoch_us_sql("a.started_at"), f"COALESCE({epoch_us_sql('a.ended_at')}, %s)"
+    overlap = _greatest("0", f"{_least(end, f'p.h1 * {US_PER_HOUR}')} - {_greatest(start, f'p.h0 * {US_PER_HOUR}')}")
+    weights = " + ".join(
+        f"a.{column} * p.{c.price} * {JOB_COST_SCALE // c.meter.usage_per_hour}"
+        for column, c in zip(("gpu_share_7000ths", "cpu_milli", "memory_mib"), COLUMNS, strict=True)
+    )
+    sql = (
+        f"(WITH {values} SELECT COALESCE(SUM(({weights}) * {overlap}), 0) FROM jobs_jobattempt a "
+        # A model without segments of its own is priced by the fallback ('' model), as PriceLookup does.
+        "JOIN p ON p.capacity_type = a.capacity_type AND p.gpu_model = CASE WHEN EXISTS "
+        "(SELECT 1 FROM p own WHERE own.gpu_model = a.gpu_model) THEN a.gpu_model ELSE '' END "
+        f"WHERE a.job_id = {job_column} AND a.started_at IS NOT NULL)"
+    )
+    return sql, [*params, now_us]

@@ -45,9 +45,11 @@ INSTALLED_APPS = [
     "axes",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_htmx",  # request.htmx, and htmx's JavaScript served from the project's static files
     "portal.tenants",
     "portal.jobs",
     "portal.tokens",
+    "portal.notifications",
     "scheduling",
     "billing",
 ]
@@ -61,6 +63,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.DatabaseOutageMiddleware",
     # Last, as django-axes asks: it turns the lockout raised during authentication into a 429.
@@ -83,6 +86,7 @@ TEMPLATES = [
                 "portal.pages.context.portal_context",
                 "billing.context.budget_alerts",
             ],
+            "libraries": {"portal_format": "portal.pages.templatetags.portal_format"},
         },
     },
 ]
@@ -105,8 +109,23 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# collectstatic (the Dockerfile runs it) writes content-hashed names with brotli and gzip copies;
+# whitenoise serves them compressed with a year-long immutable cache. DEBUG=1 (the demo's dev server)
+# serves the source files as they are. STATIC_STORAGE=simple skips the manifest (nothing collected).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": {
+            "manifest": "whitenoise.storage.CompressedManifestStaticFilesStorage",
+            "simple": "django.contrib.staticfiles.storage.StaticFilesStorage",
+        }[env_choice("STATIC_STORAGE", "manifest", {"manifest", "simple"})]
+    },
+}
+
+# Job lists and pages refresh their live parts (state, reason, cost) this often, while visible (htmx).
+LIVE_REFRESH_S = env_float("LIVE_REFRESH_S", 5.0)
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "job-list"
@@ -251,6 +270,23 @@ CELERY_BEAT_SCHEDULE.update(
         "budget-check": {"task": "billing.tasks.budget_check", "schedule": BUDGET_CHECK_INTERVAL_S},
     }
 )
+
+# --- Notifications (README, Notifications) -----------------------------------------------------
+# Links in mail and webhook bodies point here.
+PORTAL_URL = env_str("PORTAL_URL", "http://127.0.0.1:8000")
+NOTIFY_RETRIES = env_int("NOTIFY_RETRIES", 8)  # tries of one delivery before it is marked failed
+NOTIFY_BACKOFF_S = env_float("NOTIFY_BACKOFF_S", 30.0)  # wait before the second try, doubling after
+NOTIFY_BACKOFF_MAX_S = env_float("NOTIFY_BACKOFF_MAX_S", 3600.0)
+NOTIFY_WEBHOOK_TIMEOUT_S = env_float("NOTIFY_WEBHOOK_TIMEOUT_S", 5.0)
+# Webhooks to loopback, private or link-local addresses are refused unless this is on (a user's URL
+# must not reach the portal's own network).
+NOTIFY_WEBHOOK_ALLOW_PRIVATE = env_bool("NOTIFY_WEBHOOK_ALLOW_PRIVATE", False)
+NOTIFY_MAX_AGE_S = env_float("NOTIFY_MAX_AGE_S", 86400.0)  # older events are not announced
+NOTIFY_SWEEP_INTERVAL_S = env_float("NOTIFY_SWEEP_INTERVAL_S", 60.0)
+CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
+    "task": "portal.notifications.tasks.sweep",
+    "schedule": NOTIFY_SWEEP_INTERVAL_S,
+}
 
 # --- Security (README, Security settings) -------------------------------------------------------
 # Behind a TLS-terminating proxy set SECURE_PROXY_SSL_HEADER=1: the proxy's X-Forwarded-Proto then

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal.api.docs import ApiDocsPermission
+from portal.notifications import views as notifications
 from portal.pages import views as pages
 from portal.tokens import views as tokens
 
@@ -17,14 +18,16 @@ urlpatterns = [
     path("", pages.home, name="home"),
     path("jobs/", pages.job_list, name="job-list"),
     path("jobs/new/", pages.job_create, name="job-create"),
+    path("jobs/new/mig-profiles/", pages.job_mig_profiles, name="job-mig-profiles"),
     path("jobs/<int:pk>/", pages.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", pages.job_cancel, name="job-cancel"),
     path("queues/", pages.queue_list, name="queue-list"),
     path("dashboard/", pages.dashboard, name="dashboard"),
-    path("plotly.min.js", pages.plotly_js, name="plotly-js"),
     path("healthz", pages.healthz, name="healthz"),
     path("api/v1/", include("portal.api.urls")),
     path("account/tokens/", tokens.token_list, name="token-list"),
+    path("account/notifications/", notifications.notification_settings, name="notification-settings"),
+    path("jobs/<int:pk>/notifications/", notifications.job_notifications, name="job-notifications"),
     path("account/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
     path("api/schema/", SpectacularAPIView.as_view(**docs), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **docs), name="swagger-ui"),

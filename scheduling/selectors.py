@@ -81,3 +81,12 @@ def _unreadable() -> tuple[type[BaseException], ...]:
 
         return (ClusterApiError,)
     return ()
+
+
+def runtime_speedup() -> float:
+    """How much faster than requested the cluster runs jobs: ``SIM_SPEEDUP`` for the simulated cluster
+    (a job of ``runtime_s`` runs ``runtime_s / SIM_SPEEDUP`` wall seconds), 1 for a real one. Expected
+    ends and costs are in the cluster's own time scale."""
+    if settings.CLUSTER_BACKEND == "simulated":
+        return float(settings.SIM_SPEEDUP)
+    return 1.0

@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import TRANSITIONS, JobState
 from portal.jobs.transitions import job_transition
+from portal.notifications.services.events import job_events_notify
 from portal.tenants.selectors import team_holds
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, Observation
@@ -209,6 +210,7 @@ def observations_apply(observations: list[Observation]) -> int:
                 .order_by("job_id", "at", "id")
                 .values_list("job_id", "detail")
             )
+            moved = []
             for obs in batch:
                 job = jobs.get(obs.job_id)
                 if job is None or job.attempt != obs.attempt or obs.state not in TRANSITIONS[job.state]:
@@ -217,7 +219,9 @@ def observations_apply(observations: list[Observation]) -> int:
                 job_transition(
                     job=job, to_state=obs.state, at=obs.at, reason=obs.reason, actor="cluster", detail=detail
                 )
+                moved.append(job.pk)
                 applied += 1
+            job_events_notify(job_ids=moved)  # started, finished, failed, evicted: after commit
     return applied
 
 
@@ -270,6 +274,7 @@ def jobs_sweep(*, now: datetime | None = None, backend: ClusterBackend | None = 
                     continue
                 transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=0))
                 start_failure_record(job=job, now=now)
+                job_events_notify(job_ids=[job.pk])  # a job that fails here is told so
                 swept += 1
         return swept
 
@@ -343,6 +348,7 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         plan = run_cycle(snapshot, policy_from_settings(), now.timestamp())
         steps.lap("engine")
         counts = orm.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held)
+        job_events_notify(job_ids=[int(p.workload_id) for p in plan.preemptions])  # committed: enqueued now
         steps.lap("apply")  # the plan's transaction, then its pods created and bound (after commit)
         allocated = sum(float(orm.placement_gpus(w.placements)) for w in snapshot.workloads if w.placements) + sum(
             float(orm.placement_gpus(a.placements)) for a in plan.admissions

@@ -9,5 +9,8 @@ import os
 
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-not-for-production-0123456789abcdef")
 os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
+# Nothing is collected for the tests (collectstatic compresses 50 MB: minutes), so static URLs are
+# the plain names; bench/bench_first_chart.py serves the real collected, compressed files.
+os.environ.setdefault("STATIC_STORAGE", "simple")
 
 from portal.settings import *  # noqa: F403

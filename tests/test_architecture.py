@@ -149,6 +149,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("billing.charts", 0),
     ("portal.pages.charts", 0),
     ("portal.tenants.tolerations", 0),
+    ("portal.jobs.images", 0),
+    ("portal.notifications.signing", 0),
     # 1: rows, the state table and its one write, settings helpers
     ("*.models", 1),
     ("portal.jobs.states", 1),
@@ -168,6 +170,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     # 3: writes
     ("*.services", 3),
     ("billing.services.*", 3),
+    ("portal.notifications.services.*", 3),
     # 4: entry points
     ("*.tasks", 4),
     ("*.api", 4),

@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from billing.core.allocation import IdleRow, UsageRow, UsageSums
-from billing.core.prices import PriceLookup
+from billing.core.prices import PriceLookup, PriceTriple
 from billing.core.units import (
     CPU,
     GPU,
@@ -208,6 +208,38 @@ def team_cost_increments(
     return per_team
 
 
+def priced_piece_add(sums: UsageSums, rates: tuple[int, int, int], micros: int, prices: PriceTriple) -> int:
+    """Add ``micros`` of usage at ``rates`` (GPU share in 1/7000, milli-cores, MiB) and its cost at
+    ``prices`` (GPU, CPU core, memory GiB USD per hour) to ``sums``; returns the GPU usage added."""
+    share, cpu_milli, memory_mib = rates
+    gpu_usd, cpu_usd, memory_usd = prices
+    gpu_usage, cpu, memory = share * micros, cpu_milli * micros, memory_mib * micros
+    sums.gpu_usage += gpu_usage
+    sums.gpu_cost_units += GPU.cost_units(gpu_usage, gpu_usd)
+    sums.cpu_milli_us += cpu
+    sums.cpu_cost_units += CPU.cost_units(cpu, cpu_usd)
+    sums.memory_mib_us += memory
+    sums.memory_cost_units += MEMORY.cost_units(memory, memory_usd)
+    return gpu_usage
+
+
+def interval_sums(
+    *,
+    start: datetime,
+    end: datetime,
+    rates: tuple[int, int, int],
+    gpu_model: str,
+    capacity_type: str,
+    prices: PriceLookup,
+) -> UsageSums:
+    """Exact usage and cost of holding ``rates`` (GPU share in 1/7000, milli-cores, MiB) over
+    [start, end), priced hour by hour as metering's rollups are (a price holds from its hour on)."""
+    sums = UsageSums()
+    for hour, micros in hour_pieces(start, end):
+        priced_piece_add(sums, rates, micros, prices.at(gpu_model, capacity_type, hour))
+    return sums
+
+
 def record_usage_rows(
     records: Iterable[MeteredUsage],
     *,
@@ -232,16 +264,8 @@ def record_usage_rows(
             row = sums.get(key)
             if row is None:
                 row = sums[key] = UsageSums()
-            gpu_usd, cpu_usd, memory_usd = prices.at(record.gpu_model, record.capacity_type, hour)
-            gpu_usage = record.gpu_share_7000ths * micros
-            cpu = replicas_cpu * micros
-            memory = replicas_memory * micros
-            row.gpu_usage += gpu_usage
-            row.gpu_cost_units += GPU.cost_units(gpu_usage, gpu_usd)
-            row.cpu_milli_us += cpu
-            row.cpu_cost_units += CPU.cost_units(cpu, cpu_usd)
-            row.memory_mib_us += memory
-            row.memory_cost_units += MEMORY.cost_units(memory, memory_usd)
+            rates = (record.gpu_share_7000ths, replicas_cpu, replicas_memory)
+            gpu_usage = priced_piece_add(row, rates, micros, prices.at(record.gpu_model, record.capacity_type, hour))
             if record.gpu_util_pct is not None and gpu_usage:
                 row.util_usage += round(record.gpu_util_pct * gpu_usage)
                 row.util_measured_usage += gpu_usage

@@ -139,13 +139,20 @@ def job_cost_text(cost: JobCost) -> str:
         f" + {usd(cost.cpu_usd, currency)} CPU + {usd(cost.memory_usd, currency)} memory"
         f" = {usd(cost.total_usd, currency)} {currency}" + (" so far (running)" if cost.running else "")
     ]
+    if cost.running and cost.estimated_total_usd is not None:
+        lines[0] += f"; about {usd(cost.estimated_total_usd, currency)} when it ends"
     for index, run in enumerate(cost.runs, 1):
         start = clock(run.start) if run.start else "?"
         end = "now" if run.running else (clock(run.end) if run.end else "?")
         length = duration(run.end - run.start) if run.start and run.end else "?"
+        if run.running and run.run_s is not None:
+            length = duration(timedelta(seconds=run.run_s))
         price = f" at {usd(run.price_per_gpu_hour, currency)}/GPU-hour" if run.price_per_gpu_hour is not None else ""
         lines.append(
-            f"  run {index}: {start}–{end} ({length}) {run.gpu_model or 'CPU only'} {run.capacity_type}, "
+            f"  attempt {run.attempt or index}: {start}–{end} ({length}) "
+            f"{run.gpu_model or 'CPU only'} {run.capacity_type}"
+            + (f" ({run.outcome})" if run.outcome and not run.running else "")
+            + ", "
             f"{hours(run.gpus)} GPU{'s' if run.gpus > 1 else ''} → {hours(run.gpu_hours)} GPU-hours{price};"
             f" total {usd(run.total_usd, currency)}"
         )

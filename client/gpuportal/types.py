@@ -381,11 +381,13 @@ class Check(ApiValue):
 
 @dataclass(frozen=True, slots=True)
 class RunCost(ApiValue):
-    """One Running interval of a job (an attempt's run) and what it cost."""
+    """One attempt of a job that ran, and what it cost."""
 
+    attempt: int
     start: datetime | None
-    end: datetime | None
+    end: datetime | None  # None while it runs
     running: bool
+    outcome: str
     gpu_model: str
     capacity_type: str
     gpus: Decimal
@@ -395,6 +397,8 @@ class RunCost(ApiValue):
     cpu_usd: Decimal
     memory_usd: Decimal
     total_usd: Decimal
+    run_s: float | None = None
+    estimated_total_usd: Decimal | None = None  # its cost up to its expected end
     raw: Mapping[str, Any] = _raw()
 
 
@@ -412,6 +416,8 @@ class JobCost(ApiValue):
     memory_gib_hours: Decimal = Decimal(0)
     memory_usd: Decimal = Decimal(0)
     total_usd: Decimal = Decimal(0)
+    run_s: float | None = None
+    estimated_total_usd: Decimal | None = None  # None while it waits for an admission
     runs: tuple[RunCost, ...] = field(default=(), metadata={"parse": RunCost.many})
     raw: Mapping[str, Any] = _raw()
 

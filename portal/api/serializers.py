@@ -7,7 +7,7 @@ import shlex
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.jobs.models import GpuModel, Job, JobTransition, LocalQueue, PriorityClass, ReplicaPlacement
+from portal.jobs.models import GpuModel, Job, JobAttempt, JobTransition, LocalQueue, PriorityClass, ReplicaPlacement
 from portal.jobs.services import (
     MAX_ALLOWED_GPU_MODELS,
     MAX_COMMAND_ARGS,
@@ -52,7 +52,67 @@ class TransitionSerializer(serializers.ModelSerializer):
         fields = ["from_state", "to_state", "at", "reason", "actor"]
 
 
-class JobSerializer(serializers.ModelSerializer):
+def _money(*, allow_null: bool = False) -> serializers.DecimalField:
+    """An exact figure (6 decimals), as a string: a float would not round-trip."""
+    return serializers.DecimalField(max_digits=20, decimal_places=6, read_only=True, allow_null=allow_null)
+
+
+class CostFieldsMixin(serializers.Serializer):
+    """Run time, GPU-hours, cost so far and estimated total of a job or an attempt.
+
+    The figures come from ``context["costs"]`` (``billing.selectors.job_costs`` over the jobs being
+    serialized, computed once per request by the view); ``figures(instance)`` picks the right one."""
+
+    run_s = serializers.SerializerMethodField()
+    gpu_hours = serializers.SerializerMethodField()
+    cost_usd = serializers.SerializerMethodField()
+    estimated_total_usd = serializers.SerializerMethodField()
+
+    def figures(self, instance):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @extend_schema_field(serializers.FloatField())
+    def get_run_s(self, instance) -> float:
+        return round(self.figures(instance).run_s, 3)
+
+    @extend_schema_field(_money())
+    def get_gpu_hours(self, instance) -> str:
+        return str(self.figures(instance).so_far.gpu_hours)
+
+    @extend_schema_field(_money())
+    def get_cost_usd(self, instance) -> str:
+        return str(self.figures(instance).so_far.total_cost)
+
+    @extend_schema_field(_money(allow_null=True))
+    def get_estimated_total_usd(self, instance) -> str | None:
+        value = self.figures(instance).estimated_total_usd
+        return None if value is None else str(value)
+
+
+def _job_cost(serializer: serializers.Serializer, job_id: int):
+    costs = serializer.context.get("costs") or {}
+    if job_id not in costs:
+        raise KeyError(f"job {job_id}: the view did not compute its costs (context['costs'])")
+    return costs[job_id]
+
+
+class AttemptSerializer(CostFieldsMixin, serializers.ModelSerializer):
+    gpus = serializers.DecimalField(max_digits=12, decimal_places=6, read_only=True)
+
+    class Meta:
+        model = JobAttempt
+        fields = [
+            "number", "queued_at", "admitted_at", "started_at", "ended_at", "outcome", "requeued", "end_reason",
+            "gpu_model", "capacity_type", "borrowed", "replicas", "gpus", "nodes", "placements",
+            "run_s", "gpu_hours", "cost_usd", "estimated_total_usd",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def figures(self, instance):
+        return _job_cost(self, instance.job_id).attempts[instance.number]
+
+
+class JobSerializer(CostFieldsMixin, serializers.ModelSerializer):
     team = serializers.CharField(source="team.slug")
     namespace = serializers.CharField(source="team.namespace")
     queue = serializers.CharField(source="local_queue.name")
@@ -65,6 +125,7 @@ class JobSerializer(serializers.ModelSerializer):
     gpu_model = serializers.CharField(source="gpu_model.name", default=None)
     placements = PlacementSerializer(many=True, read_only=True)
     transitions = TransitionSerializer(many=True, read_only=True)
+    attempts = AttemptSerializer(many=True, read_only=True)
 
     class Meta:
         model = Job
@@ -75,8 +136,12 @@ class JobSerializer(serializers.ModelSerializer):
             "admitted_at", "started_at", "finished_at", "attempt", "gpu_model", "capacity_type",
             "start_failures", "not_before", "quota_held_s",
             "pending_reason", "queue_position", "estimated_start", "placements", "transitions",
+            "run_s", "gpu_hours", "cost_usd", "estimated_total_usd", "attempts",
         ]  # fmt: skip
         read_only_fields = fields
+
+    def figures(self, instance):
+        return _job_cost(self, instance.pk)
 
 
 class StrictSerializer(serializers.Serializer):
@@ -322,7 +387,8 @@ def _exact(source: str | None, help_text: str) -> serializers.DecimalField:
 
 
 class CostFiguresSerializer(serializers.Serializer):
-    """Hours and money of ``billing.core.allocation.Figures`` (the object's ``figures``)."""
+    """Hours and money of ``billing.core.allocation.Figures`` (the object's ``figures``), split into
+    GPU, CPU and memory (the job shape's ``gpu_hours`` and ``cost_usd`` are their totals)."""
 
     gpu_hours = _exact("figures.gpu_hours", "GPU-hours (a quarter GPU for an hour is 0.25).")
     gpu_usd = _exact("figures.gpu_cost", "GPU cost, USD.")
@@ -334,23 +400,34 @@ class CostFiguresSerializer(serializers.Serializer):
 
 
 class RunCostSerializer(CostFiguresSerializer):
-    """One Running interval of a job (``billing.selectors.job_runs.RunCost``)."""
+    """One attempt that ran (``billing.selectors.jobs.AttemptRun``)."""
 
+    attempt = serializers.IntegerField(source="number")
     start = serializers.DateTimeField()
-    end = serializers.DateTimeField()
-    running = serializers.BooleanField(help_text="Still running: the figures run up to the answer's time.")
+    end = serializers.DateTimeField(allow_null=True, help_text="Null while it runs.")
+    running = serializers.SerializerMethodField(help_text="Still running: the figures run up to as_of.")
+    outcome = serializers.CharField()
     gpu_model = serializers.CharField()
     capacity_type = serializers.CharField()
     gpus = _exact(None, "Billed GPUs held, all replicas together.")
     price_per_gpu_hour = _exact("gpu_usd_per_hour", "GPU price (USD per GPU-hour) at the start of the run.")
+    run_s = serializers.FloatField()
+    estimated_total_usd = _exact(None, "Its cost up to its expected end (what it cost, once it ended).")
+
+    def get_running(self, obj) -> bool:
+        return obj.end is None
 
 
 class JobCostSerializer(CostFiguresSerializer):
-    """What a job cost so far (``billing.selectors.job_runs.JobCost``): exact decimals as strings."""
+    """What a job cost so far (``billing.selectors.jobs.JobCostReport``): exact decimals as strings."""
 
     job = serializers.IntegerField(source="job_id")
     as_of = serializers.DateTimeField(help_text="The time the figures run up to.")
     currency = serializers.SerializerMethodField()
+    run_s = serializers.FloatField()
+    estimated_total_usd = serializers.DecimalField(
+        max_digits=20, decimal_places=6, allow_null=True, help_text="Null while it waits for an admission."
+    )
     runs = RunCostSerializer(many=True)
 
     def get_currency(self, obj) -> str:

@@ -16,7 +16,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.selectors import job_cost
+from billing.selectors import JOB_SORTS, job_cost_report, job_costs, job_list_costed, job_ordering
 from portal.api.serializers import (
     GpuModelSerializer,
     JobCostSerializer,
@@ -33,6 +33,7 @@ from portal.jobs.services import idempotent_submit, job_cancel, job_submit, queu
 from portal.jobs.states import JobState
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
+from scheduling.selectors import runtime_speedup
 
 
 class JobFilter(django_filters.FilterSet):
@@ -55,8 +56,37 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator has no user
             return Job.objects.none()
-        # JobSerializer nests all three, in lists too.
-        return job_list(user=self.request.user).prefetch_related("allowed_gpu_models", "placements", "transitions")
+        # JobSerializer nests all four, in lists too.
+        return job_list(user=self.request.user).prefetch_related(
+            "allowed_gpu_models", "placements", "transitions", "attempts"
+        )
+
+    def job_data(self, jobs: list[Job], *, many: bool):
+        """Serialized jobs with their costs (one query for every job's attempts, one for prices)."""
+        context = dict(self.get_serializer_context())
+        context["costs"] = job_costs(jobs=jobs, now=timezone.now(), speedup=runtime_speedup())
+        return JobSerializer(jobs if many else jobs[0], many=many, context=context).data
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "ordering",
+                str,
+                description=f"Sort by one of {', '.join(JOB_SORTS)}; a leading '-' sorts descending "
+                "(default: -submitted). run, gpu_hours and cost add up every attempt, running ones up to now.",
+            )
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        jobs = self.filter_queryset(self.get_queryset())
+        sort, ordering = job_ordering(request.query_params.get("ordering", ""))
+        if sort.lstrip("-") in ("run", "gpu_hours", "cost"):
+            jobs = job_list_costed(jobs, now=timezone.now())
+        page = self.paginate_queryset(jobs.order_by(*ordering))
+        return self.get_paginated_response(self.job_data(list(page or []), many=True))
+
+    def retrieve(self, request, *args, **kwargs):
+        return Response(self.job_data([self.get_object()], many=False))
 
     @extend_schema(
         request=JobCreateSerializer,
@@ -92,22 +122,22 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         serializer.is_valid(raise_exception=True)
         job = job_submit(owner=request.user, spec=serializer.to_spec())
         job = self.get_queryset().get(pk=job.pk)
-        return status.HTTP_201_CREATED, JobSerializer(job).data
+        return status.HTTP_201_CREATED, self.job_data([job], many=False)
 
     @extend_schema(responses={200: JobCostSerializer})
     @action(detail=True, methods=["get"])
     def cost(self, request, pk=None):
-        """What the job cost so far: GPU-hours and GPU, CPU and memory cost of each run and in total,
-        priced with the price book (a running job up to now; the same before and after metering)."""
-        job = self.get_object()
-        return Response(JobCostSerializer(job_cost(job=job, now=timezone.now())).data)
+        """What the job cost so far: GPU-hours and GPU, CPU and memory cost of each attempt that ran and
+        in total, priced with the price book (a running job up to now), and the estimated total."""
+        report = job_cost_report(job=self.get_object(), now=timezone.now(), speedup=runtime_speedup())
+        return Response(JobCostSerializer(report).data)
 
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         job = self.get_object()
         job_cancel(job=job, by=request.user)
-        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+        return Response(self.job_data([self.get_queryset().get(pk=job.pk)], many=False))
 
 
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):

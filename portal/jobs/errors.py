@@ -1,5 +1,11 @@
 from __future__ import annotations
 
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import RedisError
+
+# What a broker that is down or unreachable raises when a task is sent.
+BROKER_ERRORS: tuple[type[BaseException], ...] = (KombuOperationalError, RedisError, OSError)
+
 
 class ServiceError(Exception):
     """A business-rule refusal from a service, naming the field at fault. Maps to a 4xx response."""

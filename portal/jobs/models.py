@@ -6,6 +6,9 @@ cohort it can borrow from; a team submits into a LocalQueue that points at a Clu
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -13,7 +16,7 @@ from django.db import models
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.tenants.models import Team
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
-from scheduling.engine.shares import BILLED_UNITS_PER_GPU, billed_units
+from scheduling.engine.shares import BILLED_UNITS_PER_GPU, billed_gpus, billed_units
 
 
 class GpuModel(models.Model):
@@ -273,6 +276,65 @@ class ReplicaPlacement(models.Model):
             cpu_milli=self.cpu_milli,
             memory_mib=self.memory_mib,
         )
+
+
+class JobAttempt(models.Model):
+    """One admission of a job and what became of it: where it ran, when, and how it ended.
+
+    Written with the transition that opens or closes it (``portal.jobs.transitions``), in the same
+    transaction, so the history survives the job leaving the cluster: ``ReplicaPlacement`` holds only
+    the live placement and is emptied when the job stops; an attempt keeps its copy. ``queued_at`` is
+    when this attempt's wait began (submission for the first one, the requeue for later ones);
+    ``started_at`` and ``ended_at`` are the cluster's own times, as in the state history, so an
+    attempt's run is exactly the Running interval metering bills.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField(help_text="1 for the first admission, then 2, 3, ...")
+    queued_at = models.DateTimeField(help_text="When the wait for this admission began.")
+    admitted_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True, help_text="Pods running (cluster time).")
+    ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    outcome = models.CharField(
+        max_length=20, choices=JobState.choices, blank=True, help_text="The state the job left this attempt for."
+    )
+    requeued = models.BooleanField(default=False, help_text="The job went back to the queue after this attempt.")
+    end_reason = models.CharField(max_length=500, blank=True)
+    gpu_model = models.CharField(max_length=64, blank=True)
+    capacity_type = models.CharField(max_length=20, blank=True)
+    borrowed = models.BooleanField(default=False)
+    replicas = models.PositiveIntegerField(default=0)
+    # Billed share held, all replicas together, in 1/7000 GPU (scheduling.engine.shares): GPU usage
+    # is this times the running time, exactly as metering counts it.
+    gpu_share_7000ths = models.PositiveBigIntegerField(default=0)
+    cpu_milli = models.PositiveBigIntegerField(default=0, help_text="All replicas together.")
+    memory_mib = models.PositiveBigIntegerField(default=0, help_text="All replicas together.")
+    nodes = models.JSONField(default=list, blank=True, help_text="Nodes the replicas ran on, sorted.")
+    placements = models.JSONField(
+        default=list, blank=True, help_text="Per replica: node, GPU devices, share, MIG slice, CPU, memory."
+    )
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="uniq_job_attempt")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.number}"
+
+    @property
+    def gpus(self) -> Decimal:
+        """Billed GPUs held (3/7 of a GPU for a 3g slice, to 6 decimals)."""
+        return billed_gpus(self.gpu_share_7000ths)
+
+    def run_s(self, now: datetime) -> float:
+        """Seconds its pods ran (up to ``now`` while they still run); 0 if they never started."""
+        if self.started_at is None:
+            return 0.0
+        return max(0.0, ((self.ended_at or now) - self.started_at).total_seconds())
+
+    def waited_s(self) -> float:
+        """Seconds from the start of its wait to admission."""
+        return max(0.0, (self.admitted_at - self.queued_at).total_seconds())
 
 
 class IdempotencyKey(models.Model):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, JSONField, OuterRef, Q, QuerySet, Subquery
 
-from portal.jobs.models import ClusterQueue, FlavorQuota, Job, LocalQueue, ReplicaPlacement
+from portal.jobs.models import ClusterQueue, FlavorQuota, Job, JobAttempt, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.tenants.selectors import team_list_for_user
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
@@ -25,6 +25,19 @@ def job_list(*, user) -> QuerySet[Job]:
 
 def job_get(*, user, pk: int) -> Job | None:
     return job_list(user=user).filter(pk=pk).first()
+
+
+def with_last_nodes(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """``jobs`` annotated with ``last_nodes``: the nodes of their latest attempt (running or not), so a
+    list can say where a job runs or ran without a query per row (the live placement rows are gone
+    once a job stops)."""
+    latest = JobAttempt.objects.filter(job=OuterRef("pk"), number=OuterRef("attempt")).values("nodes")[:1]
+    return jobs.annotate(last_nodes=Subquery(latest, output_field=JSONField()))
+
+
+def job_attempt_list(*, job: Job) -> QuerySet[JobAttempt]:
+    """A job's attempts, first to last."""
+    return JobAttempt.objects.filter(job=job).order_by("number")
 
 
 def gpus_allocated() -> float:

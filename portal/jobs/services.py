@@ -15,10 +15,9 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
-from redis.exceptions import RedisError
 
-from portal.jobs.errors import ServiceError
+from portal.jobs.errors import BROKER_ERRORS, ServiceError
+from portal.jobs.images import image_reference_problem
 from portal.jobs.models import (
     ClusterQueue,
     FlavorQuota,
@@ -195,8 +194,8 @@ _LIST_FIELDS = frozenset({"command", "tolerations", "allowed_gpu_models"})
 
 def job_spec_validate(spec: JobSpec) -> None:
     """Business rules for a job request. Raises ServiceError naming the field at fault."""
-    if not spec.image.strip():
-        raise ServiceError("an image is required", field="image")
+    if problem := image_reference_problem(spec.image.strip()):
+        raise ServiceError(problem, field="image")
     if spec.local_queue.team_id != spec.team.pk:
         raise ServiceError(
             f"queue {spec.local_queue.name!r} belongs to team {spec.local_queue.team.slug!r}, not {spec.team.slug!r}",
@@ -227,6 +226,14 @@ def job_spec_validate(spec: JobSpec) -> None:
     tolerations_validate(spec)
 
 
+GPU_REQUEST_WORDS = {
+    "gpu": "whole GPUs",
+    "gpu_milli": "a GPU fraction",
+    "mig_profile": "a MIG profile",
+    "gpu_memory_gib": "GPU memory",
+}
+
+
 def resources_validate(spec: JobSpec) -> None:
     """One kind of GPU request at most, each within its range; CPU and memory within theirs."""
     gpu_kinds = [
@@ -240,8 +247,9 @@ def resources_validate(spec: JobSpec) -> None:
         if value
     ]
     if len(gpu_kinds) > 1:
+        chosen = " and ".join(GPU_REQUEST_WORDS[kind] for kind in gpu_kinds)
         raise ServiceError(
-            f"set only one of whole GPUs, a GPU fraction, a MIG profile or GPU memory (got {', '.join(gpu_kinds)})",
+            f"set only one of whole GPUs, a GPU fraction, a MIG profile or GPU memory (this request sets {chosen})",
             field=gpu_kinds[1],
         )
     if spec.gpu < 0 or spec.gpu > MAX_GPUS_PER_REPLICA:
@@ -345,10 +353,6 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
         if request_cycle:
             transaction.on_commit(_request_cycle)
     return job
-
-
-# What a broker that is down or unreachable raises when a task is sent.
-BROKER_ERRORS: tuple[type[BaseException], ...] = (KombuOperationalError, RedisError, OSError)
 
 
 def _request_cycle() -> None:

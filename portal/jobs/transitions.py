@@ -1,16 +1,29 @@
 """The job state machine's one write: ``job_transition``.
 
-It imports only models and the state table, so every layer that moves a job (services, the ORM
-adapter, the demo seeder) can call it without importing the services that enqueue cycles or stop
-pods.
+It imports only models, the state table and the share arithmetic, so every layer that moves a job
+(services, the ORM adapter, the demo seeder) can call it without importing the services that enqueue
+cycles or stop pods.
+
+Besides the job row and its history row, a transition keeps the job's attempts (``JobAttempt``) in
+the same transaction:
+
+1. Admitted opens attempt ``job.attempt`` with its placement (also written as the live
+   ``ReplicaPlacement`` rows) and the time its wait began.
+2. Running stamps the attempt's start.
+3. Leaving Admitted/Running closes the attempt: its end, the state it ended in and why.
+4. Back to Pending marks the last attempt requeued and clears the job's admission and start times,
+   which describe the current attempt only (the attempts keep the old ones).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from portal.jobs.models import Job, JobTransition
-from portal.jobs.states import JobState, check_transition
+from portal.jobs.models import Job, JobAttempt, JobTransition, ReplicaPlacement
+from portal.jobs.states import ACTIVE_STATES, FINAL_STATES, JobState, check_transition
+from scheduling.engine.model import ReplicaPlacement as EnginePlacement
+from scheduling.engine.shares import billed_units, billed_units_of_gpus, placement_billed_units
 
 
 def job_transition(
@@ -21,10 +34,13 @@ def job_transition(
     reason: str = "",
     actor: str = "scheduler",
     detail: dict | None = None,
+    placements: Sequence[EnginePlacement] = (),
 ) -> Job:
     """Move a job to ``to_state`` (legal per the state table), stamp it and record the history row.
 
-    Callers hold a row lock on the job (``select_for_update``) when racing writers are possible.
+    ``placements`` (admissions only) are where the replicas go: they become the live placement rows
+    and the new attempt's record. Callers hold a row lock on the job (``select_for_update``) when
+    racing writers are possible.
     """
     check_transition(job.state, to_state)
     from_state = job.state
@@ -32,16 +48,22 @@ def job_transition(
     fields = ["state", "updated_at", "message"]
     job.message = reason[:500]
     if to_state == JobState.ADMITTED:
+        queued_at = _wait_began(job)
         job.admitted_at = at
+        job.started_at = None
         job.attempt += 1
         job.pending_reason = {}
         job.queue_position = None
         job.estimated_start = None
-        fields += ["admitted_at", "attempt", "pending_reason", "queue_position", "estimated_start"]
+        fields += ["admitted_at", "started_at", "attempt", "pending_reason", "queue_position", "estimated_start"]
     elif to_state == JobState.RUNNING:
         job.started_at = at
         fields.append("started_at")
-    elif to_state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+    elif to_state == JobState.PENDING:
+        job.admitted_at = None
+        job.started_at = None
+        fields += ["admitted_at", "started_at"]
+    if to_state in FINAL_STATES:
         job.finished_at = at
         fields.append("finished_at")
     job.save(update_fields=fields)
@@ -54,6 +76,73 @@ def job_transition(
         actor=actor,
         detail=detail or {},
     )
-    if to_state not in (JobState.ADMITTED, JobState.RUNNING):
+    if to_state == JobState.ADMITTED:
+        _attempt_open(job, at=at, queued_at=queued_at, detail=detail or {}, placements=placements)
+    elif to_state == JobState.RUNNING:
+        JobAttempt.objects.filter(job=job, number=job.attempt, started_at__isnull=True).update(started_at=at)
+    elif from_state in ACTIVE_STATES:
+        JobAttempt.objects.filter(job=job, number=job.attempt).update(
+            ended_at=at, outcome=to_state, end_reason=reason[:500], requeued=to_state == JobState.PENDING
+        )
+    elif to_state == JobState.PENDING and job.attempt:
+        JobAttempt.objects.filter(job=job, number=job.attempt).update(requeued=True)
+    if to_state not in ACTIVE_STATES:
         job.placements.all().delete()
     return job
+
+
+def _wait_began(job: Job) -> datetime:
+    """When the wait that ends in this admission began: the previous attempt's end (a requeue) or
+    the submission."""
+    if job.attempt:
+        previous = JobAttempt.objects.filter(job=job, number=job.attempt).values_list("ended_at", flat=True).first()
+        if previous is not None:
+            return previous
+    return job.created_at
+
+
+def _attempt_open(
+    job: Job, *, at: datetime, queued_at: datetime, detail: dict, placements: Sequence[EnginePlacement]
+) -> None:
+    """Write the live placement rows and the attempt. Without placements (history written by hand, as
+    the demo seeder does) the share, replicas and nodes come from the admission ``detail`` and then
+    the job's request, the same fallbacks metering uses, so the attempt and the bill agree."""
+    ReplicaPlacement.objects.bulk_create(
+        ReplicaPlacement.from_engine(job=job, replica=index, placement=p) for index, p in enumerate(placements)
+    )
+    replicas = len(placements) or int(detail.get("replicas") or job.replicas)
+    if placements:
+        share = sum(placement_billed_units(p) for p in placements)
+    elif detail.get("gpus") not in (None, ""):
+        share = billed_units_of_gpus(detail["gpus"])
+    else:
+        share = billed_units(gpus=job.gpu, gpu_milli=job.gpu_milli, mig_profile=job.mig_profile or None) * replicas
+    JobAttempt.objects.create(
+        job=job,
+        number=job.attempt,
+        queued_at=min(queued_at, at),
+        admitted_at=at,
+        gpu_model=detail.get("gpu_model") or "",
+        capacity_type=detail.get("capacity_type") or "on-demand",  # as metering prices it
+        borrowed=bool(detail.get("borrowed")),
+        replicas=replicas,
+        gpu_share_7000ths=share,
+        cpu_milli=job.cpu_milli * replicas,
+        memory_mib=job.memory_mib * replicas,
+        nodes=sorted({p.node for p in placements} or set(detail.get("nodes") or ())),
+        placements=[placement_record(index, p) for index, p in enumerate(placements)],
+    )
+
+
+def placement_record(replica: int, placement: EnginePlacement) -> dict:
+    """One replica's placement as an attempt keeps it."""
+    return {
+        "replica": replica,
+        "node": placement.node,
+        "gpu_indices": list(placement.gpu_indices),
+        "gpu_milli": placement.gpu_milli,
+        "mig_profile": placement.mig_profile or "",
+        "mig_slot": placement.mig_slot,
+        "cpu_milli": placement.cpu_milli,
+        "memory_mib": placement.memory_mib,
+    }

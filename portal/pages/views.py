@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from functools import lru_cache
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Q
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
-from billing.selectors import gpu_hours_by_team_and_day, run_interval_list
+from billing.selectors import (
+    gpu_hours_by_team_and_day,
+    job_costs,
+    job_list_costed,
+    job_ordering,
+    list_figures,
+    run_interval_list,
+)
 from portal.api.serializers import JobCreateSerializer
 from portal.jobs import selectors, services
 from portal.jobs.errors import ServiceError
-from portal.jobs.models import QuotaChange
-from portal.jobs.states import CANCELLABLE_STATES, JobState
+from portal.jobs.models import GpuModel, QuotaChange
+from portal.jobs.states import CANCELLABLE_STATES, FINAL_STATES, JobState
 from portal.pages import charts
-from portal.pages.forms import JobForm
+from portal.pages.forms import JobForm, mig_profile_choices
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.factory import cluster_backend
+from scheduling.selectors import runtime_speedup
 
 
 def healthz(request):
@@ -33,45 +40,68 @@ def healthz(request):
     return JsonResponse({"status": "ok"})
 
 
-@lru_cache(maxsize=1)
-def _plotly_bundle() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
-
-
-def plotly_js(request):
-    response = HttpResponse(_plotly_bundle(), content_type="application/javascript")
-    response["Cache-Control"] = "public, max-age=86400"
-    return response
-
-
 @login_required
 def home(request):
     return redirect("job-list")
 
 
+# The list's columns: (label, sort key or None, first click sorts descending).
+JOB_COLUMNS = (
+    ("Id", None, False),
+    ("Name", None, False),
+    ("Owner", "owner", False),
+    ("Team / queue", None, False),
+    ("State", "state", False),
+    ("Resources", None, False),
+    ("Why / where", None, False),
+    ("Run time", "run", True),
+    ("GPU-hours", "gpu_hours", True),
+    ("Cost", "cost", True),
+    ("Submitted", "submitted", True),
+)
+
+
+def sort_columns(sort: str) -> list[dict]:
+    """Header cells: each sortable one links to its sort, toggling direction when it is the current one."""
+    cells = []
+    for label, key, descending_first in JOB_COLUMNS:
+        cell: dict = {"label": label, "key": key, "arrow": ""}
+        if key is not None:
+            if sort.lstrip("-") == key:
+                cell["arrow"] = "▼" if sort.startswith("-") else "▲"
+                cell["next"] = key if sort.startswith("-") else f"-{key}"
+            else:
+                cell["next"] = f"-{key}" if descending_first else key
+        cells.append(cell)
+    return cells
+
+
 @login_required
 def job_list(request):
+    now = timezone.now()
     jobs = job_list_for_page(request)
-    paginator = Paginator(jobs, 25)
+    sort, ordering = job_ordering(request.GET.get("sort", ""))
+    costed = job_list_costed(selectors.with_last_nodes(jobs), now=now).order_by(*ordering)
+    paginator = Paginator(costed, 25)
     page = paginator.get_page(request.GET.get("page"))
-    return render(
-        request,
-        "portal/job_list.html",
-        {
-            "page": page,
-            "jobs": page.object_list,
-            "states": JobState.values,
-            "teams": team_list_for_user(user=request.user),
-            "filters": {k: request.GET.get(k, "") for k in ("state", "team", "q")},
-            "total": jobs.count(),
-        },
-    )
+    context = {
+        "page": page,
+        "rows": [(job, list_figures(job)) for job in page.object_list],
+        "states": JobState.values,
+        "teams": team_list_for_user(user=request.user),
+        "filters": {k: request.GET.get(k, "") for k in ("state", "team", "q")},
+        "sort": sort,
+        "columns": sort_columns(sort),
+        "total": paginator.count,
+        "refresh_s": settings.LIVE_REFRESH_S,
+    }
+    if request.htmx:
+        return render(request, "portal/_job_rows.html", context)
+    return render(request, "portal/job_list.html", context)
 
 
 def job_list_for_page(request):
-    jobs = selectors.job_list(user=request.user).prefetch_related("placements")
+    jobs = selectors.job_list(user=request.user)
     if state := request.GET.get("state"):
         jobs = jobs.filter(state=state)
     if team := request.GET.get("team"):
@@ -79,6 +109,16 @@ def job_list_for_page(request):
     if q := request.GET.get("q", "").strip():
         jobs = jobs.filter(Q(name__icontains=q) | Q(image__icontains=q) | Q(pk=int(q) if q.isdigit() else None))
     return jobs
+
+
+def form_error(form: JobForm, field: str | None, message: str) -> None:
+    """An API or service error on the form: beside its field (shown with the field's label), or, for a
+    field the form does not have, at the top with a readable name instead of the API's."""
+    if field in form.fields:
+        form.add_error(field, message)
+    else:
+        name = (field or "").replace("_", " ").capitalize()
+        form.add_error(None, f"{name}: {message}" if name and field != "non_field_errors" else message)
 
 
 @login_required
@@ -94,49 +134,80 @@ def job_create(request):
                 try:
                     job = services.job_submit(owner=request.user, spec=serializer.to_spec())
                 except ServiceError as exc:
-                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                    form_error(form, exc.field, exc.message)
                 else:
                     messages.success(request, f"Job {job.pk} submitted.")
                     return redirect("job-detail", pk=job.pk)
             else:
                 for field, errors in serializer.errors.items():
                     for error in errors if isinstance(errors, list) else [errors]:
-                        form.add_error(field if field in form.fields else None, str(error))
+                        form_error(form, field, str(error))
     else:
         form = JobForm(queues=queues)
     return render(request, "portal/job_form.html", {"form": form}, status=400 if form.errors else 200)
 
 
-@login_required
-def job_detail(request, pk: int):
+def _visible_job(request, pk: int):
     job = selectors.job_get(user=request.user, pk=pk)
     if job is None:
         raise Http404("No such job")
+    return job
+
+
+def job_live_context(job, *, now) -> dict:
+    """What the live part of a job's page shows: state, reason, attempts with their figures."""
+    cost = job_costs(jobs=[job], now=now, speedup=runtime_speedup())[job.pk]
+    attempts = list(selectors.job_attempt_list(job=job))
+    return {
+        "job": job,
+        "now": now,
+        "cost": cost,
+        "attempts": [(a, cost.attempts[a.number]) for a in attempts],
+        "current": attempts[-1] if attempts and attempts[-1].ended_at is None else None,
+        "last_attempt": attempts[-1] if attempts else None,
+        "placements": job.placements.all(),
+        "transitions": job.transitions.all(),
+        "cancellable": job.state in CANCELLABLE_STATES,
+        "final": job.state in FINAL_STATES,
+        "refresh_s": settings.LIVE_REFRESH_S,
+    }
+
+
+@login_required
+def job_mig_profiles(request):
+    """The MIG profile options for the GPU models ticked on the submit form (htmx swaps them in)."""
+    choices = mig_profile_choices(list(GpuModel.objects.all()), request.GET.getlist("allowed_gpu_models"))
     return render(
-        request,
-        "portal/job_detail.html",
-        {
-            "job": job,
-            "placements": job.placements.all(),
-            "transitions": job.transitions.all(),
-            "allowed_models": ", ".join(g.name for g in job.allowed_gpu_models.all()) or "any",
-            "cancellable": job.state in CANCELLABLE_STATES,
-        },
+        request, "portal/_mig_options.html", {"choices": choices, "selected": request.GET.get("mig_profile", "")}
     )
 
 
 @login_required
-@require_POST
+def job_detail(request, pk: int):
+    job = _visible_job(request, pk)
+    context = job_live_context(job, now=timezone.now())
+    if request.htmx:
+        return render(request, "portal/_job_live.html", context)
+    context["allowed_models"] = ", ".join(g.name for g in job.allowed_gpu_models.all()) or "any"
+    return render(request, "portal/job_detail.html", context)
+
+
+@login_required
 def job_cancel(request, pk: int):
-    job = selectors.job_get(user=request.user, pk=pk)
-    if job is None:
-        raise Http404("No such job")
-    try:
-        services.job_cancel(job=job, by=request.user)
-        messages.success(request, f"Job {job.pk} cancelled.")
-    except ServiceError as exc:
-        messages.error(request, exc.message)
-    return redirect("job-detail", pk=job.pk)
+    """GET: what cancelling would stop, and a button to confirm (works without JavaScript). POST with
+    ``confirm``: cancel. A POST without it (an old form, a stray click) only shows the confirmation."""
+    job = _visible_job(request, pk)
+    if request.method == "POST" and request.POST.get("confirm") == "yes":
+        try:
+            services.job_cancel(job=job, by=request.user)
+            messages.success(request, f"Job {job.pk} cancelled.")
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        return redirect("job-detail", pk=job.pk)
+    if job.state not in CANCELLABLE_STATES:
+        messages.error(request, f"A {job.state} job cannot be cancelled.")
+        return redirect("job-detail", pk=job.pk)
+    return render(request, "portal/job_cancel.html", job_live_context(job, now=timezone.now()))
 
 
 @login_required

@@ -258,10 +258,9 @@ def admission_apply(
     reason = f"admitted on {admission.gpu_model or 'CPU'}" + (
         " (borrowing from the cohort)" if admission.borrowed else ""
     )
-    job_transition(job=job, to_state=JobState.ADMITTED, at=now, reason=reason, detail=detail)
-    ReplicaPlacement.objects.bulk_create(
-        ReplicaPlacement.from_engine(job=job, replica=index, placement=p)
-        for index, p in enumerate(admission.placements)
+    # The placement rows and the attempt's record are written with the transition (same transaction).
+    job_transition(
+        job=job, to_state=JobState.ADMITTED, at=now, reason=reason, detail=detail, placements=admission.placements
     )
     transaction.on_commit(partial(backend.start, job_id=job.pk))
     return True

@@ -120,6 +120,10 @@ def test_unauthenticated_requests_are_refused(world):
         ({"labels": {"bad key!": "x"}}, "labels", "not a valid label key"),
         ({"labels": {"project": "has space"}}, "labels", "not a valid label value"),
         ({"node_selector": {"pool": "-x"}}, "node_selector", "not a valid label value"),
+        ({"image": "not a valid image ref!!"}, "image", "not an image reference: it holds white space"),
+        ({"image": "Pytorch:2.4"}, "image", "repository name must be lower case"),
+        ({"image": "registry.example.com//x"}, "image", "is not an image reference like"),
+        ({"image": "pytorch:-bad-tag"}, "image", "is not an image reference like"),
     ],
 )
 def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(api, world, fields, field, message):
@@ -318,6 +322,41 @@ def test_the_schema_and_docs_are_off_by_default_without_debug_and_can_require_a_
     assert client.get("/api/schema/").status_code in (401, 403)
     client.force_login(world.users["bob"])
     assert client.get("/api/schema/").status_code == 200
+
+
+def test_the_job_shape_carries_run_time_gpu_hours_cost_and_attempts_and_sorts_by_them(api, world, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.adapters.simulated import SimulatedCluster
+    from scheduling.services import cluster_sync, cycle_run
+
+    settings.SIM_SPEEDUP = 1.0  # estimates are in the cluster's time scale: the backend's below
+    alice = api("alice")
+    small = submit(alice, name="small", gpu=1).json()["id"]
+    big = submit(alice, name="big", gpu=4).json()["id"]
+    waiting = submit(alice, name="waiting", gpu=8, replicas=2).json()["id"]  # waits for the other two
+    backend = SimulatedCluster(speedup=1.0)
+    start = timezone.now() - timedelta(minutes=10)
+    cycle_run(now=start, backend=backend)
+    cluster_sync(backend=backend, now=start + timedelta(seconds=1))
+    body = alice.get(f"/api/v1/jobs/{big}/").json()
+    assert body["state"] == "Running"
+    assert body["run_s"] > 599
+    assert float(body["gpu_hours"]) == pytest.approx(4 * body["run_s"] / 3600, abs=1e-5)
+    assert float(body["cost_usd"]) > 0
+    assert float(body["estimated_total_usd"]) > float(body["cost_usd"])  # 10 of its 60 minutes ran
+    [attempt] = body["attempts"]
+    assert attempt["number"] == 1
+    assert attempt["gpus"] == "4.000000"
+    assert len(attempt["placements"]) == 1
+    assert attempt["cost_usd"] == body["cost_usd"]
+    pending = alice.get(f"/api/v1/jobs/{waiting}/").json()
+    assert (pending["attempts"], pending["cost_usd"], pending["estimated_total_usd"]) == ([], "0.000000", None)
+    by_cost = [j["id"] for j in alice.get("/api/v1/jobs/?ordering=-cost").json()["results"]]
+    assert by_cost == [big, small, waiting]
+    assert [j["id"] for j in alice.get("/api/v1/jobs/?ordering=gpu_hours").json()["results"]] == [waiting, small, big]
 
 
 # The world: 2 A100 nodes of 8 GPUs (96 cores, 1 TiB) and 1 T4 node of 4 (32 cores); queue cq-vision

@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class NotificationsConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "portal.notifications"
+    label = "notifications"
+    verbose_name = "Notifications"
