@@ -127,13 +127,13 @@ def _job_cost(
         total.add(so_far)
         run_s += attempt.run_s(now)
         estimate = (estimate or Decimal(0)) + attempt_estimate
-    so_far = figures_exact(total)
+    figures = figures_exact(total)
     if job.state == JobState.PENDING or (job.state not in ACTIVE_STATES and not _finished(job)):
         estimate = None
     elif _finished(job):
         # What it cost, rounded once from the exact sum (a sum of rounded attempts can be 10^-6 off).
-        estimate = so_far.total_cost
-    return JobCost(run_s=run_s, so_far=so_far, estimated_total_usd=estimate, attempts=per_attempt)
+        estimate = figures.total_cost
+    return JobCost(run_s=run_s, so_far=figures, estimated_total_usd=estimate, attempts=per_attempt)
 
 
 def _finished(job: Job) -> bool:
