@@ -20,8 +20,13 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 	$(PIP) install --quiet -r requirements-dev.txt
 	touch $@
 
-install: $(VENV)/.installed
-install-dev: $(VENV)/.installed-dev
+# The Python client and the `gpuportal` command (client/, a package of its own), reinstalled when it changes.
+$(VENV)/.installed-client: $(VENV)/.installed client/pyproject.toml $(wildcard client/gpuportal/*.py)
+	$(PIP) install --quiet ./client
+	touch $@
+
+install: $(VENV)/.installed $(VENV)/.installed-client
+install-dev: $(VENV)/.installed-dev $(VENV)/.installed-client
 
 # Debian packages the test suite runs for real (listed in apt-packages.txt), installed when missing.
 system-deps:
@@ -64,4 +69,4 @@ env:
 	@echo "wrote .env with a new SECRET_KEY and METRICS_TOKEN"
 
 clean:
-	rm -rf $(VENV) db.sqlite3 staticfiles
+	rm -rf $(VENV) db.sqlite3 staticfiles client/build client/*.egg-info

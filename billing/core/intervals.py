@@ -16,7 +16,7 @@ interval is exactly the time the job's pods ran. Steps of ``run_intervals``:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -90,6 +90,15 @@ def metered_intervals(
         elif not job_running and closed_at is not None and closed_at > interval.start:
             billed.append(interval.ending(closed_at))
     return billed
+
+
+def sweep_time(history: Sequence[Transition], finished_at: datetime | None) -> datetime | None:
+    """Where the sweeper closes a Running interval left open by a job that is no longer Running: the
+    job's last recorded cluster time, its last transition or its ``finished_at``, whichever is later."""
+    closed_at = history[-1].at if history else None
+    if finished_at is not None and (closed_at is None or finished_at > closed_at):
+        closed_at = finished_at
+    return closed_at
 
 
 def intervals_in_view(intervals: Iterable[RunInterval], *, since: datetime, now: datetime) -> list[RunInterval]:

@@ -127,9 +127,13 @@ def _job_cost(
         total.add(so_far)
         run_s += attempt.run_s(now)
         estimate = (estimate or Decimal(0)) + attempt_estimate
+    figures = figures_exact(total)
     if job.state == JobState.PENDING or (job.state not in ACTIVE_STATES and not _finished(job)):
         estimate = None
-    return JobCost(run_s=run_s, so_far=figures_exact(total), estimated_total_usd=estimate, attempts=per_attempt)
+    elif _finished(job):
+        # What it cost, rounded once from the exact sum (a sum of rounded attempts can be 10^-6 off).
+        estimate = figures.total_cost
+    return JobCost(run_s=run_s, so_far=figures, estimated_total_usd=estimate, attempts=per_attempt)
 
 
 def _finished(job: Job) -> bool:
@@ -147,6 +151,66 @@ def _priced(attempt: JobAttempt, start: datetime, end: datetime, prices: PriceLo
         gpu_model=attempt.gpu_model,
         capacity_type=attempt.capacity_type,
         prices=prices,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRun:
+    """One attempt that ran, as the cost endpoint reports it: when, on what, at what price, what it cost."""
+
+    number: int
+    start: datetime
+    end: datetime | None  # None while it runs (its figures run up to the report's time)
+    outcome: str
+    gpu_model: str
+    capacity_type: str
+    gpus: Decimal
+    gpu_usd_per_hour: Decimal  # the price book's GPU price at the start of the run
+    run_s: float
+    figures: Figures
+    estimated_total_usd: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class JobCostReport:
+    """A job's cost so far over every attempt, and each attempt that ran (``GET /api/v1/jobs/<id>/cost/``)."""
+
+    job_id: int
+    as_of: datetime
+    run_s: float
+    figures: Figures
+    estimated_total_usd: Decimal | None
+    runs: list[AttemptRun]
+
+
+def job_cost_report(*, job: Job, now: datetime, speedup: float = 1.0) -> JobCostReport:
+    """``job_costs`` for one job, with each attempt that ran: its times, model, capacity type and price."""
+    cost = job_costs(jobs=[job], now=now, speedup=speedup)[job.pk]
+    ran = [(a, a.started_at) for a in JobAttempt.objects.filter(job=job).order_by("number") if a.started_at]
+    prices = _lookup([a for a, _ in ran], min((epoch_hour(t) for _, t in ran), default=0), epoch_hour(now) + 1)
+    runs = [
+        AttemptRun(
+            number=a.number,
+            start=start,
+            end=a.ended_at,
+            outcome=a.outcome,
+            gpu_model=a.gpu_model,
+            capacity_type=a.capacity_type,
+            gpus=a.gpus,
+            gpu_usd_per_hour=prices.at(a.gpu_model, a.capacity_type, epoch_hour(start))[0],
+            run_s=cost.attempts[a.number].run_s,
+            figures=cost.attempts[a.number].so_far,
+            estimated_total_usd=cost.attempts[a.number].estimated_total_usd,
+        )
+        for a, start in ran
+    ]
+    return JobCostReport(
+        job_id=job.pk,
+        as_of=now,
+        run_s=cost.run_s,
+        figures=cost.so_far,
+        estimated_total_usd=cost.estimated_total_usd,
+        runs=runs,
     )
 
 

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
-from billing.core.intervals import RunInterval, Transition, metered_intervals, run_intervals
+from billing.core.intervals import RunInterval, Transition, metered_intervals, run_intervals, sweep_time
 from billing.core.usage import UNKNOWN, Utilization
 from billing.models import UsageRecord
 from billing.records import usage_record
@@ -73,11 +73,10 @@ def _unmetered_intervals(job_ids: list[int] | None) -> list[tuple[Job, RunInterv
     candidates: list[tuple[Job, RunInterval]] = []
     for job in jobs:
         history = histories[job.pk]
-        closed_at = history[-1].at if history else None
-        if job.finished_at and (closed_at is None or job.finished_at > closed_at):
-            closed_at = job.finished_at
         intervals = metered_intervals(
-            run_intervals(history), job_running=job.state == JobState.RUNNING, closed_at=closed_at
+            run_intervals(history),
+            job_running=job.state == JobState.RUNNING,
+            closed_at=sweep_time(history, job.finished_at),
         )
         candidates.extend((job, interval) for interval in intervals if (job.pk, interval.start) not in metered)
     return candidates

@@ -30,11 +30,26 @@ def exception_handler(exc, context):
         return None
     data = response.data
     if isinstance(data, dict) and "detail" not in data:
-        first = next(iter(data.items()), None)
-        detail = f"{first[0]}: {first[1][0] if isinstance(first[1], list) and first[1] else first[1]}" if first else ""
-        response.data = {"detail": f"invalid input: {detail}", "errors": data}
+        response.data = {"detail": f"invalid input: {first_error(data)}", "errors": data}
     elif isinstance(data, list):
         response.data = {"detail": "; ".join(map(str, data)), "errors": {"non_field_errors": data}}
     if response.status_code >= 500:
         response.status_code = status.HTTP_500_INTERNAL_SERVER_ERROR
     return response
+
+
+def first_error(errors, path: str = "") -> str:
+    """The first message of DRF's nested errors with its dotted field path: ``tolerations.0.operator: …``."""
+    if isinstance(errors, dict):
+        for key, value in errors.items():
+            if value:
+                return first_error(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(errors, list):
+        if errors and all(not isinstance(e, dict | list) for e in errors):
+            return f"{path}: {errors[0]}" if path else str(errors[0])
+        for index, value in enumerate(errors):
+            if value:
+                return first_error(value, f"{path}.{index}" if path else str(index))
+    elif errors:
+        return f"{path}: {errors}" if path else str(errors)
+    return path

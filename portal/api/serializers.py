@@ -414,3 +414,58 @@ class QuotaUpdateSerializer(StrictSerializer):
     cpu_quota_milli = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, allow_null=True)
     memory_quota_mib = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, allow_null=True)
     flavors = BoundedDictField(max_items=64, max_key_length=64, child=FlavorQuotaUpdateSerializer(), required=False)
+
+
+def _exact(source: str | None, help_text: str) -> serializers.DecimalField:
+    """An exact amount (hours or USD), rounded once to 6 places, as a decimal string."""
+    if source is None:  # the attribute of the field's own name (DRF refuses a redundant source)
+        return serializers.DecimalField(max_digits=20, decimal_places=6, help_text=help_text)
+    return serializers.DecimalField(max_digits=20, decimal_places=6, source=source, help_text=help_text)
+
+
+class CostFiguresSerializer(serializers.Serializer):
+    """Hours and money of ``billing.core.allocation.Figures`` (the object's ``figures``), split into
+    GPU, CPU and memory (the job shape's ``gpu_hours`` and ``cost_usd`` are their totals)."""
+
+    gpu_hours = _exact("figures.gpu_hours", "GPU-hours (a quarter GPU for an hour is 0.25).")
+    gpu_usd = _exact("figures.gpu_cost", "GPU cost, USD.")
+    cpu_core_hours = _exact("figures.cpu_core_hours", "CPU core-hours.")
+    cpu_usd = _exact("figures.cpu_cost", "CPU cost, USD.")
+    memory_gib_hours = _exact("figures.ram_gib_hours", "Memory GiB-hours.")
+    memory_usd = _exact("figures.ram_cost", "Memory cost, USD.")
+    total_usd = _exact("figures.total_cost", "GPU + CPU + memory, USD (rounded once from the exact sum).")
+
+
+class RunCostSerializer(CostFiguresSerializer):
+    """One attempt that ran (``billing.selectors.jobs.AttemptRun``)."""
+
+    attempt = serializers.IntegerField(source="number")
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(allow_null=True, help_text="Null while it runs.")
+    running = serializers.SerializerMethodField(help_text="Still running: the figures run up to as_of.")
+    outcome = serializers.CharField()
+    gpu_model = serializers.CharField()
+    capacity_type = serializers.CharField()
+    gpus = _exact(None, "Billed GPUs held, all replicas together.")
+    price_per_gpu_hour = _exact("gpu_usd_per_hour", "GPU price (USD per GPU-hour) at the start of the run.")
+    run_s = serializers.FloatField()
+    estimated_total_usd = _exact(None, "Its cost up to its expected end (what it cost, once it ended).")
+
+    def get_running(self, obj) -> bool:
+        return obj.end is None
+
+
+class JobCostSerializer(CostFiguresSerializer):
+    """What a job cost so far (``billing.selectors.jobs.JobCostReport``): exact decimals as strings."""
+
+    job = serializers.IntegerField(source="job_id")
+    as_of = serializers.DateTimeField(help_text="The time the figures run up to.")
+    currency = serializers.SerializerMethodField()
+    run_s = serializers.FloatField()
+    estimated_total_usd = serializers.DecimalField(
+        max_digits=20, decimal_places=6, allow_null=True, help_text="Null while it waits for an admission."
+    )
+    runs = RunCostSerializer(many=True)
+
+    def get_currency(self, obj) -> str:
+        return "USD"

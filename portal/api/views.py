@@ -16,9 +16,10 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.selectors import JOB_SORTS, job_costs, job_list_costed, job_ordering
+from billing.selectors import JOB_SORTS, job_cost_report, job_costs, job_list_costed, job_ordering
 from portal.api.serializers import (
     GpuModelSerializer,
+    JobCostSerializer,
     JobCreateSerializer,
     JobSerializer,
     LocalQueueSerializer,
@@ -122,6 +123,14 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         job = job_submit(owner=request.user, spec=serializer.to_spec())
         job = self.get_queryset().get(pk=job.pk)
         return status.HTTP_201_CREATED, self.job_data([job], many=False)
+
+    @extend_schema(responses={200: JobCostSerializer})
+    @action(detail=True, methods=["get"])
+    def cost(self, request, pk=None):
+        """What the job cost so far: GPU-hours and GPU, CPU and memory cost of each attempt that ran and
+        in total, priced with the price book (a running job up to now), and the estimated total."""
+        report = job_cost_report(job=self.get_object(), now=timezone.now(), speedup=runtime_speedup())
+        return Response(JobCostSerializer(report).data)
 
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])

@@ -1,4 +1,5 @@
-"""The API tokens page (create — the key shown once —, name, list, revoke) and the login lockout page."""
+"""The API tokens page (create — the key shown once, with the lines that configure the ``gpuportal``
+client —, name, list, revoke) and the login lockout page."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def token_list(request):
     response = render(
         request,
         "portal/tokens.html",
-        {"form": form, "tokens": tokens, "new_key": new_key},
+        {"form": form, "tokens": tokens, "new_key": new_key, "portal_url": request.build_absolute_uri("/").rstrip("/")},
         status=400 if form.errors else 200,
     )
     response["Cache-Control"] = "no-store"  # the page may carry a new key

@@ -116,3 +116,72 @@ def test_the_lists_sql_figures_equal_the_per_attempt_figures(world, runs):
         )
     costs = [python[row.pk].cost_usd for row in rows]
     assert costs == sorted(costs, reverse=True)
+
+
+# --- job_cost_report: the cost endpoint's attempts (GET /api/v1/jobs/<id>/cost/) -------------------------
+
+
+def _book_price(resource: str, gpu_model: str = "", capacity_type: str = "on-demand") -> Fraction:
+    """The price book row in force (one per item here: the seed), as an exact fraction."""
+    row = PriceBookEntry.objects.get(resource=resource, gpu_model=gpu_model, capacity_type=capacity_type)
+    return Fraction(row.usd_per_hour)
+
+
+def _hours(start, end) -> Fraction:
+    return Fraction(int((end - start) / timedelta(microseconds=1)), 3_600_000_000)
+
+
+@pytest.mark.django_db
+def test_the_report_prices_each_attempt_that_ran_at_its_models_price_and_the_job_in_total(world):
+    from billing.selectors import job_cost_report
+    from billing.services import price_book_seed_defaults
+    from tests.billing.conftest import Run, run_job
+
+    price_book_seed_defaults()
+    now = datetime.now(UTC).replace(microsecond=0)
+    first = Run(now - timedelta(hours=5, minutes=17), now - timedelta(hours=3, minutes=2), "A100-80GB", "on-demand")
+    second = Run(now - timedelta(hours=2, minutes=41), now - timedelta(minutes=9), "T4", "spot")
+    history = run_job(world, gpu=2, replicas=1, cpu_milli=3000, memory_mib=10240, runs=[first, second])
+
+    report = job_cost_report(job=history.job, now=now)
+
+    assert [(r.number, r.gpu_model, r.capacity_type, r.start, r.end) for r in report.runs] == [
+        (1, "A100-80GB", "on-demand", first.start, first.end),
+        (2, "T4", "spot", second.start, second.end),
+    ]
+    total = Fraction(0)
+    for run, got in zip([first, second], report.runs, strict=True):
+        assert run.end is not None
+        gpu_usd = 2 * _hours(run.start, run.end) * _book_price("gpu", run.gpu_model, run.capacity_type)
+        cpu_usd = 3 * _hours(run.start, run.end) * _book_price("cpu", capacity_type=run.capacity_type)
+        memory_usd = 10 * _hours(run.start, run.end) * _book_price("memory", capacity_type=run.capacity_type)
+        assert got.figures.gpu_hours == _six(2 * _hours(run.start, run.end))
+        assert got.figures.gpu_cost == _six(gpu_usd)
+        assert got.figures.cpu_cost == _six(cpu_usd)
+        assert got.figures.ram_cost == _six(memory_usd)
+        assert Fraction(got.gpu_usd_per_hour) == _book_price("gpu", run.gpu_model, run.capacity_type)
+        total += gpu_usd + cpu_usd + memory_usd
+    assert report.figures.total_cost == _six(total)
+    assert report.estimated_total_usd == report.figures.total_cost  # finished: what it cost
+
+
+@pytest.mark.django_db
+def test_the_report_of_a_running_job_runs_up_to_now_and_one_that_never_ran_is_empty(world):
+    from billing.selectors import job_cost_report
+    from billing.services import price_book_seed_defaults
+    from tests.billing.conftest import Run, run_job
+
+    price_book_seed_defaults()
+    now = datetime.now(UTC).replace(microsecond=0)
+    running = run_job(world, gpu=0, gpu_milli=250, runs=[Run(now - timedelta(minutes=90), None)])
+    report = job_cost_report(job=running.job, now=now)
+    [run] = report.runs
+    assert run.end is None
+    assert report.figures.gpu_hours == _six(Fraction(1, 4) * Fraction(3, 2))  # a quarter GPU for 1.5 h
+    assert report.figures.gpu_cost == _six(Fraction(1, 4) * Fraction(3, 2) * _book_price("gpu", "A100-80GB"))
+
+    never = world.submit("vision", gpu=1)
+    Job.objects.filter(pk=never.pk).update(state=JobState.CANCELLED)
+    empty = job_cost_report(job=never, now=now)
+    assert empty.runs == []
+    assert empty.figures.total_cost == 0
