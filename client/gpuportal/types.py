@@ -46,6 +46,9 @@ class JobSpec(TypedDict, total=False):
     restart_policy: str
     node_selector: dict[str, str]
     tolerations: list[dict[str, str]]
+    affinity: dict[str, Any]  # a pod spec's affinity: nodeAffinity, podAntiAffinity (between replicas)
+    topology_spread_constraints: list[dict[str, Any]]  # a pod spec's, over the job's replicas
+    required_topology: str  # node, rack, zone, nvlink or a node label: every replica in one domain
     labels: dict[str, str]
 
 
