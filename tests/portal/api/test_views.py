@@ -465,3 +465,16 @@ def test_on_an_autoscaling_cluster_a_never_fitting_job_queues_and_says_waiting_w
         f"placement: {NEVER}: one replica needs 16 A100-80GB GPUs and the largest A100-80GB node has 8"
     )
     assert reason["details"]["limit"] == "largest_node"
+
+
+def test_a_mig_profile_the_catalogue_lists_but_nvidias_table_lacks_is_refused_with_a_400(api, world):
+    a100 = world.models["A100-80GB"]
+    a100.mig_profiles = [*a100.mig_profiles, "3g.20gb"]  # an A100-40GB profile, typed in by mistake
+    a100.save()
+    response = submit(api("alice"), gpu=0, mig_profile="3g.20gb", allowed_gpu_models=["A100-80GB"])
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["reason"]["waits"] is False
+    assert body["reason"]["details"]["limit"] == "catalogue"
+    assert "MIG profile 3g.20gb is not in NVIDIA's MIG table for A100-80GB" in body["errors"]["mig_profile"][0]
+    assert Job.objects.count() == 0
