@@ -188,6 +188,7 @@ def headroom(table_name: str, used_mask: int, used_compute: int) -> tuple[int, .
     return tuple(counts)
 
 
+@cache
 def slot_loss(used_mask: int, used_compute: int, geometry: MigGeometry, start: int) -> tuple[int, ...]:
     """What placing ``geometry`` at ``start`` costs the device: instances lost per profile, largest
     first (smaller is better; compared lexicographically)."""
