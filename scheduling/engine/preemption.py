@@ -24,8 +24,9 @@ For a job that fits neither quota nor nodes as they are:
 5. Cheapest: when at most ``MAX_EXACT`` candidates are useful (they free quota the job lacks or sit
    on nodes it could use), a branch-and-bound search over them for a set cheaper than step 4's,
    pruning every partial set that already costs as much as the best found, within ``MAX_TRIALS``
-   placement trials, ``MAX_STEPS`` partial sets and ``MAX_DEPTH`` victims (bounds a small case does
-   not reach: it is then exhaustive). With more candidates step 4's minimal set stands.
+   placement trials, ``MAX_STEPS`` partial sets and ``MAX_DEPTH`` victims: exhaustive on small
+   cases; when a bound stops it, the cheapest set found so far stands. With more candidates step
+   4's minimal set stands.
 6. Undo everything: victims keep their resources until they are gone, so nothing else can take the
    room in this cycle, and the preemptor is admitted by a later cycle.
 
