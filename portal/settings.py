@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "portal.jobs",
     "portal.tokens",
     "portal.notifications",
+    "portal.schedules",
     "scheduling",
     "billing",
 ]
@@ -288,6 +289,16 @@ NOTIFY_SWEEP_INTERVAL_S = env_float("NOTIFY_SWEEP_INTERVAL_S", 60.0)
 CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
     "task": "portal.notifications.tasks.sweep",
     "schedule": NOTIFY_SWEEP_INTERVAL_S,
+}
+
+# --- Job schedules (README, Scheduled and off-peak jobs) -----------------------------------------
+# Beat looks for due schedules this often; a run is started only within the starting deadline of its
+# instant (a beat that was down longer counts the older instants as missed instead of starting them).
+SCHEDULE_FIRE_INTERVAL_S = env_float("SCHEDULE_FIRE_INTERVAL_S", 20.0)
+SCHEDULE_STARTING_DEADLINE_S = env_float("SCHEDULE_STARTING_DEADLINE_S", 600.0)
+CELERY_BEAT_SCHEDULE["schedules-fire"] = {
+    "task": "portal.schedules.tasks.schedules_fire",
+    "schedule": SCHEDULE_FIRE_INTERVAL_S,
 }
 
 # --- Security (README, Security settings) -------------------------------------------------------

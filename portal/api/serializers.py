@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shlex
+from types import SimpleNamespace
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.jobs.errors import ServiceError
 from portal.jobs.models import GpuModel, Job, JobAttempt, JobTransition, LocalQueue, PriorityClass, ReplicaPlacement
 from portal.jobs.services import (
     MAX_ALLOWED_GPU_MODELS,
@@ -23,6 +25,7 @@ from portal.jobs.services import (
     MAX_TOLERATIONS,
     SPEC_FIELDS,
     JobSpec,
+    job_spec_validate,
 )
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
@@ -359,6 +362,36 @@ class JobCreateSerializer(serializers.Serializer):
             priority_class=v["priority_obj"],
             allowed_gpu_models=v["gpu_models"],
         )
+
+
+def _first_field_error(errors) -> tuple[str | None, str]:
+    """The dotted field path and message of DRF's first (possibly nested) error."""
+    path: list[str] = []
+    while True:
+        if isinstance(errors, dict) and errors:
+            key, errors = next(iter(errors.items()))
+            if key != "non_field_errors":
+                path.append(str(key))
+        elif isinstance(errors, list) and errors:
+            nested = next((e for e in errors if e), errors[0])
+            if isinstance(nested, (dict, list)):
+                errors = nested
+                continue
+            return (".".join(path) or None), str(nested)
+        else:
+            return (".".join(path) or None), str(errors)
+
+
+def job_spec_from_body(user, body) -> JobSpec:
+    """A checked job spec from a submit body on behalf of ``user`` (schedules store bodies and submit
+    them later): exactly the API's checks, with a refusal as a ``ServiceError`` naming the field."""
+    serializer = JobCreateSerializer(data=body, context={"request": SimpleNamespace(user=user)})
+    if not serializer.is_valid():
+        field, message = _first_field_error(serializer.errors)
+        raise ServiceError(message, field=field)
+    spec = serializer.to_spec()
+    job_spec_validate(spec)
+    return spec
 
 
 def default_priority_class() -> PriorityClass | None:
