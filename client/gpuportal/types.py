@@ -29,7 +29,7 @@ class JobSpec(TypedDict, total=False):
     team: str
     namespace: str
     queue: str
-    kind: str  # training, inference or batch
+    kind: str  # batch (default), training (a distributed gang with PyTorch's rendezvous variables) or ray
     image: str
     command: list[str] | str
     replicas: int
@@ -50,6 +50,9 @@ class JobSpec(TypedDict, total=False):
     topology_spread_constraints: list[dict[str, Any]]  # a pod spec's, over the job's replicas
     required_topology: str  # node, rack, zone, nvlink or a node label: every replica in one domain
     labels: dict[str, str]
+    checkpoint_path: str  # passed to the pods as CHECKPOINT_PATH; named in preemption and spot notices
+    max_restarts: int  # training: whole-gang restarts after a worker fails, then the job fails
+    spot: bool  # may run on spot nodes (spot price); requeued when the node is reclaimed
 
 
 def parse_time(value: Any) -> datetime | None:

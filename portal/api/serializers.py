@@ -21,6 +21,7 @@ from portal.jobs.services import (
     MAX_MEMORY_MIB,
     MAX_NODE_SELECTOR,
     MAX_REPLICAS,
+    MAX_RESTARTS,
     MAX_RUNTIME_S,
     MAX_TOLERATIONS,
     SPEC_FIELDS,
@@ -138,7 +139,7 @@ class JobSerializer(CostFieldsMixin, serializers.ModelSerializer):
             *(name for name in SPEC_FIELDS if name not in ("team", "local_queue")),
             "priority", "state", "message", "created_at",
             "admitted_at", "started_at", "finished_at", "attempt", "gpu_model", "capacity_type",
-            "start_failures", "not_before", "quota_held_s",
+            "start_failures", "restarts", "not_before", "quota_held_s",
             "pending_reason", "queue_position", "estimated_start", "placements", "transitions",
             "run_s", "gpu_hours", "cost_usd", "estimated_total_usd", "attempts",
         ]  # fmt: skip
@@ -237,7 +238,11 @@ class JobCreateSerializer(serializers.Serializer):
     )
     namespace = serializers.CharField(max_length=63, required=False, help_text="Must be the team's namespace if given.")
     queue = serializers.CharField(max_length=130, help_text="Local queue name in the team (or team/queue).")
-    kind = serializers.ChoiceField(choices=Job.Kind.choices, default=Job.Kind.TRAINING)
+    kind = serializers.ChoiceField(
+        choices=Job.Kind.choices,
+        default=Job.Kind.BATCH,
+        help_text="batch (identical pods), training (a distributed training gang), ray (a Ray cluster).",
+    )
     image = serializers.CharField(max_length=500)
     command = CommandField(required=False, default=list)
     replicas = serializers.IntegerField(min_value=1, max_value=MAX_REPLICAS, default=1)
@@ -287,6 +292,24 @@ class JobCreateSerializer(serializers.Serializer):
         required=False,
         default=dict,
         help_text="Kubernetes-style labels; cost can be aggregated by them (aggregate=label:<key>).",
+    )
+    checkpoint_path = serializers.CharField(
+        max_length=1024,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Where the job writes checkpoints: passed to its pods as CHECKPOINT_PATH, shown when it is "
+        "preempted or its spot node is reclaimed.",
+    )
+    max_restarts = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_RESTARTS,
+        default=3,
+        help_text="Training: how many times the whole gang restarts after a worker fails before the job fails.",
+    )
+    spot = serializers.BooleanField(
+        default=False,
+        help_text="May run on spot nodes (at the price book's spot price); requeued if the node is reclaimed.",
     )
 
     def to_internal_value(self, data):

@@ -53,6 +53,7 @@ MAX_CPU_MILLI = 1024 * 1000
 MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 MAX_GPU_MEMORY_GIB = 8 * 1024
 MAX_RUNTIME_S = 90 * 24 * 3600
+MAX_RESTARTS = 100
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
 # Every list and string of a spec is bounded, so one tenant's request cannot make the cycle (which
 # reads every pending job) slower for everyone: the largest legal job costs the same as a small one.
@@ -134,7 +135,7 @@ class JobSpec:
     team: Team
     local_queue: LocalQueue
     name: str = ""
-    kind: str = Job.Kind.TRAINING
+    kind: str = Job.Kind.BATCH
     image: str
     command: tuple[str, ...] = ()
     replicas: int = 1
@@ -155,6 +156,9 @@ class JobSpec:
     topology_spread_constraints: tuple[dict, ...] = ()
     required_topology: str = ""
     labels: tuple[tuple[str, str], ...] = ()
+    checkpoint_path: str = ""
+    max_restarts: int = 3
+    spot: bool = False
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], **objects: Any) -> JobSpec:

@@ -56,7 +56,11 @@ class YamlField(forms.CharField):
 class JobForm(forms.Form):
     name = forms.CharField(max_length=100, required=False)
     queue = forms.ChoiceField(help_text="team / local queue")
-    kind = forms.ChoiceField(choices=Job.Kind.choices, initial=Job.Kind.TRAINING)
+    kind = forms.ChoiceField(
+        choices=Job.Kind.choices,
+        initial=Job.Kind.BATCH,
+        help_text="training: the replicas are one PyTorch gang (MASTER_ADDR, RANK, WORLD_SIZE ... set for you)",
+    )
     image = forms.CharField(max_length=500, initial="nvcr.io/nvidia/pytorch:24.08-py3")
     command = forms.CharField(max_length=2000, required=False, initial="python train.py")
     replicas = forms.IntegerField(initial=1)
@@ -98,6 +102,23 @@ class JobForm(forms.Form):
             ("zone", "one zone"),
             ("nvlink", "one NVLink domain"),
         ],
+    )
+
+    checkpoint_path = forms.CharField(
+        max_length=1024,
+        required=False,
+        label="Checkpoint path",
+        help_text="passed to the pods as CHECKPOINT_PATH; resume from it after a preemption or spot reclaim",
+    )
+    max_restarts = forms.IntegerField(
+        initial=3,
+        required=False,
+        min_value=0,
+        label="Gang restarts",
+        help_text="training: restarts of the whole gang after a worker fails",
+    )
+    spot = forms.BooleanField(
+        required=False, label="May run on spot nodes", help_text="cheaper; requeued if the node is reclaimed"
     )
 
     def __init__(self, *args, queues: list[LocalQueue], **kwargs):
