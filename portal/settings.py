@@ -13,6 +13,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from scheduling.engine.windows import parse_span, zone_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -296,6 +297,16 @@ CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
 # instant (a beat that was down longer counts the older instants as missed instead of starting them).
 SCHEDULE_FIRE_INTERVAL_S = env_float("SCHEDULE_FIRE_INTERVAL_S", 20.0)
 SCHEDULE_STARTING_DEADLINE_S = env_float("SCHEDULE_STARTING_DEADLINE_S", 600.0)
+# Off-peak jobs start only in these local hours (a span wrapping midnight is fine) and are billed at
+# the price book's off-peak prices (capacity type "off-peak"; the seed prices them at 70 % of on-demand).
+OFFPEAK_HOURS = env_str("OFFPEAK_HOURS", "20:00-08:00")
+OFFPEAK_TIMEZONE = env_str("OFFPEAK_TIMEZONE", "UTC")
+try:
+    _offpeak = parse_span(OFFPEAK_HOURS)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"OFFPEAK_HOURS: {exc}") from None
+if _problem := zone_problem(OFFPEAK_TIMEZONE):
+    raise ImproperlyConfigured(f"OFFPEAK_TIMEZONE: {_problem}")
 CELERY_BEAT_SCHEDULE["schedules-fire"] = {
     "task": "portal.schedules.tasks.schedules_fire",
     "schedule": SCHEDULE_FIRE_INTERVAL_S,

@@ -311,6 +311,23 @@ class JobCreateSerializer(serializers.Serializer):
         default=False,
         help_text="May run on spot nodes (at the price book's spot price); requeued if the node is reclaimed.",
     )
+    start_after = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="Not admitted before this instant (ISO 8601)."
+    )
+    start_window = serializers.CharField(
+        max_length=11,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Admitted only between these local times, e.g. 20:00-08:00 (wraps midnight).",
+    )
+    window_timezone = serializers.CharField(
+        max_length=64, required=False, default="UTC", help_text="IANA zone of start_window, e.g. Europe/Berlin."
+    )
+    off_peak = serializers.BooleanField(
+        default=False,
+        help_text="Start only in the off-peak hours (OFFPEAK_HOURS) and be billed at the off-peak price.",
+    )
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):

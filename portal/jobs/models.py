@@ -178,6 +178,16 @@ class Job(models.Model):
     spot = models.BooleanField(
         default=False, help_text="May run on spot nodes (tolerates their taint); requeued when reclaimed."
     )
+    # Start windows (scheduling.engine.windows): admitted only while open; a running job is not stopped.
+    start_after = models.DateTimeField(null=True, blank=True, help_text="Not admitted before this instant.")
+    start_window = models.CharField(
+        max_length=11, blank=True, help_text="Admitted only between these local times, e.g. 20:00-08:00."
+    )
+    window_timezone = models.CharField(max_length=64, default="UTC", help_text="IANA zone of start_window.")
+    off_peak = models.BooleanField(
+        default=False,
+        help_text="Starts only in the off-peak hours (OFFPEAK_HOURS) and is billed at the off-peak price.",
+    )
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -41,6 +41,7 @@ from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
 from scheduling.engine.model import Reason
+from scheduling.engine.windows import parse_span, zone_problem
 from scheduling.selectors import job_never_fits
 from scheduling.services import cycle_request_claim
 from scheduling.tasks import scheduling_cycle_task
@@ -159,6 +160,10 @@ class JobSpec:
     checkpoint_path: str = ""
     max_restarts: int = 3
     spot: bool = False
+    start_after: datetime | None = None
+    start_window: str = ""
+    window_timezone: str = "UTC"
+    off_peak: bool = False
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], **objects: Any) -> JobSpec:
@@ -233,6 +238,23 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError(f"at most {MAX_ALLOWED_GPU_MODELS} GPU models", field="allowed_gpu_models")
     tolerations_validate(spec)
     placement_rules_validate(spec)
+    start_window_validate(spec)
+
+
+def start_window_validate(spec: JobSpec) -> None:
+    """A daily span like 20:00-08:00 in a known zone, or the off-peak hours, not both."""
+    if spec.off_peak and spec.start_window:
+        raise ServiceError(
+            f"an off-peak job starts in the off-peak hours ({settings.OFFPEAK_HOURS}); leave start_window empty",
+            field="start_window",
+        )
+    if spec.start_window:
+        try:
+            parse_span(spec.start_window)
+        except ValueError as exc:
+            raise ServiceError(str(exc), field="start_window") from None
+    if problem := zone_problem(spec.window_timezone):
+        raise ServiceError(problem, field="window_timezone")
 
 
 def placement_rules_validate(spec: JobSpec) -> None:

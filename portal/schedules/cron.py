@@ -10,28 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from scheduling.engine.windows import zone_problem
+
+__all__ = ["cron_problem", "next_run", "run_times", "zone_problem"]
+
 MAX_CRON_CHARS = 120
-
-
-def zone_problem(name: str) -> str | None:
-    """Why ``name`` is not an IANA time zone this machine knows (None when it is)."""
-    if not name or len(name) > 64 or name not in _zones():
-        return f"{name[:64]!r} is not an IANA time zone such as UTC or Europe/Berlin"
-    return None
-
-
-def _zones() -> frozenset[str]:
-    global _ZONES
-    if _ZONES is None:
-        _ZONES = frozenset(available_timezones()) | {"UTC"}
-    return _ZONES
-
-
-_ZONES: frozenset[str] | None = None
 
 
 def cron_problem(expression: str) -> str | None:
