@@ -16,8 +16,8 @@ from scheduling.engine.windows import StartWindow, in_span, is_open, opens_at, p
 from .builders import admitted_ids, cq, job, lq, node, pending_info, snapshot
 
 
-def ts(*args: int) -> float:
-    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
+def ts(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> float:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC).timestamp()
 
 
 NIGHT_UTC = StartWindow(daily_start_minute=20 * 60, daily_end_minute=8 * 60)
