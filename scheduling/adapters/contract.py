@@ -30,6 +30,7 @@ class Observation:
     state: str  # a JobState value: Running, Succeeded, Failed, or Pending (evicted and requeued)
     at: datetime
     reason: str = ""
+    worker_failed: bool = False  # Failed because a replica's program failed (not the cluster)
 
 
 class ClusterView(Protocol):
@@ -61,8 +62,20 @@ class ClusterBackend(ClusterView, Protocol):
 
 
 ON_DEMAND = "on-demand"
+SPOT = "spot"
 
 
 def node_capacity_type(node: GpuNode) -> str:
     """``on-demand``, ``spot`` or ``reserved``: the node's ``CAPACITY_TYPE_LABEL`` (on-demand when absent)."""
     return dict(node.labels).get(settings.CAPACITY_TYPE_LABEL) or ON_DEMAND
+
+
+def spot_toleration() -> dict[str, str]:
+    """What a job submitted with ``spot: true`` tolerates: the spot nodes' taint (``SPOT_TAINT_KEY``),
+    whatever its value and effect. The engine and the pods carry the same one."""
+    return {"key": settings.SPOT_TAINT_KEY, "operator": "Exists", "value": "", "effect": ""}
+
+
+def job_tolerations(tolerations: list[dict], *, spot: bool) -> list[dict]:
+    """A job's tolerations as its pods carry them: its own, plus the spot taint's when it opted in."""
+    return [*tolerations, spot_toleration()] if spot else list(tolerations)

@@ -167,7 +167,7 @@ def _failure(job: ActiveJob, failed: Sequence[Mapping], *, now: datetime) -> Obs
     stamps = [t for t in (pod_finished_at(p) for p in failed) if t]
     at = max(stamps) if stamps else now
     why = f"pod {object_meta(failed[0]).get('name')} {_exit_text(failed[0])}"
-    return Observation(job.job_id, job.attempt, JobState.FAILED, at, why)
+    return Observation(job.job_id, job.attempt, JobState.FAILED, at, why, worker_failed=True)
 
 
 def _progress(job: ActiveJob, mine: Sequence[Mapping], *, now: datetime) -> list[Observation]:
