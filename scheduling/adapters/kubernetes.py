@@ -42,7 +42,7 @@ from kubernetes.client.exceptions import ApiException
 from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from scheduling.adapters import orm
-from scheduling.adapters.contract import Observation, job_tolerations
+from scheduling.adapters.contract import SPOT, Observation, job_tolerations, termination_notice
 from scheduling.adapters.k8s.manifests import PodJob, binding_manifest, event_manifest, pod_manifest
 from scheduling.adapters.k8s.nodes import gpu_node_from
 from scheduling.adapters.k8s.observations import ActiveJob, job_observations
@@ -165,19 +165,21 @@ class KubernetesBackend:
         counts: dict[int, int] = {}
         for job_id in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True):
             counts[job_id] = counts.get(job_id, 0) + 1
-        rows = Job.objects.filter(state__in=ACTIVE_STATES).values_list(
-            "id", "attempt", "state", "replicas", "min_available", "restart_policy"
+        rows = Job.objects.filter(state__in=ACTIVE_STATES).only(
+            "id", "attempt", "state", "replicas", "min_available", "restart_policy", "capacity_type", "checkpoint_path"
         )
         return [
             ActiveJob(
-                job_id=job_id,
-                attempt=attempt,
-                state=state,
-                replicas=counts.get(job_id, replicas),
-                gang_size=min(min_available or replicas, counts.get(job_id, replicas)),
-                requeue=policy == Job.RestartPolicy.REQUEUE,
+                job_id=job.pk,
+                attempt=job.attempt,
+                state=job.state,
+                replicas=counts.get(job.pk, job.replicas),
+                gang_size=min(job.gang_size, counts.get(job.pk, job.replicas)),
+                requeue=job.restart_policy == Job.RestartPolicy.REQUEUE,
+                spot=job.capacity_type == SPOT,
+                resume_hint=job.resume_hint(),
             )
-            for job_id, attempt, state, replicas, min_available, policy in rows
+            for job in rows
         ]
 
     def observe(self, *, now: datetime) -> list[Observation]:
@@ -185,8 +187,14 @@ class KubernetesBackend:
         # Pods first, then the database: a pod in the cache was created after its job's admission
         # committed, so the job rows read next are at least that new.
         pods = self.raw_pods()
-        node_names = {n["metadata"]["name"] for n in self.raw_nodes()}
-        return job_observations(self._active_jobs(), pods, node_names, now=now)
+        nodes = self.raw_nodes()
+        node_names = {n["metadata"]["name"] for n in nodes}
+        reclaims = {
+            notice.node: notice
+            for node in nodes
+            if (notice := termination_notice(node["metadata"]["name"], (node.get("spec") or {}).get("taints") or []))
+        }
+        return job_observations(self._active_jobs(), pods, node_names, now=now, reclaims=reclaims)
 
     # -- writing ----------------------------------------------------------------------------------
 

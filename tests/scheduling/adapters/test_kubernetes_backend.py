@@ -468,3 +468,42 @@ def test_a_batch_job_with_a_failed_replica_still_just_fails(kworld, kube, backen
     job.refresh_from_db()
     assert (job.state, job.restarts) == (JobState.FAILED, 0)
     assert not kube.objects.get("Service")  # only training jobs get one
+
+
+# -- spot ---------------------------------------------------------------------------------------------
+
+SPOT_LABELS = {"karpenter.sh/capacity-type": "spot"}
+SPOT_TAINT = {"key": "spot", "value": "true", "effect": "NoSchedule"}
+
+
+def test_a_spot_job_tolerates_the_spot_taint_and_a_termination_notice_requeues_it_at_the_notice(kworld, kube, backend):
+    kube.add_node("spot-0", gpus=8, labels=SPOT_LABELS, taints=[SPOT_TAINT])
+    job = kworld.submit(gpu=8, spot=True, checkpoint_path="/ckpt/x", restart_policy="never")
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, job)
+    assert {"key": "spot", "operator": "Exists"} in pod["spec"]["tolerations"]
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube)
+    notice = T1 + timedelta(minutes=10)
+    kube.taint_node(
+        "spot-0", {"key": "karpenter.sh/disrupted", "effect": "NoSchedule", "timeAdded": notice.isoformat()}
+    )
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING  # requeued whatever its restart policy
+    assert job.message == (
+        "interrupted by spot reclaim: node spot-0 reclaimed (karpenter.sh/disrupted); requeued; "
+        "resume from checkpoint /ckpt/x"
+    )
+    assert job.attempts.get().ended_at == notice  # billed up to the notice
+    assert not pods_of(kube, job)  # its pod on the reclaimed node was deleted
+
+
+def test_a_job_that_did_not_opt_in_never_lands_on_a_spot_node(kworld, kube, backend, settings):
+    settings.QUEUE_NEVER_FITTING_JOBS = True
+    kube.add_node("spot-0", gpus=8, labels=SPOT_LABELS, taints=[SPOT_TAINT])
+    job = kworld.submit(gpu=8)
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert not pods_of(kube, job)
