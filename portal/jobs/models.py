@@ -38,6 +38,11 @@ class PriorityClass(models.Model):
     name = models.CharField(max_length=64, unique=True)
     value = models.IntegerField(help_text="Higher runs first and may preempt lower.")
     preemptible = models.BooleanField(default=True)
+    min_runtime_s = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(30 * 24 * 3600)],
+        help_text="Seconds a job of this class runs before it may be preempted (KAI's preemption delay); 0 = none.",
+    )
     description = models.CharField(max_length=200, blank=True)
 
     class Meta:

@@ -428,6 +428,7 @@ class _Cycle:
             taken=self.taken,
             quota=self.quota,
             cluster=self.cluster,
+            now=self.now,
             fits=fits,
             on_useful_node=on_useful_node,
             frees_a_node=frees_a_node,
@@ -446,6 +447,10 @@ class _Cycle:
                     f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "
                     f"that queue {victim.holder.cq} borrowed"
                 )
+            why += (
+                f"; rule: least-work minimal victim set (lowest priority, then fewest GPU-seconds lost, then "
+                f"youngest; {len(victims)} victim(s)); it loses {victim.lost_gpu_milli_s / 1000:.0f} GPU-seconds"
+            )
             self.preemptions.append(Preemption(w.id, job.id, why))
         message = f"preempting: waiting for {len(victims)} job(s) to stop: {', '.join(names)}"
         self.pending[job.id] = (

@@ -233,6 +233,8 @@ class Workload:
     rules: PlacementRules | None = None  # affinity, anti-affinity, spread, one-domain gangs
     runtime_s: float = 3600.0  # requested runtime, for estimated start times
     start_window: StartWindow | None = None  # admitted only while open (``windows``)
+    # Not preempted before it has run this long (its priority class's minimum runtime, KAI's preemption delay).
+    min_runtime_s: float = 0.0
     state: WorkloadState = WorkloadState.PENDING
     gpu_model: str | None = None  # the flavor it was admitted on (admitted/running)
     placements: tuple[ReplicaPlacement, ...] = ()  # admitted/running
