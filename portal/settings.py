@@ -191,7 +191,7 @@ CELERY_BEAT_SCHEDULE = {
 CLUSTER_BACKEND = env_choice("CLUSTER_BACKEND", "simulated", {"simulated", "kubernetes"})
 # Simulated cluster: a job "runs" for runtime / SIM_SPEEDUP wall seconds.
 SIM_SPEEDUP = env_float("SIM_SPEEDUP", 60.0)
-PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "binpack")
+PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "portal")  # fragmentation-aware (docs/simulator.md)
 # A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
 # any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
 # limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a

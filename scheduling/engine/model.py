@@ -291,7 +291,7 @@ class ForeignUsage:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    placement: str = "binpack"  # binpack | spread | fgd | random | dotprod | clustering | packing | bestfit | ...
+    placement: str = "portal"  # fragmentation-aware; binpack | spread | fgd | random | dotprod | bestfit | ...
     pool_label: str = ""  # node label naming pools; per-pool placement overrides below
     pool_placement: tuple[tuple[str, str], ...] = ()
     rack_label: str = "topology.kubernetes.io/rack"
