@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "portal.jobs",
     "portal.tokens",
     "portal.notifications",
+    "portal.whatif",
     "scheduling",
     "billing",
 ]
