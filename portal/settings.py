@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "portal.tokens",
     "portal.notifications",
     "portal.schedules",
+    "portal.whatif",
     "scheduling",
     "billing",
 ]

@@ -7,6 +7,7 @@ from portal.api.docs import ApiDocsPermission
 from portal.notifications import views as notifications
 from portal.pages import views as pages
 from portal.tokens import views as tokens
+from portal.whatif import views as whatif
 
 handler500 = "portal.middleware.server_error"
 docs = {"permission_classes": [ApiDocsPermission]}
@@ -23,6 +24,8 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", pages.job_cancel, name="job-cancel"),
     path("queues/", pages.queue_list, name="queue-list"),
     path("dashboard/", pages.dashboard, name="dashboard"),
+    path("whatif/", whatif.whatif_index, name="whatif"),
+    path("whatif/<int:pk>/", whatif.whatif_run, name="whatif-run"),
     path("healthz", pages.healthz, name="healthz"),
     path("api/v1/", include("portal.api.urls")),
     path("account/tokens/", tokens.token_list, name="token-list"),
