@@ -97,16 +97,16 @@ def queue_standings(snapshot: Snapshot) -> Standings:
     lq_used: dict[str, dict[str, int]] = {lq.name: {} for lq in snapshot.local_queues}
     # 1. Usage and pending demand.
     for w in snapshot.workloads:
-        cq = lq_cq.get(w.local_queue)
-        if cq is None or cq not in used:
+        name = lq_cq.get(w.local_queue)
+        if name is None or name not in used:
             continue
         if w.state == WorkloadState.PENDING:
-            _add(pending[cq], _demand(cluster, mig_profiles, book, cq, w))
+            _add(pending[name], _demand(cluster, mig_profiles, book, name, w))
             continue
         request = _held(cluster, mig_profiles, w)
-        _add(used[cq], request)
+        _add(used[name], request)
         _add(lq_used.setdefault(w.local_queue, {}), request)
-        fair.add(w.local_queue, cq, request)
+        fair.add(w.local_queue, name, request)
     # 2. Per ClusterQueue and resource.
     keys = {cq: sorted(set(book.limits[cq]) | set(used[cq]) | set(pending[cq])) for cq in used}
     borrowed = {cq: {k: max(0, used[cq].get(k, 0) - (nominal[cq].get(k) or 0)) for k in keys[cq]} for cq in used}

@@ -47,7 +47,7 @@ def node_state(n: NodeOccupancy) -> str:
 def _job_rows(ids: set[str]) -> dict[str, dict]:
     numbers = [int(i) for i in ids if i.isdigit()]
     rows = Job.objects.filter(pk__in=numbers).values("id", "name", "team__slug", "owner__username", "state")
-    return {str(r["id"]): r for r in rows}
+    return {str(r["id"]): dict(r) for r in rows}
 
 
 def _holder_row(holder, jobs: dict[str, dict], visible: set[str] | None) -> dict:
