@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 from django.utils import timezone
 
@@ -33,10 +34,19 @@ def audit_record(
         target_id=str(target_id)[:64],
         target=str(target)[:200],
         field=field[:100],
-        old_value=("" if old is None else str(old))[:200],
-        new_value=("" if new is None else str(new))[:200],
+        old_value=_text(old),
+        new_value=_text(new),
         note=note[:500],
     )
+
+
+def _text(value: object) -> str:
+    """A value as the trail writes it (a price as 0.2 whether it was typed 0.20 or read as 0.200000)."""
+    if value is None:
+        return ""
+    if isinstance(value, Decimal):
+        return format(value.normalize(), "f")
+    return str(value)[:200]
 
 
 def queue_sample_record(*, now: datetime | None = None) -> int:
