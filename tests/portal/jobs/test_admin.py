@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from portal.jobs.errors import ServiceError
 from portal.jobs.models import Job, JobAttempt, QuotaChange
 from portal.jobs.services import job_priority_update, job_requeue
 from portal.ops.models import AuditEntry
-from portal.jobs.errors import ServiceError
 from tests.portal.ops.placing import place
 
 pytestmark = pytest.mark.django_db
