@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "portal.notifications",
     "portal.schedules",
     "portal.whatif",
+    "portal.ops",
     "scheduling",
     "billing",
 ]
@@ -402,3 +403,8 @@ CYCLE_BATCH_S = env_float("CYCLE_BATCH_S", 1.0)
 ADMITTED_REQUEUE_LIMIT = env_int("ADMITTED_REQUEUE_LIMIT", 3)
 ADMITTED_BACKOFF_BASE_S = env_float("ADMITTED_BACKOFF_BASE_S", 60.0)
 ADMITTED_BACKOFF_MAX_S = env_float("ADMITTED_BACKOFF_MAX_S", 3600.0)
+
+# Queues page: every ClusterQueue's quota, use and pending demand per GPU model is sampled this often
+# (the charts of usage against quota and pending demand over time are drawn from the samples).
+QUEUE_SAMPLE_INTERVAL_S = env_float("QUEUE_SAMPLE_INTERVAL_S", 300.0)
+CELERY_BEAT_SCHEDULE["queue-sample"] = {"task": "portal.ops.tasks.queue_sample", "schedule": QUEUE_SAMPLE_INTERVAL_S}

@@ -14,6 +14,8 @@ router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
 
 urlpatterns = [
+    path("cluster/", views.ClusterView.as_view(), name="cluster"),
+    path("fairness/", views.FairnessView.as_view(), name="fairness"),
     path("cluster-queues/", views.ClusterQueueListView.as_view(), name="cluster-queue-list"),
     path("cluster-queues/<str:name>/", views.ClusterQueueDetailView.as_view(), name="cluster-queue-detail"),
     *router.urls,

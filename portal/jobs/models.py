@@ -86,9 +86,11 @@ class FlavorQuota(models.Model):
 
 
 class QuotaChange(models.Model):
-    """Audit trail of every quota edit: who, when, old → new."""
+    """Audit trail of every quota edit: who, when, old → new. Append-only: the admin neither changes nor
+    deletes a record, a ClusterQueue with records cannot be deleted (PROTECT), and on PostgreSQL a
+    trigger refuses ``DELETE`` and ``UPDATE`` of the rows (migration 0008)."""
 
-    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.CASCADE, related_name="quota_changes")
+    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.PROTECT, related_name="quota_changes")
     field = models.CharField(max_length=100, help_text="e.g. 'A100-80GB nominal_gpus' or 'cpu_quota_milli'.")
     old_value = models.CharField(max_length=100, blank=True)
     new_value = models.CharField(max_length=100, blank=True)
@@ -343,7 +345,7 @@ class JobAttempt(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField(help_text="1 for the first admission, then 2, 3, ...")
     queued_at = models.DateTimeField(help_text="When the wait for this admission began.")
-    admitted_at = models.DateTimeField()
+    admitted_at = models.DateTimeField(db_index=True)  # wait percentiles per window (the Queues page)
     started_at = models.DateTimeField(null=True, blank=True, help_text="Pods running (cluster time).")
     ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
     outcome = models.CharField(

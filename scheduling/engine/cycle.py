@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .admission import AdmissionOrder, FairShare, lq_order_key
-from .capacity import FULL, Cluster, Statement
+from .capacity import Cluster, Statement
 from .estimate import estimate_starts
 from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
 from .fit import Shape
@@ -56,7 +56,8 @@ from .model import (
 from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
 from .placement import Placer
 from .preemption import Holder, Victim, VictimIndex, select_victims
-from .quota import CPU, MEMORY, QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .standing import capacity_totals
 from .taints import allowed_tolerations
 from .verdict import Feasibility
 from .windows import opens_at
@@ -161,11 +162,7 @@ class _Cycle:
         return {cq: {key: limit.nominal for key, limit in limits.items()} for cq, limits in self.quota.limits.items()}
 
     def _capacity(self) -> dict[str, int]:
-        c = self.cluster
-        capacity = {CPU: int(c.cpu_total.sum()), MEMORY: int(c.mem_total.sum())}
-        for model, code in c.model_code.items():
-            capacity[gpu_key(model)] = int(c.gpu_count[c.node_model == code].sum()) * FULL
-        return capacity
+        return capacity_totals(self.cluster)
 
     def _load_running(self) -> None:
         for usage in self.snapshot.foreign:
