@@ -511,6 +511,20 @@ def test_the_mig_profile_is_a_choice_from_the_catalogue_filtered_by_gpu_model(cl
     assert refused.status_code == 400
 
 
+def test_the_form_submits_an_off_peak_job_and_a_night_window(client, world):
+    client.force_login(world.users["alice"])
+    page = client.get("/jobs/new/").content.decode()
+    assert "start only between 20:00 and 08:00 UTC" in page
+    created = client.post("/jobs/new/", {**FORM, "off_peak": "on", "start_after": "2030-01-02T03:04"})
+    assert created.status_code == 302, created.content.decode()[:2000]
+    job = Job.objects.get()
+    assert job.off_peak is True
+    assert job.start_after.isoformat() == "2030-01-02T03:04:00+00:00"
+    response = client.post("/jobs/new/", {**FORM, "start_window": "8pm-8am"})
+    assert response.status_code == 400
+    assert "is not a time like 20:00" in response.content.decode()
+
+
 def test_a_preempted_jobs_page_names_the_rule_that_chose_it_and_its_class_minimum_runtime(client, world):
     from datetime import timedelta
 
