@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import partial
 from types import EllipsisType
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -64,33 +65,42 @@ def workload_from_job(
         priority=job.priority_class.value,
         preemptible=job.priority_class.preemptible,
         created_at=job.created_at.timestamp(),
-        resources=m.Resources(
-            gpu=job.gpu,
-            gpu_milli=job.gpu_milli,
-            mig_profile=job.mig_profile or None,
-            gpu_memory_gib=job.gpu_memory_gib,
-            cpu_milli=job.cpu_milli,
-            memory_mib=job.memory_mib,
-        ),
+        resources=engine_resources(job),
         replicas=job.replicas,
         min_available=job.min_available,
         allowed_gpu_models=tuple(sorted(g.name for g in job.allowed_gpu_models.all())),
         node_selector=m.labels_of(job.node_selector),
-        tolerations=tuple(
-            m.Toleration(
-                key=t.get("key", ""),
-                operator=t.get("operator", "Equal"),
-                value=t.get("value", ""),
-                effect=t.get("effect", ""),
-            )
-            for t in job.tolerations
-        ),
+        tolerations=engine_tolerations(job.tolerations),
         rules=job_rules(job) if isinstance(rules, EllipsisType) else rules,
         runtime_s=float(job.runtime_s),
         state=ENGINE_STATE[JobState(job.state)],
         gpu_model=job.gpu_model.name if job.gpu_model else None,
         placements=tuple(p.engine_placement() for p in placements),
         started_at=_ts(job.started_at or job.admitted_at),
+    )
+
+
+def engine_resources(request: Any) -> m.Resources:
+    """A job's (or a job request's) per-replica request as the engine's ``Resources``."""
+    return m.Resources(
+        gpu=request.gpu,
+        gpu_milli=request.gpu_milli,
+        mig_profile=request.mig_profile or None,
+        gpu_memory_gib=request.gpu_memory_gib,
+        cpu_milli=request.cpu_milli,
+        memory_mib=request.memory_mib,
+    )
+
+
+def engine_tolerations(tolerations: Iterable[dict]) -> tuple[m.Toleration, ...]:
+    return tuple(
+        m.Toleration(
+            key=t.get("key", ""),
+            operator=t.get("operator", "Equal") or "Equal",
+            value=t.get("value", ""),
+            effect=t.get("effect", ""),
+        )
+        for t in tolerations
     )
 
 
@@ -240,8 +250,9 @@ def placement_gpus(placements: tuple[m.ReplicaPlacement, ...]) -> Decimal:
     return billed_gpus(sum(placement_billed_units(p) for p in placements))
 
 
-def pending_update(rows: list[tuple[int, dict, int, datetime | None]]) -> None:
-    """Write (id, pending reason, queue position, estimated start) for pending jobs, only those rows.
+def pending_update(rows: list[tuple[int, dict, int, datetime | None, datetime | None]]) -> None:
+    """Write (id, pending reason, queue position, estimated start P50, P90) for pending jobs, only those
+    rows.
 
     PostgreSQL: one ``UPDATE ... FROM (VALUES ...)`` per thousand rows, an order of magnitude faster
     than ``bulk_update``'s CASE expressions for the thousands of pending jobs a cycle explains.
@@ -250,22 +261,30 @@ def pending_update(rows: list[tuple[int, dict, int, datetime | None]]) -> None:
         return
     if connection.vendor != "postgresql":
         jobs = []
-        for job_id, reason, position, estimate in rows:
-            job = Job(pk=job_id, pending_reason=reason, queue_position=position, estimated_start=estimate)
+        for job_id, reason, position, estimate, late in rows:
+            job = Job(
+                pk=job_id,
+                pending_reason=reason,
+                queue_position=position,
+                estimated_start=estimate,
+                estimated_start_p90=late,
+            )
             jobs.append(job)
-        Job.objects.bulk_update(jobs, ["pending_reason", "queue_position", "estimated_start"], batch_size=500)
+        fields = ["pending_reason", "queue_position", "estimated_start", "estimated_start_p90"]
+        Job.objects.bulk_update(jobs, fields, batch_size=500)
         return
     table = Job._meta.db_table
     with connection.cursor() as cursor:
         for start in range(0, len(rows), 1000):
             chunk = rows[start : start + 1000]
-            values = ", ".join(["(%s, %s::jsonb, %s, %s::timestamptz)"] * len(chunk))
+            values = ", ".join(["(%s, %s::jsonb, %s, %s::timestamptz, %s::timestamptz)"] * len(chunk))
             params: list = []
-            for job_id, reason, position, estimate in chunk:
-                params += [job_id, json.dumps(reason), position, estimate]
+            for job_id, reason, position, estimate, late in chunk:
+                params += [job_id, json.dumps(reason), position, estimate, late]
             cursor.execute(
                 f"UPDATE {table} AS j SET pending_reason = v.reason, queue_position = v.position, "
-                f"estimated_start = v.estimate FROM (VALUES {values}) AS v(id, reason, position, estimate) "
+                "estimated_start = v.estimate, estimated_start_p90 = v.late "
+                f"FROM (VALUES {values}) AS v(id, reason, position, estimate, late) "
                 "WHERE j.id = v.id AND j.state = %s",
                 [*params, JobState.PENDING],
             )
@@ -351,16 +370,21 @@ def admission_apply(
 
 
 def pending_apply(pending: tuple[m.PendingInfo, ...]) -> None:
-    """Store each pending job's reason, position and estimate, writing only the rows that changed."""
+    """Store each pending job's reason, position and estimates, writing only the rows that changed."""
     rows = []
     infos = {int(info.workload_id): info for info in pending}
     current = Job.objects.filter(pk__in=infos, state=JobState.PENDING).values_list(
-        "id", "pending_reason", "queue_position", "estimated_start"
+        "id", "pending_reason", "queue_position", "estimated_start", "estimated_start_p90"
     )
-    for job_id, old_reason, old_position, old_estimate in current:
+    for job_id, old_reason, old_position, old_estimate, old_late in current:
         info = infos[job_id]
         reason = reason_to_json(info.reason)
-        estimate = datetime.fromtimestamp(info.estimated_start, tz=UTC) if info.estimated_start is not None else None
-        if (reason, info.position, estimate) != (old_reason, old_position, old_estimate):
-            rows.append((job_id, reason, info.position, estimate))
+        estimate = _moment(info.estimated_start)
+        late = _moment(info.estimated_start_p90)
+        if (reason, info.position, estimate, late) != (old_reason, old_position, old_estimate, old_late):
+            rows.append((job_id, reason, info.position, estimate, late))
     pending_update(rows)
+
+
+def _moment(ts: float | None) -> datetime | None:
+    return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None
