@@ -43,7 +43,7 @@ def test_arrival_mode_writes_summary_placements_and_report(trace_files, tmp_path
     assert table.main([str(out), str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| FGD |" in printed
-    assert "portal − FGD" in printed
+    assert "portal vs FGD" in printed
 
 
 def test_replay_mode_reports_delays_and_allocation_over_time(trace_files, tmp_path):
