@@ -8,6 +8,7 @@ from portal.notifications import views as notifications
 from portal.pages import ops
 from portal.pages import views as pages
 from portal.tokens import views as tokens
+from portal.whatif import views as whatif
 
 handler500 = "portal.middleware.server_error"
 docs = {"permission_classes": [ApiDocsPermission]}
@@ -27,6 +28,8 @@ urlpatterns = [
     path("cluster/", ops.cluster, name="cluster"),
     path("cluster/nodes/<str:name>/", ops.cluster_node, name="cluster-node"),
     path("dashboard/", pages.dashboard, name="dashboard"),
+    path("whatif/", whatif.whatif_index, name="whatif"),
+    path("whatif/<int:pk>/", whatif.whatif_run, name="whatif-run"),
     path("healthz", pages.healthz, name="healthz"),
     path("api/v1/", include("portal.api.urls")),
     path("account/tokens/", tokens.token_list, name="token-list"),

@@ -2,6 +2,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from portal.api import views
+from portal.schedules.api import ScheduleViewSet
 
 app_name = "api"
 router = DefaultRouter()
@@ -9,6 +10,7 @@ router.register("jobs", views.JobViewSet, basename="job")
 router.register("teams", views.TeamViewSet, basename="team")
 router.register("queues", views.LocalQueueViewSet, basename="queue")
 router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
 
 urlpatterns = [

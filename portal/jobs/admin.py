@@ -43,7 +43,7 @@ class GpuModelAdmin(admin.ModelAdmin):
 
 @admin.register(PriorityClass)
 class PriorityClassAdmin(admin.ModelAdmin):
-    list_display = ["name", "value", "preemptible", "description"]
+    list_display = ["name", "value", "preemptible", "min_runtime_s", "description"]
     list_filter = ["preemptible"]
     search_fields = ["name"]
 

@@ -43,6 +43,7 @@ from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
 from scheduling.engine.model import Reason
+from scheduling.engine.windows import parse_span, zone_problem
 from scheduling.selectors import job_never_fits
 from scheduling.services import cycle_request_claim
 from scheduling.tasks import scheduling_cycle_task
@@ -55,6 +56,7 @@ MAX_CPU_MILLI = 1024 * 1000
 MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 MAX_GPU_MEMORY_GIB = 8 * 1024
 MAX_RUNTIME_S = 90 * 24 * 3600
+MAX_RESTARTS = 100
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
 # Every list and string of a spec is bounded, so one tenant's request cannot make the cycle (which
 # reads every pending job) slower for everyone: the largest legal job costs the same as a small one.
@@ -136,7 +138,7 @@ class JobSpec:
     team: Team
     local_queue: LocalQueue
     name: str = ""
-    kind: str = Job.Kind.TRAINING
+    kind: str = Job.Kind.BATCH
     image: str
     command: tuple[str, ...] = ()
     replicas: int = 1
@@ -157,6 +159,13 @@ class JobSpec:
     topology_spread_constraints: tuple[dict, ...] = ()
     required_topology: str = ""
     labels: tuple[tuple[str, str], ...] = ()
+    checkpoint_path: str = ""
+    max_restarts: int = 3
+    spot: bool = False
+    start_after: datetime | None = None
+    start_window: str = ""
+    window_timezone: str = "UTC"
+    off_peak: bool = False
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], **objects: Any) -> JobSpec:
@@ -231,6 +240,42 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError(f"at most {MAX_ALLOWED_GPU_MODELS} GPU models", field="allowed_gpu_models")
     tolerations_validate(spec)
     placement_rules_validate(spec)
+    start_window_validate(spec)
+    kind_validate(spec)
+
+
+def start_window_validate(spec: JobSpec) -> None:
+    """A daily span like 20:00-08:00 in a known zone, or the off-peak hours, not both."""
+    if spec.off_peak and spec.start_window:
+        raise ServiceError(
+            f"an off-peak job starts in the off-peak hours ({settings.OFFPEAK_HOURS}); leave start_window empty",
+            field="start_window",
+        )
+    if spec.start_window:
+        try:
+            parse_span(spec.start_window)
+        except ValueError as exc:
+            raise ServiceError(str(exc), field="start_window") from None
+    if problem := zone_problem(spec.window_timezone):
+        raise ServiceError(problem, field="window_timezone")
+
+
+def kind_validate(spec: JobSpec) -> None:
+    """What each kind of job asks of its spec (docs/workloads.md)."""
+    if spec.kind == Job.Kind.TRAINING and spec.min_available not in (0, spec.replicas):
+        raise ServiceError(
+            f"a training job's workers start together or not at all: set 0 (all {spec.replicas}) or leave it out",
+            field="min_available",
+        )
+    if spec.kind == Job.Kind.RAY:
+        raise ServiceError("Ray clusters cannot be submitted yet", field="kind")
+    if not 0 <= spec.max_restarts <= MAX_RESTARTS:
+        raise ServiceError(f"must be between 0 and {MAX_RESTARTS}", field="max_restarts")
+    path = spec.checkpoint_path
+    if len(path) > 1024:
+        raise ServiceError("at most 1024 characters", field="checkpoint_path")
+    if any(ch in path for ch in "\x00\n\r"):
+        raise ServiceError("must not contain NUL or line breaks", field="checkpoint_path")
 
 
 def placement_rules_validate(spec: JobSpec) -> None:
