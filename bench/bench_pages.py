@@ -45,7 +45,11 @@ from bench.bench_allocation import Rec, ensure_database
 SEED = 12
 TARGET_MS = 300.0
 TEAMS = [f"team{i}" for i in range(8)]
-MODELS = (("A100-80GB", 80, ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]), ("H100-80GB", 80, []), ("T4", 16, []))
+MODELS: tuple[tuple[str, int, list[str]], ...] = (
+    ("A100-80GB", 80, ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]),
+    ("H100-80GB", 80, []),
+    ("T4", 16, []),
+)
 # (name, url, user): "admin" is a platform admin, "member" a member of team0.
 PAGES: list[tuple[str, str, str]] = [
     ("cluster page (admin)", "/cluster/", "admin"),
@@ -236,7 +240,7 @@ def _jobs(rng, *, jobs, teams, queues, priorities, nodes, owner_of, now) -> list
 
 def _running_slots(rng, nodes) -> list[tuple[Any, tuple[int, ...], int, str]]:
     """(node, devices, milli per device, MIG profile) for the running jobs: about 80 % of the GPUs held."""
-    slots = []
+    slots: list[tuple[Any, tuple[int, ...], int, str]] = []
     for node in nodes:
         if node.unschedulable:
             continue
