@@ -45,7 +45,7 @@ def queue_list(request):
     now = timezone.now()
     overview = queue_overview(user=request.user, now=now)
     figures = [
-        (name, charts.figure_html(charts.queue_history_figure(name, series)))
+        (name, charts.figure_dict_html(charts.queue_history_figure(name, series)))
         for name, series in sorted(sample_series(now=now).items())
     ]
     return render(

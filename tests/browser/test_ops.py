@@ -35,7 +35,7 @@ def busy(world):
         queue_position=1, pending_reason={"kind": "quota", "message": "needs 8 A100-80GB GPUs, 5.75 free in quota"}
     )
     world.submit("nlp", name="nlp-queued", gpu=2)
-    now = timezone.now()
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)  # the charts plot each hour's first sample
     for hour in range(48):
         for cq, used in (("cq-vision", 2000 + 100 * (hour % 12)), ("cq-nlp", 1500)):
             QueueSample.objects.create(

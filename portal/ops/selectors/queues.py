@@ -5,12 +5,14 @@ they wait, and the sampled history for the charts."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import Aggregate, Avg, Count, DurationField, F, FloatField, Max, Q, Window
-from django.db.models.functions import RowNumber, Trunc
+from django.db.models import Aggregate, Count, DurationField, F, Q, Window
+from django.db.models.functions import RowNumber
 
 from portal.jobs.models import ClusterQueue, Job, JobAttempt
 from portal.jobs.states import JobState
@@ -148,28 +150,23 @@ def _queue_row(q: QueueStanding) -> dict:
 
 
 def sample_series(*, now: datetime, days: int = CHART_DAYS) -> dict[str, dict[str, dict[str, list]]]:
-    """``cluster queue -> GPU model -> {at, nominal, used, pending}``: hourly means of the samples of the
-    last ``days`` days, in GPUs."""
-    rows = (
-        QueueSample.objects.filter(at__gt=now - timedelta(days=days), at__lte=now)
-        .annotate(hour=Trunc("at", "hour"))
-        .values("cluster_queue", "gpu_model", "hour")
-        .annotate(
-            nominal=Max("nominal_milli"),
-            used=Avg("used_milli", output_field=FloatField()),
-            pending=Avg("pending_milli", output_field=FloatField()),
-        )
-        .order_by("cluster_queue", "gpu_model", "hour")
-    )
+    """``cluster queue -> GPU model -> {at, nominal, used, pending}`` in GPUs: the first sample of each
+    hour of the last ``days`` days (every sample when they are an hour or more apart). Hourly points
+    are read straight from the index on ``at``; averaging 50,000 samples a week costs a sort."""
+    step_minutes = math.ceil(settings.QUEUE_SAMPLE_INTERVAL_S / 60)
+    samples = QueueSample.objects.filter(at__gt=now - timedelta(days=days), at__lte=now)
+    if step_minutes < 60:
+        samples = samples.filter(at__minute__lt=step_minutes)
+    rows = samples.order_by("at").values_list("cluster_queue", "gpu_model", "at", "nominal_milli", "used_milli",
+                                              "pending_milli")  # fmt: skip
     out: dict[str, dict[str, dict[str, list]]] = defaultdict(dict)
-    for row in rows:
-        series = out[row["cluster_queue"]].setdefault(
-            row["gpu_model"], {"at": [], "nominal": [], "used": [], "pending": []}
-        )
-        series["at"].append(row["hour"])
-        series["nominal"].append(row["nominal"] / 1000)
-        series["used"].append(round(row["used"] / 1000, 3))
-        series["pending"].append(round(row["pending"] / 1000, 3))
+    for queue, model, at, nominal, used, pending in rows:
+        empty: dict[str, list] = {"at": [], "nominal": [], "used": [], "pending": []}
+        series = out[queue].setdefault(model, empty)
+        series["at"].append(at)
+        series["nominal"].append(nominal / 1000)
+        series["used"].append(used / 1000)
+        series["pending"].append(pending / 1000)
     return dict(out)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from portal.ops.services import queue_sample_record
 from tests.portal.ops.placing import place
@@ -48,7 +49,7 @@ def test_a_nodes_page_lists_your_jobs_and_counts_the_others(client, world, runni
 
 
 def test_the_queues_page_shows_standings_waits_heads_warnings_and_charts(client, world, running):
-    queue_sample_record()
+    queue_sample_record(now=timezone.now().replace(minute=0, second=0, microsecond=0))  # an hour's first sample
     client.force_login(world.users["bob"])
     page = client.get("/queues/").content.decode()
     assert "Nominal quotas of T4 add up to 8 GPUs, more than the 4 the cluster has." in page
