@@ -20,7 +20,7 @@ def running(world):
 
 
 def test_the_pages_need_a_login(client, world):
-    for path in ("/cluster/", "/cluster/nodes/a100-0/", "/queues/", "/queues/fair-share/"):
+    for path in ("/cluster/", "/cluster/nodes/a100-0/", "/queues/", "/queues/charts/", "/queues/fair-share/"):
         assert client.get(path).status_code == 302
 
 
@@ -54,7 +54,9 @@ def test_the_queues_page_shows_standings_waits_heads_warnings_and_charts(client,
     page = client.get("/queues/").content.decode()
     assert "Nominal quotas of T4 add up to 8 GPUs, more than the 4 the cluster has." in page
     assert 'href="/queues/fair-share/"' in page
-    assert "cq-vision: use and pending demand vs quota" in page  # a chart from the samples
+    assert 'hx-get="/queues/charts/"' in page  # the charts load after the page
+    charts = client.get("/queues/charts/").content.decode()
+    assert "cq-vision: use and pending demand vs quota" in charts  # a chart from the samples
     assert "Fair-share standing of each team" in page
     formula = client.get("/queues/fair-share/").content.decode()
     assert "share(u, P, w)" in formula
