@@ -92,7 +92,7 @@ def wait_percentiles(*, now: datetime) -> dict[str, dict[str, dict]]:
     return dict(out)
 
 
-def queue_heads(*, visible: set[str] | None, now: datetime) -> dict[str, list[dict]]:
+def queue_heads(*, visible: set[str] | None, now: datetime, queues: list[str] | None = None) -> dict[str, list[dict]]:
     """The first pending jobs of each ClusterQueue in the order the last cycle ranked them (its queue
     position; unranked jobs after, by priority then submission), with why each waits. Another team's
     job is shown without its name. One query: the rank within each queue is a window function."""
@@ -107,7 +107,8 @@ def queue_heads(*, visible: set[str] | None, now: datetime) -> dict[str, list[di
             "estimated_start", "local_queue__cluster_queue__name",
         )
     )  # fmt: skip
-    out: dict[str, list[dict]] = {name: [] for name in ClusterQueue.objects.values_list("name", flat=True)}
+    names = queues if queues is not None else list(ClusterQueue.objects.values_list("name", flat=True))
+    out: dict[str, list[dict]] = {name: [] for name in names}
     for job in ranked:
         mine = visible is None or job["team__slug"] in visible
         reason = job["pending_reason"] or {}
@@ -172,8 +173,13 @@ def sample_series(*, now: datetime, days: int = CHART_DAYS) -> dict[str, dict[st
 
 def queue_overview(*, user, now: datetime) -> dict:
     """Everything the Queues page and ``GET /api/v1/fairness/`` show."""
-    standings = queue_standings_now()
+    snapshot = snapshot_now()
+    standings = queue_standings(snapshot)
     visible = visible_team_slugs(user=user)
+    cluster_gpus: dict[str, int] = defaultdict(int)
+    for node in snapshot.nodes:
+        if node.gpu_model:
+            cluster_gpus[node.gpu_model] += node.gpu_count
     local_queues = [
         {
             "team": lq.team,
@@ -195,6 +201,6 @@ def queue_overview(*, user, now: datetime) -> dict:
         "cohorts": [_queue_row(q) for q in standings.cohorts],
         "local_queues": local_queues,
         "waits": waits,
-        "heads": queue_heads(visible=visible, now=now),
-        "warnings": quota_warnings(standings),
+        "heads": queue_heads(visible=visible, now=now, queues=[q.name for q in standings.cluster_queues]),
+        "warnings": quota_warnings(standings, cluster_gpus=cluster_gpus),
     }
