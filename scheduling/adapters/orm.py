@@ -25,11 +25,19 @@ from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.jobs.transitions import job_transition
 from portal.tenants.selectors import team_toleration_allowlist
 from portal.tenants.tolerations import as_grant
-from scheduling.adapters.contract import ClusterBackend, ClusterView, node_capacity_type
+from scheduling.adapters.contract import (
+    ClusterBackend,
+    ClusterView,
+    billed_capacity_type,
+    job_tolerations,
+    node_capacity_type,
+    spot_toleration,
+)
 from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.engine import model as m
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.shares import billed_gpus, placement_billed_units
+from scheduling.engine.windows import StartWindow, parse_span
 from scheduling.models import NodePool
 
 logger = logging.getLogger(__name__)
@@ -63,6 +71,7 @@ def workload_from_job(
         team=job.team.slug,
         priority=job.priority_class.value,
         preemptible=job.priority_class.preemptible,
+        min_runtime_s=float(job.priority_class.min_runtime_s),
         created_at=job.created_at.timestamp(),
         resources=m.Resources(
             gpu=job.gpu,
@@ -83,14 +92,34 @@ def workload_from_job(
                 value=t.get("value", ""),
                 effect=t.get("effect", ""),
             )
-            for t in job.tolerations
+            for t in job_tolerations(job.tolerations, spot=job.spot)
         ),
         rules=job_rules(job) if isinstance(rules, EllipsisType) else rules,
         runtime_s=float(job.runtime_s),
+        start_window=job_start_window(job),
         state=ENGINE_STATE[JobState(job.state)],
         gpu_model=job.gpu_model.name if job.gpu_model else None,
         placements=tuple(p.engine_placement() for p in placements),
         started_at=_ts(job.started_at or job.admitted_at),
+    )
+
+
+def job_start_window(job: Job) -> StartWindow | None:
+    """A job's start window as the engine's value: its start-after instant and its daily span (the
+    off-peak hours for an off-peak job). ``None`` for a job that may start at any time."""
+    span, zone = "", job.window_timezone or "UTC"
+    if job.off_peak:
+        span, zone = settings.OFFPEAK_HOURS, settings.OFFPEAK_TIMEZONE
+    elif job.start_window:
+        span = job.start_window
+    if not span and job.start_after is None:
+        return None
+    start, end = parse_span(span) if span else (None, None)
+    return StartWindow(
+        not_before_s=_ts(job.start_after),
+        daily_start_minute=start,
+        daily_end_minute=end,
+        zone=zone,
     )
 
 
@@ -156,8 +185,10 @@ def pool_descriptions() -> dict[str, str]:
 
 
 def toleration_grants_load() -> tuple[tuple[str, tuple[m.TolerationGrant, ...]], ...]:
-    """Every team's allow-list of tolerations (teams without a grant have an empty one)."""
-    return tuple((slug, tuple(as_grant(g) for g in grants)) for slug, grants in team_toleration_allowlist().items())
+    """Every team's allow-list of tolerations (teams without a grant have an empty one), plus the spot
+    taint's for every team: any job may opt in to spot capacity (``spot: true``)."""
+    spot = as_grant({"key": spot_toleration()["key"]})
+    return tuple((slug, (*(as_grant(g) for g in grants), spot)) for slug, grants in team_toleration_allowlist().items())
 
 
 def snapshot_load(
@@ -305,9 +336,11 @@ def preemption_apply(preemption: m.Preemption, *, now: datetime, backend: Cluste
     job = Job.objects.select_for_update().filter(pk=int(preemption.workload_id)).first()
     if job is None or job.state not in ACTIVE_STATES:
         return False
-    job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason)
+    job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason + job.resume_hint())
     if job.restart_policy == Job.RestartPolicy.REQUEUE:
-        job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption")
+        job_transition(
+            job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption" + job.resume_hint()
+        )
     grace_s = getattr(settings, "K8S_POD_GRACE_S", 30)
     transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=grace_s))
     return True
@@ -327,7 +360,7 @@ def admission_apply(
     if job is None or job.state != JobState.PENDING:
         return False
     first_node = nodes.get(admission.placements[0].node) if admission.placements else None
-    capacity_type = node_capacity_type(first_node) if first_node else ""
+    capacity_type = billed_capacity_type(node_capacity_type(first_node), off_peak=job.off_peak) if first_node else ""
     job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
     job.capacity_type = capacity_type
     job.save(update_fields=["gpu_model", "capacity_type"])

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0006_team_cost_rollup'),
+        ('billing', '0007_off_peak_prices'),
         ('jobs', '0007_placement_rules'),
     ]
 
