@@ -70,7 +70,12 @@ def day_labels(now: datetime, days: int) -> list[str]:
 
 
 def figure_html(fig: go.Figure) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+    """The figure as a ``div``: responsive (it takes its card's width and follows it; a fixed width
+    would spill out of a narrow card), so no ``width`` is ever set in a layout."""
+    fig.update_layout(autosize=True)
+    return fig.to_html(
+        full_html=False, include_plotlyjs=False, default_width="100%", config={"displaylogo": False, "responsive": True}
+    )
 
 
 def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> dict:
