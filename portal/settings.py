@@ -13,6 +13,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from scheduling.adapters.k8s.resources import quantity
 from scheduling.engine.windows import parse_span, zone_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -235,6 +236,25 @@ CLUSTER_SYNC_INTERVAL_S = env_float("CLUSTER_SYNC_INTERVAL_S", 15.0)
 SWEEP_INTERVAL_S = env_float("SWEEP_INTERVAL_S", 60.0)
 # A task whose worker died unacknowledged is redelivered after this long (Redis visibility timeout).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 300)}
+# Team namespaces kept in step (docs/kubernetes.md): each team's namespace gets a ResourceQuota at its
+# queues' ceiling and a LimitRange with these container defaults (the seed's ai-limits); the cluster
+# sync task checks them every NAMESPACE_SYNC_INTERVAL_S and rewrites any that drifted.
+K8S_NAMESPACE_OBJECTS = env_bool("K8S_NAMESPACE_OBJECTS", True)
+NAMESPACE_SYNC_INTERVAL_S = env_float("NAMESPACE_SYNC_INTERVAL_S", 60.0)
+K8S_LIMIT_DEFAULT = env_list("K8S_LIMIT_DEFAULT", ["cpu=4", "memory=8Gi", "nvidia.com/gpu=1"])
+K8S_LIMIT_DEFAULT_REQUEST = env_list("K8S_LIMIT_DEFAULT_REQUEST", ["cpu=2", "memory=4Gi", "nvidia.com/gpu=1"])
+for _name, _items in (
+    ("K8S_LIMIT_DEFAULT", K8S_LIMIT_DEFAULT),
+    ("K8S_LIMIT_DEFAULT_REQUEST", K8S_LIMIT_DEFAULT_REQUEST),
+):
+    for _item in _items:
+        _resource, _, _amount = _item.partition("=")
+        try:
+            quantity(_amount)
+        except ValueError:
+            raise ImproperlyConfigured(f"{_name}: {_item!r} is not resource=quantity (e.g. memory=8Gi)") from None
+        if not _resource or not _amount:
+            raise ImproperlyConfigured(f"{_name}: {_item!r} is not resource=quantity (e.g. memory=8Gi)")
 CELERY_BEAT_SCHEDULE["cluster-sync"] = {
     "task": "scheduling.tasks.cluster_sync",
     "schedule": CLUSTER_SYNC_INTERVAL_S,

@@ -3,6 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from portal.api import views
 from portal.schedules.api import ScheduleViewSet
+from scheduling.api import NamespaceObjectListView
 
 app_name = "api"
 router = DefaultRouter()
@@ -14,6 +15,7 @@ router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
 
 urlpatterns = [
+    path("namespaces/", NamespaceObjectListView.as_view(), name="namespace-object-list"),
     path("cluster-queues/", views.ClusterQueueListView.as_view(), name="cluster-queue-list"),
     path("cluster-queues/<str:name>/", views.ClusterQueueDetailView.as_view(), name="cluster-queue-detail"),
     *router.urls,

@@ -26,6 +26,11 @@ from tests.scheduling.adapters.fakecluster import FakeCluster, stamp
 
 POD_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?:/(?P<sub>binding|status))?)?$")
 EVENT_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
+# Namespaced objects kept as they are written (the namespace sync's ResourceQuotas and LimitRanges).
+OBJECT_PATH = re.compile(
+    r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<resource>resourcequotas|limitranges)(?:/(?P<name>[^/]+))?$"
+)
+OBJECT_KINDS = {"resourcequotas": "ResourceQuota", "limitranges": "LimitRange"}
 
 
 def status_body(code: int, reason: str, message: str) -> dict:
@@ -58,6 +63,7 @@ class FakeKubeApi(FakeCluster):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.faults: list[Fault] = []
+        self.objects: dict[tuple[str, str, str], dict] = {}  # (resource, namespace, name) -> object
         self.closing = threading.Event()
         self._server: ThreadingHTTPServer | None = None
 
@@ -80,6 +86,9 @@ class FakeKubeApi(FakeCluster):
 
             def do_DELETE(self) -> None:
                 api.handle(self, "DELETE")
+
+            def do_PUT(self) -> None:
+                api.handle(self, "PUT")
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -166,6 +175,9 @@ class FakeKubeApi(FakeCluster):
                 with self.cond:
                     self.events.append(body)
                 return self.reply(handler, 201, body)
+            match = OBJECT_PATH.match(path)
+            if match:
+                return self.object_endpoint(handler, method, match["resource"], match["ns"], match["name"], body)
             match = POD_PATH.match(path)
             if match:
                 return self.pod_endpoint(handler, method, match["ns"], match["name"], match["sub"], query, body)
@@ -325,6 +337,64 @@ class FakeKubeApi(FakeCluster):
                 self._write("Pod", "DELETED", pod)
             return self.reply(handler, 200, pod)
         return self.reply(handler, 405, status_body(405, "MethodNotAllowed", method))
+
+    def object_endpoint(self, handler, method: str, resource: str, namespace: str, name: str | None, body: dict):
+        """GET (one or the namespace's list), POST (409 if it exists), PUT (404 if absent, 409 when the
+        body's resourceVersion is not the stored one, as optimistic concurrency has it), DELETE."""
+        kind = OBJECT_KINDS[resource]
+        with self.cond:
+            if name is None and method == "GET":
+                items = [
+                    json.loads(json.dumps(o))
+                    for (r, ns, _), o in sorted(self.objects.items())
+                    if (r, ns) == (resource, namespace)
+                ]
+                return self.reply(
+                    handler,
+                    200,
+                    {
+                        "kind": f"{kind}List",
+                        "apiVersion": "v1",
+                        "metadata": {"resourceVersion": str(self.rv)},
+                        "items": items,
+                    },
+                )
+            if name is None and method == "POST":
+                name = body["metadata"]["name"]
+                if (resource, namespace, name) in self.objects:
+                    return self.reply(
+                        handler, 409, status_body(409, "AlreadyExists", f'{resource} "{name}" already exists')
+                    )
+                return self.reply(handler, 201, self.store_object(resource, namespace, body))
+            key = (resource, namespace, name or "")
+            live = self.objects.get(key)
+            if live is None:
+                return self.reply(handler, 404, status_body(404, "NotFound", f'{resource} "{name}" not found'))
+            if method == "GET":
+                return self.reply(handler, 200, json.loads(json.dumps(live)))
+            if method == "PUT":
+                if body.get("metadata", {}).get("resourceVersion") != live["metadata"]["resourceVersion"]:
+                    return self.reply(
+                        handler, 409, status_body(409, "Conflict", f"the object {name} has been modified")
+                    )
+                return self.reply(
+                    handler, 200, self.store_object(resource, namespace, body, uid=live["metadata"]["uid"])
+                )
+            if method == "DELETE":
+                del self.objects[key]
+                return self.reply(handler, 200, live)
+        return self.reply(handler, 405, status_body(405, "MethodNotAllowed", method))
+
+    def store_object(self, resource: str, namespace: str, body: dict, *, uid: str | None = None) -> dict:
+        """Store (create or replace) a namespaced object as a person with kubectl could too."""
+        with self.cond:
+            obj = json.loads(json.dumps(body))
+            obj["metadata"].update(namespace=namespace, uid=uid or str(uuid.uuid4()))
+            obj["metadata"].setdefault("creationTimestamp", stamp())
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self.objects[(resource, namespace, obj["metadata"]["name"])] = obj
+            return json.loads(json.dumps(obj))
 
     def create_pod(self, handler, namespace: str, body: dict) -> None:
         name = body["metadata"]["name"]
