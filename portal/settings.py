@@ -201,6 +201,19 @@ QUEUE_NEVER_FITTING_JOBS = env_bool("QUEUE_NEVER_FITTING_JOBS", False)
 SCHEDULER_SEED = env_int("SCHEDULER_SEED", 0)
 # Node label whose value (on-demand, spot, reserved) prices the GPU-hours of jobs on that node.
 CAPACITY_TYPE_LABEL = env_str("CAPACITY_TYPE_LABEL", "karpenter.sh/capacity-type")
+# The taint spot nodes carry (key=true:NoSchedule); jobs submitted with ``spot: true`` tolerate it.
+SPOT_TAINT_KEY = env_str("SPOT_TAINT_KEY", "spot")
+# Node taints that announce a reclaim (a termination notice): the node's jobs are requeued at the
+# taint's timeAdded, as if the node were gone. Karpenter's disruption taint, AWS's node termination
+# handler (spot interruption and rebalance), GKE's impending termination.
+SPOT_TERMINATION_TAINTS = env_list(
+    "SPOT_TERMINATION_TAINTS",
+    [
+        "karpenter.sh/disrupted",
+        "aws-node-termination-handler/spot-itn",
+        "cloud.google.com/impending-node-termination",
+    ],
+)
 
 LOGGING = {
     "version": 1,

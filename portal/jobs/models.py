@@ -232,6 +232,10 @@ class Job(models.Model):
     def gang_size(self) -> int:
         return self.min_available or self.replicas
 
+    def resume_hint(self) -> str:
+        """What a requeued job's reason adds so its owner knows where to resume from ("" without a path)."""
+        return f"; resume from checkpoint {self.checkpoint_path}" if self.checkpoint_path else ""
+
     @property
     def gpu_share_per_replica(self) -> float:
         """Billed GPUs one replica holds: 0.25 for 250 milli, 3/7 for a 3g MIG slice, n for n GPUs

@@ -239,6 +239,7 @@ def job_spec_validate(spec: JobSpec) -> None:
     tolerations_validate(spec)
     placement_rules_validate(spec)
     start_window_validate(spec)
+    kind_validate(spec)
 
 
 def start_window_validate(spec: JobSpec) -> None:
@@ -255,6 +256,24 @@ def start_window_validate(spec: JobSpec) -> None:
             raise ServiceError(str(exc), field="start_window") from None
     if problem := zone_problem(spec.window_timezone):
         raise ServiceError(problem, field="window_timezone")
+
+
+def kind_validate(spec: JobSpec) -> None:
+    """What each kind of job asks of its spec (docs/workloads.md)."""
+    if spec.kind == Job.Kind.TRAINING and spec.min_available not in (0, spec.replicas):
+        raise ServiceError(
+            f"a training job's workers start together or not at all: set 0 (all {spec.replicas}) or leave it out",
+            field="min_available",
+        )
+    if spec.kind == Job.Kind.RAY:
+        raise ServiceError("Ray clusters cannot be submitted yet", field="kind")
+    if not 0 <= spec.max_restarts <= MAX_RESTARTS:
+        raise ServiceError(f"must be between 0 and {MAX_RESTARTS}", field="max_restarts")
+    path = spec.checkpoint_path
+    if len(path) > 1024:
+        raise ServiceError("at most 1024 characters", field="checkpoint_path")
+    if any(ch in path for ch in "\x00\n\r"):
+        raise ServiceError("must not contain NUL or line breaks", field="checkpoint_path")
 
 
 def placement_rules_validate(spec: JobSpec) -> None:

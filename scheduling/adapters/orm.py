@@ -25,7 +25,14 @@ from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.jobs.transitions import job_transition
 from portal.tenants.selectors import team_toleration_allowlist
 from portal.tenants.tolerations import as_grant
-from scheduling.adapters.contract import ClusterBackend, ClusterView, billed_capacity_type, node_capacity_type
+from scheduling.adapters.contract import (
+    ClusterBackend,
+    ClusterView,
+    billed_capacity_type,
+    job_tolerations,
+    node_capacity_type,
+    spot_toleration,
+)
 from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.engine import model as m
 from scheduling.engine.codec import reason_to_json
@@ -84,7 +91,7 @@ def workload_from_job(
                 value=t.get("value", ""),
                 effect=t.get("effect", ""),
             )
-            for t in job.tolerations
+            for t in job_tolerations(job.tolerations, spot=job.spot)
         ),
         rules=job_rules(job) if isinstance(rules, EllipsisType) else rules,
         runtime_s=float(job.runtime_s),
@@ -177,8 +184,10 @@ def pool_descriptions() -> dict[str, str]:
 
 
 def toleration_grants_load() -> tuple[tuple[str, tuple[m.TolerationGrant, ...]], ...]:
-    """Every team's allow-list of tolerations (teams without a grant have an empty one)."""
-    return tuple((slug, tuple(as_grant(g) for g in grants)) for slug, grants in team_toleration_allowlist().items())
+    """Every team's allow-list of tolerations (teams without a grant have an empty one), plus the spot
+    taint's for every team: any job may opt in to spot capacity (``spot: true``)."""
+    spot = as_grant({"key": spot_toleration()["key"]})
+    return tuple((slug, (*(as_grant(g) for g in grants), spot)) for slug, grants in team_toleration_allowlist().items())
 
 
 def snapshot_load(
@@ -326,9 +335,11 @@ def preemption_apply(preemption: m.Preemption, *, now: datetime, backend: Cluste
     job = Job.objects.select_for_update().filter(pk=int(preemption.workload_id)).first()
     if job is None or job.state not in ACTIVE_STATES:
         return False
-    job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason)
+    job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason + job.resume_hint())
     if job.restart_policy == Job.RestartPolicy.REQUEUE:
-        job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption")
+        job_transition(
+            job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption" + job.resume_hint()
+        )
     grace_s = getattr(settings, "K8S_POD_GRACE_S", 30)
     transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=grace_s))
     return True

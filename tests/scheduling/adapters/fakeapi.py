@@ -26,11 +26,18 @@ from tests.scheduling.adapters.fakecluster import FakeCluster, stamp
 
 POD_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?:/(?P<sub>binding|status))?)?$")
 EVENT_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
-# Namespaced objects kept as they are written (the namespace sync's ResourceQuotas and LimitRanges).
+# Namespaced objects served generically: core Services and KubeRay's custom resources.
 OBJECT_PATH = re.compile(
-    r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<resource>resourcequotas|limitranges)(?:/(?P<name>[^/]+))?$"
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
 )
-OBJECT_KINDS = {"resourcequotas": "ResourceQuota", "limitranges": "LimitRange"}
+ALL_OBJECTS_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/(?P<plural>[a-z]+)$")
+KINDS = {
+    "services": "Service",
+    "rayjobs": "RayJob",
+    "rayclusters": "RayCluster",
+    "resourcequotas": "ResourceQuota",  # the namespace sync's
+    "limitranges": "LimitRange",
+}
 
 
 def status_body(code: int, reason: str, message: str) -> dict:
@@ -63,7 +70,6 @@ class FakeKubeApi(FakeCluster):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.faults: list[Fault] = []
-        self.objects: dict[tuple[str, str, str], dict] = {}  # (resource, namespace, name) -> object
         self.closing = threading.Event()
         self._server: ThreadingHTTPServer | None = None
 
@@ -175,12 +181,17 @@ class FakeKubeApi(FakeCluster):
                 with self.cond:
                     self.events.append(body)
                 return self.reply(handler, 201, body)
-            match = OBJECT_PATH.match(path)
-            if match:
-                return self.object_endpoint(handler, method, match["resource"], match["ns"], match["name"], body)
             match = POD_PATH.match(path)
             if match:
                 return self.pod_endpoint(handler, method, match["ns"], match["name"], match["sub"], query, body)
+            match = OBJECT_PATH.match(path)
+            if match and match["plural"] in KINDS:
+                return self.object_endpoint(
+                    handler, method, KINDS[match["plural"]], match["ns"], match["name"], query, body
+                )
+            match = ALL_OBJECTS_PATH.match(path)
+            if match and match["plural"] in KINDS and method == "GET":
+                return self.list_or_watch(handler, KINDS[match["plural"]], query, None)
         except Exception as exc:  # a bug in the fake must show, not hang the client
             return self.reply(handler, 500, status_body(500, "InternalError", repr(exc)))
         return self.reply(handler, 404, status_body(404, "NotFound", f"{method} {path}"))
@@ -338,62 +349,52 @@ class FakeKubeApi(FakeCluster):
             return self.reply(handler, 200, pod)
         return self.reply(handler, 405, status_body(405, "MethodNotAllowed", method))
 
-    def object_endpoint(self, handler, method: str, resource: str, namespace: str, name: str | None, body: dict):
-        """GET (one or the namespace's list), POST (409 if it exists), PUT (404 if absent, 409 when the
-        body's resourceVersion is not the stored one, as optimistic concurrency has it), DELETE."""
-        kind = OBJECT_KINDS[resource]
-        with self.cond:
-            if name is None and method == "GET":
-                items = [
-                    json.loads(json.dumps(o))
-                    for (r, ns, _), o in sorted(self.objects.items())
-                    if (r, ns) == (resource, namespace)
-                ]
-                return self.reply(
-                    handler,
-                    200,
-                    {
-                        "kind": f"{kind}List",
-                        "apiVersion": "v1",
-                        "metadata": {"resourceVersion": str(self.rv)},
-                        "items": items,
-                    },
-                )
-            if name is None and method == "POST":
-                name = body["metadata"]["name"]
-                if (resource, namespace, name) in self.objects:
+    def object_endpoint(self, handler, method: str, kind: str, namespace: str, name: str | None, query, body):
+        """Create (409 if it exists), get, list and delete (404 if absent) any other namespaced kind."""
+        store = self._store(kind)
+        if name is None and method == "GET":
+            return self.list_or_watch(handler, kind, query, namespace)
+        if name is None and method == "POST":
+            name = body["metadata"]["name"]
+            with self.cond:
+                if (namespace, name) in store:
                     return self.reply(
-                        handler, 409, status_body(409, "AlreadyExists", f'{resource} "{name}" already exists')
+                        handler, 409, status_body(409, "AlreadyExists", f'{kind} "{name}" already exists')
                     )
-                return self.reply(handler, 201, self.store_object(resource, namespace, body))
-            key = (resource, namespace, name or "")
-            live = self.objects.get(key)
-            if live is None:
-                return self.reply(handler, 404, status_body(404, "NotFound", f'{resource} "{name}" not found'))
+                obj = json.loads(json.dumps(body))
+                obj["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=stamp())
+                store[(namespace, name)] = obj
+                self._write(kind, "ADDED", obj)
+                return self.reply(handler, 201, obj)
+        with self.cond:
+            obj = store.get((namespace, name or ""))
+            if obj is None:
+                return self.reply(handler, 404, status_body(404, "NotFound", f'{kind} "{name}" not found'))
             if method == "GET":
-                return self.reply(handler, 200, json.loads(json.dumps(live)))
-            if method == "PUT":
-                if body.get("metadata", {}).get("resourceVersion") != live["metadata"]["resourceVersion"]:
+                return self.reply(handler, 200, json.loads(json.dumps(obj)))
+            if method == "DELETE":
+                del store[(namespace, name or "")]
+                self._write(kind, "DELETED", obj)
+                return self.reply(handler, 200, obj)
+            if method == "PUT":  # optimistic concurrency: the body's resourceVersion must be the stored one
+                if body.get("metadata", {}).get("resourceVersion") != obj["metadata"]["resourceVersion"]:
                     return self.reply(
                         handler, 409, status_body(409, "Conflict", f"the object {name} has been modified")
                     )
-                return self.reply(
-                    handler, 200, self.store_object(resource, namespace, body, uid=live["metadata"]["uid"])
-                )
-            if method == "DELETE":
-                del self.objects[key]
-                return self.reply(handler, 200, live)
+                return self.reply(handler, 200, self.put_object(kind, namespace, body))
         return self.reply(handler, 405, status_body(405, "MethodNotAllowed", method))
 
-    def store_object(self, resource: str, namespace: str, body: dict, *, uid: str | None = None) -> dict:
-        """Store (create or replace) a namespaced object as a person with kubectl could too."""
+    def put_object(self, kind: str, namespace: str, body: dict) -> dict:
+        """Replace (or create) a namespaced object, as a person with kubectl could too."""
         with self.cond:
+            store = self._store(kind)
+            old = store.get((namespace, body["metadata"]["name"]))
             obj = json.loads(json.dumps(body))
-            obj["metadata"].update(namespace=namespace, uid=uid or str(uuid.uuid4()))
+            uid = old["metadata"]["uid"] if old else str(uuid.uuid4())
+            obj["metadata"].update(namespace=namespace, uid=uid)
             obj["metadata"].setdefault("creationTimestamp", stamp())
-            self.rv += 1
-            obj["metadata"]["resourceVersion"] = str(self.rv)
-            self.objects[(resource, namespace, obj["metadata"]["name"])] = obj
+            store[(namespace, obj["metadata"]["name"])] = obj
+            self._write(kind, "MODIFIED" if old else "ADDED", obj)
             return json.loads(json.dumps(obj))
 
     def create_pod(self, handler, namespace: str, body: dict) -> None:

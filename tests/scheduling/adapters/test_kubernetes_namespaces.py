@@ -64,9 +64,9 @@ def test_the_sync_creates_then_leaves_alone_then_repairs_drift(nworld, kube, bac
         ("team-nlp", "ResourceQuota", "created"),
         ("team-nlp", "LimitRange", "created"),
     }
-    stored = kube.objects[("resourcequotas", "team-vision", "gpu-portal-quota")]
+    stored = kube.objects["ResourceQuota"][("team-vision", "gpu-portal-quota")]
     assert stored["spec"]["hard"]["requests.nvidia.com/gpu"] == "20"
-    limits = kube.objects[("limitranges", "team-vision", "gpu-portal-limits")]["spec"]["limits"][0]
+    limits = kube.objects["LimitRange"][("team-vision", "gpu-portal-limits")]["spec"]["limits"][0]
     assert limits["default"] == {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}  # the seed's ai-limits
     assert limits["defaultRequest"] == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
 
@@ -75,14 +75,14 @@ def test_the_sync_creates_then_leaves_alone_then_repairs_drift(nworld, kube, bac
     # Someone raises the quota by hand, and deletes nlp's LimitRange.
     edited = dict(stored)
     edited["spec"] = {"hard": {**stored["spec"]["hard"], "requests.nvidia.com/gpu": "64"}}
-    kube.store_object("resourcequotas", "team-vision", edited)
-    del kube.objects[("limitranges", "team-nlp", "gpu-portal-limits")]
+    kube.put_object("ResourceQuota", "team-vision", edited)
+    del kube.objects["LimitRange"][("team-nlp", "gpu-portal-limits")]
     reports = {(r.namespace, r.kind): r for r in namespaces_sync_run(now=NOW, backend=backend)}
     assert reports[("team-vision", "ResourceQuota")].drift == ("hard requests.nvidia.com/gpu=64 (want 20)",)
     assert reports[("team-vision", "ResourceQuota")].action == "replaced"
     assert reports[("team-nlp", "LimitRange")].action == "created"
     assert (
-        kube.objects[("resourcequotas", "team-vision", "gpu-portal-quota")]["spec"]["hard"]["requests.nvidia.com/gpu"]
+        kube.objects["ResourceQuota"][("team-vision", "gpu-portal-quota")]["spec"]["hard"]["requests.nvidia.com/gpu"]
         == "20"
     )
     row = NamespaceObject.objects.get(namespace="team-vision", kind="ResourceQuota")
@@ -97,7 +97,7 @@ def test_a_quota_change_reaches_the_namespace_on_the_next_sync(nworld, kube, bac
     reports = {(r.namespace, r.kind): r for r in namespaces_sync_run(now=NOW, backend=backend)}
     assert reports[("team-vision", "ResourceQuota")].action == "replaced"
     assert (
-        kube.objects[("resourcequotas", "team-vision", "gpu-portal-quota")]["spec"]["hard"]["requests.nvidia.com/gpu"]
+        kube.objects["ResourceQuota"][("team-vision", "gpu-portal-quota")]["spec"]["hard"]["requests.nvidia.com/gpu"]
         == "12"
     )
 
@@ -122,9 +122,9 @@ def test_a_gpu_model_no_queue_lists_does_not_count(nworld):
 
 def test_drift_is_reported_in_metrics_and_the_api(nworld, kube, backend, client, settings):
     namespaces_sync_run(now=NOW, backend=backend)
-    stored = kube.objects[("limitranges", "team-vision", "gpu-portal-limits")]
+    stored = kube.objects["LimitRange"][("team-vision", "gpu-portal-limits")]
     stored["spec"]["limits"][0]["default"]["memory"] = "1Ti"
-    kube.store_object("limitranges", "team-vision", stored)
+    kube.put_object("LimitRange", "team-vision", stored)
     namespaces_sync_run(now=NOW, backend=backend)
     settings.METRICS_TOKEN = "s3cret"
     body = client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).content.decode()

@@ -35,7 +35,7 @@ def _queue_jobs_no_node_matches(settings):
     settings.QUEUE_NEVER_FITTING_JOBS = True  # these jobs' affinity matches no node of the test cluster
 
 
-def test_rules_pools_and_grants_reach_the_snapshot(world):
+def test_rules_pools_and_grants_reach_the_snapshot(world, settings):
     job = world.submit(gpu=1, affinity=A100, required_topology="rack")
     plain = world.submit(gpu=1)
     NodePool.objects.create(
@@ -48,7 +48,12 @@ def test_rules_pools_and_grants_reach_the_snapshot(world):
     )
     assert workload(snapshot, plain).rules is None
     assert snapshot.pools == (EnginePool("shared", (("pool", "shared"),), "spread", 1.25),)
-    assert dict(snapshot.toleration_grants or ()) == {"nlp": (), "vision": (EngineGrant("spot", "", "NoSchedule"),)}
+    # Every team may tolerate the spot taint (``spot: true``); other taints only when granted.
+    spot = EngineGrant(settings.SPOT_TAINT_KEY)
+    assert dict(snapshot.toleration_grants or ()) == {
+        "nlp": (spot,),
+        "vision": (EngineGrant("spot", "", "NoSchedule"), spot),
+    }
 
 
 def test_an_edited_row_is_read_again_and_a_corrupt_one_matches_no_node(world):
