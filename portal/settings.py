@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "portal.tokens",
     "portal.notifications",
     "portal.schedules",
+    "portal.whatif",
+    "portal.ops",
     "scheduling",
     "billing",
 ]
@@ -192,7 +194,7 @@ CELERY_BEAT_SCHEDULE = {
 CLUSTER_BACKEND = env_choice("CLUSTER_BACKEND", "simulated", {"simulated", "kubernetes"})
 # Simulated cluster: a job "runs" for runtime / SIM_SPEEDUP wall seconds.
 SIM_SPEEDUP = env_float("SIM_SPEEDUP", 60.0)
-PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "binpack")
+PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "portal")  # fragmentation-aware (docs/simulator.md)
 # A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
 # any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
 # limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a
@@ -421,3 +423,8 @@ CYCLE_BATCH_S = env_float("CYCLE_BATCH_S", 1.0)
 ADMITTED_REQUEUE_LIMIT = env_int("ADMITTED_REQUEUE_LIMIT", 3)
 ADMITTED_BACKOFF_BASE_S = env_float("ADMITTED_BACKOFF_BASE_S", 60.0)
 ADMITTED_BACKOFF_MAX_S = env_float("ADMITTED_BACKOFF_MAX_S", 3600.0)
+
+# Queues page: every ClusterQueue's quota, use and pending demand per GPU model is sampled this often
+# (the charts of usage against quota and pending demand over time are drawn from the samples).
+QUEUE_SAMPLE_INTERVAL_S = env_float("QUEUE_SAMPLE_INTERVAL_S", 300.0)
+CELERY_BEAT_SCHEDULE["queue-sample"] = {"task": "portal.ops.tasks.queue_sample", "schedule": QUEUE_SAMPLE_INTERVAL_S}

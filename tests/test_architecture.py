@@ -165,6 +165,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("scheduling.adapters.*", 2),
     ("*.selectors", 2),
     ("billing.selectors.*", 2),
+    ("portal.ops.selectors.*", 2),
     ("billing.sql", 2),
     ("scheduling.invariants", 2),
     ("billing.utilization", 2),

@@ -473,7 +473,7 @@ class GpuModelSerializer(serializers.ModelSerializer):
 class PriorityClassSerializer(serializers.ModelSerializer):
     class Meta:
         model = PriorityClass
-        fields = ["name", "value", "preemptible", "description"]
+        fields = ["name", "value", "preemptible", "min_runtime_s", "description"]
 
 
 class FlavorQuotaUpdateSerializer(StrictSerializer):

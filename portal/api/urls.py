@@ -16,6 +16,8 @@ router.register("priority-classes", views.PriorityClassViewSet, basename="priori
 
 urlpatterns = [
     path("namespaces/", NamespaceObjectListView.as_view(), name="namespace-object-list"),
+    path("cluster/", views.ClusterView.as_view(), name="cluster"),
+    path("fairness/", views.FairnessView.as_view(), name="fairness"),
     path("cluster-queues/", views.ClusterQueueListView.as_view(), name="cluster-queue-list"),
     path("cluster-queues/<str:name>/", views.ClusterQueueDetailView.as_view(), name="cluster-queue-detail"),
     *router.urls,

@@ -71,6 +71,7 @@ def workload_from_job(
         team=job.team.slug,
         priority=job.priority_class.value,
         preemptible=job.priority_class.preemptible,
+        min_runtime_s=float(job.priority_class.min_runtime_s),
         created_at=job.created_at.timestamp(),
         resources=m.Resources(
             gpu=job.gpu,

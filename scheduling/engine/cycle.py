@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .admission import AdmissionOrder, FairShare, lq_order_key
-from .capacity import FULL, Cluster, Statement
+from .capacity import Cluster, Statement
 from .estimate import estimate_starts
 from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
 from .fit import Shape
@@ -56,7 +56,8 @@ from .model import (
 from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
 from .placement import Placer
 from .preemption import Holder, Victim, VictimIndex, select_victims
-from .quota import CPU, MEMORY, QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .standing import capacity_totals
 from .taints import allowed_tolerations
 from .verdict import Feasibility
 from .windows import opens_at
@@ -161,11 +162,7 @@ class _Cycle:
         return {cq: {key: limit.nominal for key, limit in limits.items()} for cq, limits in self.quota.limits.items()}
 
     def _capacity(self) -> dict[str, int]:
-        c = self.cluster
-        capacity = {CPU: int(c.cpu_total.sum()), MEMORY: int(c.mem_total.sum())}
-        for model, code in c.model_code.items():
-            capacity[gpu_key(model)] = int(c.gpu_count[c.node_model == code].sum()) * FULL
-        return capacity
+        return capacity_totals(self.cluster)
 
     def _load_running(self) -> None:
         for usage in self.snapshot.foreign:
@@ -428,6 +425,7 @@ class _Cycle:
             taken=self.taken,
             quota=self.quota,
             cluster=self.cluster,
+            now=self.now,
             fits=fits,
             on_useful_node=on_useful_node,
             frees_a_node=frees_a_node,
@@ -446,6 +444,10 @@ class _Cycle:
                     f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "
                     f"that queue {victim.holder.cq} borrowed"
                 )
+            why += (
+                f"; rule: least-work minimal victim set (lowest priority, then fewest GPU-seconds lost, then "
+                f"youngest; {len(victims)} victim(s)); it loses {victim.lost_gpu_milli_s / 1000:.0f} GPU-seconds"
+            )
             self.preemptions.append(Preemption(w.id, job.id, why))
         message = f"preempting: waiting for {len(victims)} job(s) to stop: {', '.join(names)}"
         self.pending[job.id] = (

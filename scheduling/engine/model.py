@@ -233,6 +233,8 @@ class Workload:
     rules: PlacementRules | None = None  # affinity, anti-affinity, spread, one-domain gangs
     runtime_s: float = 3600.0  # requested runtime, for estimated start times
     start_window: StartWindow | None = None  # admitted only while open (``windows``)
+    # Not preempted before it has run this long (its priority class's minimum runtime, KAI's preemption delay).
+    min_runtime_s: float = 0.0
     state: WorkloadState = WorkloadState.PENDING
     gpu_model: str | None = None  # the flavor it was admitted on (admitted/running)
     placements: tuple[ReplicaPlacement, ...] = ()  # admitted/running
@@ -289,7 +291,7 @@ class ForeignUsage:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    placement: str = "binpack"  # binpack | spread | fgd | random | dotprod | clustering | packing | bestfit | ...
+    placement: str = "portal"  # fragmentation-aware; binpack | spread | fgd | random | dotprod | bestfit | ...
     pool_label: str = ""  # node label naming pools; per-pool placement overrides below
     pool_placement: tuple[tuple[str, str], ...] = ()
     rack_label: str = "topology.kubernetes.io/rack"
