@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "portal.tokens",
     "portal.notifications",
     "portal.schedules",
+    "portal.serving",
     "portal.whatif",
     "portal.ops",
     "scheduling",
@@ -345,6 +346,22 @@ if _problem := zone_problem(OFFPEAK_TIMEZONE):
 CELERY_BEAT_SCHEDULE["schedules-fire"] = {
     "task": "portal.schedules.tasks.schedules_fire",
     "schedule": SCHEDULE_FIRE_INTERVAL_S,
+}
+
+# --- Inference services (README, Inference services) ---------------------------------------------
+# The autoscaler's pass; the load comes from Prometheus (PROMETHEUS_URL, these queries with {namespace}
+# and {service} filled in) or, without it, from the simulated cluster's wave of SERVING_SIM_PERIOD_S.
+SERVING_AUTOSCALE_INTERVAL_S = env_float("SERVING_AUTOSCALE_INTERVAL_S", 15.0)
+SERVING_SIM_PERIOD_S = env_float("SERVING_SIM_PERIOD_S", 3600.0)
+SERVING_RPS_QUERY = env_str(
+    "SERVING_RPS_QUERY", 'sum(rate(http_requests_total{namespace="{namespace}",service="{service}"}[1m]))'
+)
+SERVING_CONCURRENCY_QUERY = env_str(
+    "SERVING_CONCURRENCY_QUERY", 'sum(http_requests_in_flight{namespace="{namespace}",service="{service}"})'
+)
+CELERY_BEAT_SCHEDULE["services-autoscale"] = {
+    "task": "portal.serving.tasks.services_autoscale",
+    "schedule": SERVING_AUTOSCALE_INTERVAL_S,
 }
 
 # --- Security (README, Security settings) -------------------------------------------------------

@@ -3,6 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from portal.api import views
 from portal.schedules.api import ScheduleViewSet
+from portal.serving.api import ServiceViewSet
 from scheduling.api import NamespaceObjectListView
 
 app_name = "api"
@@ -12,6 +13,7 @@ router.register("teams", views.TeamViewSet, basename="team")
 router.register("queues", views.LocalQueueViewSet, basename="queue")
 router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("services", ServiceViewSet, basename="service")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
 
 urlpatterns = [
