@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from portal.serving.load import Load
 from portal.serving.services import ServiceSpec, service_create, service_stop, services_autoscale
-from tests.scheduling.adapters.conftest import backend, cycle, kube, kworld  # noqa: F401 - fixtures
+from tests.scheduling.adapters.conftest import cycle
 
 
 def test_a_70b_service_scales_to_pods_of_two_gpus_and_stopping_deletes_them(kworld, kube, backend):
