@@ -82,3 +82,19 @@ def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> go.Fi
         fig.add_trace(go.Scatter(x=s["at"], y=s["nominal"], name=f"{model} quota", mode="lines", line={"dash": "dash"}))
     fig.update_layout(title=f"{name}: use and pending demand vs quota (hourly means)", yaxis_title="GPUs", **LAYOUT)
     return fig
+
+
+def service_figure(name: str, samples: list[dict], *, target: float, metric: str) -> go.Figure:
+    """An inference service over time: replicas running and desired (left axis) against the load
+    divided by the target per replica (the replicas the load asks for, same axis) and the load itself."""
+    at = [s["at"] for s in samples]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=at, y=[s["running"] for s in samples], name="replicas running", line_shape="hv"))
+    desired = go.Scatter(x=at, y=[s["desired"] for s in samples], name="replicas desired", line_shape="hv")
+    desired.line.dash = "dash"
+    fig.add_trace(desired)
+    asked = go.Scatter(x=at, y=[round(s["load"] / target, 3) for s in samples], name=f"load / target ({metric})")
+    asked.line.dash = "dot"
+    fig.add_trace(asked)
+    fig.update_layout(title=f"{name}: replicas against load", yaxis_title="replicas", **LAYOUT)
+    return fig
