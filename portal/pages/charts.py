@@ -101,3 +101,19 @@ def figure_dict_html(figure: dict) -> str:
     """A figure given as plain data, as HTML (plotly.js is on the page), without validating it."""
     return pio.to_html(figure, full_html=False, include_plotlyjs=False, validate=False,
                        config={"displaylogo": False})  # fmt: skip
+
+
+def service_figure(name: str, samples: list[dict], *, target: float, metric: str) -> go.Figure:
+    """An inference service over time: replicas running and desired (left axis) against the load
+    divided by the target per replica (the replicas the load asks for, same axis) and the load itself."""
+    at = [s["at"] for s in samples]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=at, y=[s["running"] for s in samples], name="replicas running", line_shape="hv"))
+    desired = go.Scatter(x=at, y=[s["desired"] for s in samples], name="replicas desired", line_shape="hv")
+    desired.line.dash = "dash"
+    fig.add_trace(desired)
+    asked = go.Scatter(x=at, y=[round(s["load"] / target, 3) for s in samples], name=f"load / target ({metric})")
+    asked.line.dash = "dot"
+    fig.add_trace(asked)
+    fig.update_layout(title=f"{name}: replicas against load", yaxis_title="replicas", **LAYOUT)
+    return fig

@@ -44,6 +44,7 @@ from portal.jobs.states import ACTIVE_STATES, JobState
 from scheduling.adapters import orm
 from scheduling.adapters.contract import SPOT, Observation, job_tolerations, termination_notice
 from scheduling.adapters.k8s.manifests import PodJob, binding_manifest, event_manifest, pod_manifest
+from scheduling.adapters.k8s.namespaces import NamespaceObjects, ObjectReport
 from scheduling.adapters.k8s.nodes import gpu_node_from
 from scheduling.adapters.k8s.observations import ActiveJob, job_observations
 from scheduling.adapters.k8s.pods import ANN_NODE, LABEL_JOB, MANAGED_BY, pod_job_attempt, pod_name, pod_phase
@@ -51,6 +52,7 @@ from scheduling.adapters.k8s.training import headless_service_manifest, procs_pe
 from scheduling.adapters.k8s.usage import foreign_usage_from
 from scheduling.adapters.kubernetes_api import NETWORK_ERRORS, K8sOptions, api_client_from_settings, call, logger
 from scheduling.adapters.kubernetes_informer import Informer
+from scheduling.adapters.kubernetes_namespaces import NamespaceWriter
 from scheduling.engine.model import ForeignUsage, GpuNode
 
 T = TypeVar("T")
@@ -469,6 +471,10 @@ class KubernetesBackend:
         return created
 
     # -- inspection (manage.py cluster_check) -----------------------------------------------------
+
+    def namespaces_sync(self, wanted: list[NamespaceObjects]) -> list[ObjectReport]:
+        """Bring each team namespace's ResourceQuota and LimitRange in step (``kubernetes_namespaces``)."""
+        return NamespaceWriter(self.core, self.options).sync(wanted)
 
     def access_review(self, *, verb: str, resource: str, namespace: str = "", subresource: str = "") -> bool:
         """Whether the portal's identity may do ``verb`` on ``resource`` (a SelfSubjectAccessReview)."""

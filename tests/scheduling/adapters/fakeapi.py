@@ -31,7 +31,13 @@ OBJECT_PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
 )
 ALL_OBJECTS_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/(?P<plural>[a-z]+)$")
-KINDS = {"services": "Service", "rayjobs": "RayJob", "rayclusters": "RayCluster"}
+KINDS = {
+    "services": "Service",
+    "rayjobs": "RayJob",
+    "rayclusters": "RayCluster",
+    "resourcequotas": "ResourceQuota",  # the namespace sync's
+    "limitranges": "LimitRange",
+}
 
 
 def status_body(code: int, reason: str, message: str) -> dict:
@@ -86,6 +92,9 @@ class FakeKubeApi(FakeCluster):
 
             def do_DELETE(self) -> None:
                 api.handle(self, "DELETE")
+
+            def do_PUT(self) -> None:
+                api.handle(self, "PUT")
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -367,7 +376,26 @@ class FakeKubeApi(FakeCluster):
                 del store[(namespace, name or "")]
                 self._write(kind, "DELETED", obj)
                 return self.reply(handler, 200, obj)
+            if method == "PUT":  # optimistic concurrency: the body's resourceVersion must be the stored one
+                if body.get("metadata", {}).get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+                    return self.reply(
+                        handler, 409, status_body(409, "Conflict", f"the object {name} has been modified")
+                    )
+                return self.reply(handler, 200, self.put_object(kind, namespace, body))
         return self.reply(handler, 405, status_body(405, "MethodNotAllowed", method))
+
+    def put_object(self, kind: str, namespace: str, body: dict) -> dict:
+        """Replace (or create) a namespaced object, as a person with kubectl could too."""
+        with self.cond:
+            store = self._store(kind)
+            old = store.get((namespace, body["metadata"]["name"]))
+            obj = json.loads(json.dumps(body))
+            uid = old["metadata"]["uid"] if old else str(uuid.uuid4())
+            obj["metadata"].update(namespace=namespace, uid=uid)
+            obj["metadata"].setdefault("creationTimestamp", stamp())
+            store[(namespace, obj["metadata"]["name"])] = obj
+            self._write(kind, "MODIFIED" if old else "ADDED", obj)
+            return json.loads(json.dumps(obj))
 
     def create_pod(self, handler, namespace: str, body: dict) -> None:
         name = body["metadata"]["name"]
