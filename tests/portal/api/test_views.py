@@ -471,3 +471,22 @@ def test_on_an_autoscaling_cluster_a_never_fitting_job_queues_and_says_waiting_w
         f"placement: {NEVER}: one replica needs 16 A100-80GB GPUs and the largest A100-80GB node has 8"
     )
     assert reason["details"]["limit"] == "largest_node"
+
+
+def test_a_quota_cut_below_current_use_answers_with_a_warning(api, world):
+    from tests.portal.ops.placing import place
+
+    place(world.submit("vision", gpu=3), "a100-0", (0, 1, 2))
+    cut = api("admin").patch(
+        "/api/v1/cluster-queues/cq-vision/", {"flavors": {"A100-80GB": {"nominal_gpus": 2}}}, format="json"
+    )
+    assert cut.status_code == 200, cut.json()
+    expected = (
+        "cq-vision: the nominal quota of A100-80GB (2 GPUs) is below its current use (3); the excess is borrowed "
+        "from its cohort."
+    )
+    assert cut.json()["warnings"] == [expected]
+    fine = api("admin").patch(
+        "/api/v1/cluster-queues/cq-vision/", {"flavors": {"A100-80GB": {"nominal_gpus": 3}}}, format="json"
+    )
+    assert fine.json()["warnings"] == []
