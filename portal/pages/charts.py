@@ -82,7 +82,7 @@ def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> dict:
     """One ClusterQueue over time, per GPU model: GPUs in use and pending demand against the nominal
     quota. A figure as plain data (``figure_dict_html`` renders it without plotly's validation, which
     costs ~150 ms a figure: the Queues page draws one per queue)."""
-    data = []
+    data: list[dict[str, object]] = []
     for model, s in sorted(series.items()):
         at = [t.isoformat() for t in s["at"]]
         data.append({"type": "scatter", "x": at, "y": s["used"], "name": f"{model} in use", "mode": "lines"})

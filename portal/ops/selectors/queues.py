@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 from django.db.models import Aggregate, Count, DurationField, F, Q, Window
+from django.db.models.expressions import OrderBy
 from django.db.models.functions import RowNumber
 
 from portal.jobs.models import ClusterQueue, Job, JobAttempt
@@ -63,7 +64,7 @@ def wait_percentiles(*, now: datetime) -> dict[str, dict[str, dict]]:
     wait = F("admitted_at") - F("queued_at")
     key = "job__local_queue__cluster_queue__name"
     if connection.vendor == "postgresql":
-        figures = {}
+        figures: dict[str, Aggregate] = {}
         for label, span in WAIT_WINDOWS:
             within = Q(admitted_at__gt=now - span)
             figures[f"n_{label}"] = Count("id", filter=within)
@@ -96,7 +97,9 @@ def queue_heads(*, visible: set[str] | None, now: datetime, queues: list[str] | 
     """The first pending jobs of each ClusterQueue in the order the last cycle ranked them (its queue
     position; unranked jobs after, by priority then submission), with why each waits. Another team's
     job is shown without its name. One query: the rank within each queue is a window function."""
-    order = [F("queue_position").asc(nulls_last=True), F("priority_class__value").desc(), "created_at", "id"]
+    order: list[OrderBy | str] = [
+        F("queue_position").asc(nulls_last=True), F("priority_class__value").desc(), "created_at", "id"
+    ]  # fmt: skip
     ranked = (
         Job.objects.filter(state=JobState.PENDING)
         .annotate(rank=Window(RowNumber(), partition_by=F("local_queue__cluster_queue_id"), order_by=order))
