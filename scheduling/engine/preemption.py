@@ -119,19 +119,26 @@ class VictimIndex:
         for cq, cohort in sorted(cohort_of.items()):
             if cohort:
                 self.cohort_members.setdefault(cohort, []).append(cq)
-        by_cq: dict[str, list[Holder]] = {}
+        self._holders: dict[str, list[Holder]] = {}
         for holder in holders:
             if holder.workload.preemptible:
-                by_cq.setdefault(holder.cq, []).append(holder)
-        self.by_cq: dict[str, list[Victim]] = {}
-        self.reclaim: dict[str, list[Victim]] = {}
-        for cq, group in by_cq.items():
-            self.by_cq[cq] = sorted((Victim(h, "priority", h.lost_gpu_milli_s(now)) for h in group), key=victim_cost)
-            self.reclaim[cq] = [Victim(v.holder, "reclaim", v.lost_gpu_milli_s) for v in self.by_cq[cq]]
+                self._holders.setdefault(holder.cq, []).append(holder)
+        # Built on first use: only the queues of this cycle's preemptors (and their cohorts) are needed.
+        self._victims: dict[tuple[str, str], list[Victim]] = {}
+
+    def victims(self, cq: str, kind: str) -> list[Victim]:
+        """The queue's preemptible holders as victims of ``kind``, in cost order."""
+        key = (cq, kind)
+        found = self._victims.get(key)
+        if found is None:
+            now = self.now
+            group = (Victim(h, kind, h.lost_gpu_milli_s(now)) for h in self._holders.get(cq, ()))
+            found = self._victims[key] = sorted(group, key=victim_cost)
+        return found
 
     def holding(self, cq: str, key: str | None) -> list[Victim]:
         """The queue's victims (kind ``reclaim``) that hold ``key`` (all for ``None``), in cost order."""
-        group = self.reclaim.get(cq, [])
+        group = self.victims(cq, "reclaim")
         if key is None:
             return group
         return [v for v in group if v.holder.request.get(key, 0) > 0]
@@ -175,8 +182,16 @@ def select_victims(
         # 4. Put back every victim the job can do without.
         search.minimise(on_useful_node, placed_on())
         # 5. Look for a cheaper minimal set among the useful candidates.
-        on_nodes = {v.holder.workload.id for v in candidates if on_useful_node(v.holder)}
-        useful = [v for v in candidates if v.holder.workload.id in on_nodes or (quota_short and _frees_quota(v, keys))]
+        useful: list[Victim] = []
+        on_nodes: set[str] = set()
+        for v in candidates:
+            on_node = on_useful_node(v.holder)
+            if on_node or (quota_short and _frees_quota(v, keys)):
+                useful.append(v)
+                if on_node:
+                    on_nodes.add(v.holder.workload.id)
+                if len(useful) > MAX_EXACT:
+                    break
         if len(useful) <= MAX_EXACT:
             search.cheapest(useful, on_nodes)
     # 6. Undo: victims hold their resources until an adapter has evicted them.
@@ -219,7 +234,7 @@ def _priority_candidates(
 ) -> list[Victim]:
     """Holders in the job's own queue with strictly lower priority (holding the GPU model it tries)."""
     own: list[Victim] = []
-    for victim in index.by_cq.get(cq, []):
+    for victim in index.victims(cq, "priority"):
         holder = victim.holder
         if holder.workload.priority >= job.priority:
             break  # in cost order, priority first: nothing further is lower
@@ -283,26 +298,29 @@ class _VictimSearch:
         return found
 
     def minimise(self, on_useful_node: Callable[[Holder], bool], placed_on: set[str]) -> None:
-        """Step 4: try each chosen victim back, most costly first; keep it out only if needed. A
-        victim on no node the job could use only matters to the quota: no placement trial for it.
-        First, in one trial, every victim on none of ``placed_on`` (the nodes a trial placement of
-        the job used): usually none of them is needed."""
+        """Step 4: try each chosen victim back, most costly first; keep it out only if needed.
+
+        ``placed_on``: the nodes a trial placement of the job used. A victim on none of them leaves
+        that placement possible when it comes back, so only the quota decides whether it is needed
+        (no placement trial); so does a victim on no node the job could use. The others come back
+        one trial each."""
         spare = [v for v in self.chosen if not any(p.node in placed_on for p in v.holder.placements)]
-        if placed_on and spare:
-            for victim in spare:
-                self._restore(victim)
-            if self.quota.fits(self.cq, self.request) and self.fits():
-                self.chosen = [v for v in self.chosen if all(v is not x for x in spare)]
-            else:
-                for victim in spare:
-                    self._remove(victim, nodes_too=True)
-        for victim in sorted(self.chosen, key=victim_cost, reverse=True):
+        if not placed_on:
+            spare = [v for v in self.chosen if not on_useful_node(v.holder)]
+        kept = [v for v in self.chosen if all(v is not x for x in spare)]
+        for victim in sorted(spare, key=victim_cost, reverse=True):
             self._restore(victim)
-            useful = on_useful_node(victim.holder)
-            if self.quota.fits(self.cq, self.request) and (not useful or self.fits()):
-                self.chosen = [v for v in self.chosen if v is not victim]
-            else:
+            if not self.quota.fits(self.cq, self.request):
                 self._remove(victim, nodes_too=True)
+                kept.append(victim)
+        self.chosen = kept
+        for victim in sorted(kept, key=victim_cost, reverse=True):
+            if not any(v is victim for v in spare):
+                self._restore(victim)
+                if self.quota.fits(self.cq, self.request) and self.fits():
+                    self.chosen = [v for v in self.chosen if v is not victim]
+                else:
+                    self._remove(victim, nodes_too=True)
         self.best = list(self.chosen)
         self.best_cost = set_cost(self.best)
 
