@@ -10,6 +10,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import partial
@@ -53,29 +54,30 @@ class LostCycleLock(RuntimeError):
     """The cycle lock vanished (connection lost) before the plan was written; nothing was written."""
 
 
-def workload_from_job(
-    job: Job, placements: list[ReplicaPlacement], rules: m.PlacementRules | EllipsisType | None = ...
-) -> m.Workload:
-    """The engine's view of a job row (``rules``: its placement rules when the caller has them)."""
-    return m.Workload(
-        id=str(job.pk),
-        local_queue=local_queue_key(job.local_queue),
-        team=job.team.slug,
-        priority=job.priority_class.value,
-        preemptible=job.priority_class.preemptible,
-        created_at=job.created_at.timestamp(),
-        resources=m.Resources(
-            gpu=job.gpu,
-            gpu_milli=job.gpu_milli,
-            mig_profile=job.mig_profile or None,
-            gpu_memory_gib=job.gpu_memory_gib,
-            cpu_milli=job.cpu_milli,
-            memory_mib=job.memory_mib,
-        ),
-        replicas=job.replicas,
-        min_available=job.min_available,
-        allowed_gpu_models=tuple(sorted(g.name for g in job.allowed_gpu_models.all())),
-        node_selector=m.labels_of(job.node_selector),
+# The job columns (and related names) a workload is built from: one list for both paths below, the
+# snapshot's rows (``values_list``) and a single model instance (``workload_from_job``).
+WORKLOAD_COLUMNS = (
+    "id", "local_queue__team__slug", "local_queue__name", "team__slug", "priority_class__value",
+    "priority_class__preemptible", "created_at", "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib",
+    "cpu_milli", "memory_mib", "replicas", "min_available", "runtime_s", "state", "gpu_model__name",
+    "started_at", "admitted_at", "updated_at",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpecPart:
+    """What a workload carries from a job's spec that never changes after submission: parsed once per
+    job (``jobs_spec_parts``), not once per cycle, so a tenant's large specs cost the cycle nothing
+    after the first."""
+
+    node_selector: m.Labels
+    tolerations: tuple[m.Toleration, ...]
+    rules: m.PlacementRules | None
+
+
+def spec_part(node_selector: dict | None, tolerations: list | None, rules: m.PlacementRules | None) -> JobSpecPart:
+    return JobSpecPart(
+        node_selector=m.labels_of(node_selector),
         tolerations=tuple(
             m.Toleration(
                 key=t.get("key", ""),
@@ -83,14 +85,65 @@ def workload_from_job(
                 value=t.get("value", ""),
                 effect=t.get("effect", ""),
             )
-            for t in job.tolerations
+            for t in tolerations or ()
         ),
-        rules=job_rules(job) if isinstance(rules, EllipsisType) else rules,
-        runtime_s=float(job.runtime_s),
-        state=ENGINE_STATE[JobState(job.state)],
-        gpu_model=job.gpu_model.name if job.gpu_model else None,
+        rules=rules,
+    )
+
+
+def workload_from_row(
+    row: tuple, *, allowed_gpu_models: tuple[str, ...], spec: JobSpecPart, placements: tuple[m.ReplicaPlacement, ...]
+) -> m.Workload:
+    """The engine's view of a job from its ``WORKLOAD_COLUMNS`` values."""
+    (
+        pk, queue_team, queue_name, team, priority, preemptible, created_at, gpu, gpu_milli, mig_profile,
+        gpu_memory_gib, cpu_milli, memory_mib, replicas, min_available, runtime_s, state, gpu_model,
+        started_at, admitted_at, _updated_at,
+    ) = row  # fmt: skip
+    return m.Workload(
+        id=str(pk),
+        local_queue=f"{queue_team}/{queue_name}",
+        team=team,
+        priority=priority,
+        preemptible=preemptible,
+        created_at=created_at.timestamp(),
+        resources=m.Resources(
+            gpu=gpu,
+            gpu_milli=gpu_milli,
+            mig_profile=mig_profile or None,
+            gpu_memory_gib=gpu_memory_gib,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
+        ),
+        replicas=replicas,
+        min_available=min_available,
+        allowed_gpu_models=allowed_gpu_models,
+        node_selector=spec.node_selector,
+        tolerations=spec.tolerations,
+        rules=spec.rules,
+        runtime_s=float(runtime_s),
+        state=ENGINE_STATE[JobState(state)],
+        gpu_model=gpu_model,
+        placements=placements,
+        started_at=_ts(started_at or admitted_at),
+    )
+
+
+def workload_from_job(
+    job: Job, placements: list[ReplicaPlacement], rules: m.PlacementRules | EllipsisType | None = ...
+) -> m.Workload:
+    """The engine's view of a job row (``rules``: its placement rules when the caller has them)."""
+    row = (
+        job.pk, job.local_queue.team.slug, job.local_queue.name, job.team.slug, job.priority_class.value,
+        job.priority_class.preemptible, job.created_at, job.gpu, job.gpu_milli, job.mig_profile,
+        job.gpu_memory_gib, job.cpu_milli, job.memory_mib, job.replicas, job.min_available, job.runtime_s,
+        job.state, job.gpu_model.name if job.gpu_model else None, job.started_at, job.admitted_at, job.updated_at,
+    )  # fmt: skip
+    return workload_from_row(
+        row,
+        allowed_gpu_models=tuple(sorted(g.name for g in job.allowed_gpu_models.all())),
+        spec=spec_part(job.node_selector, job.tolerations, job_rules(job) if rules is ... else rules),
         placements=tuple(p.engine_placement() for p in placements),
-        started_at=_ts(job.started_at or job.admitted_at),
     )
 
 
@@ -111,30 +164,35 @@ def _parsed_rules(affinity: object, spread: object, level: str) -> m.PlacementRu
         return m.PlacementRules(required_terms=())
 
 
-# job id -> (its updated_at when read, its rules). A job's rules never change after submission (an
-# admin's edit saves the row, which moves updated_at): each is read and parsed once per process, not
-# once per cycle, so a tenant's large rules cost the cycle nothing after the first.
-_RULES_SEEN: dict[int, tuple[datetime, m.PlacementRules | None]] = {}
+# job id -> (its updated_at when read, its spec part). A job's spec never changes after submission (an
+# admin's edit saves the row, which moves updated_at): each is read and parsed once per process.
+_SPECS_SEEN: dict[int, tuple[datetime, JobSpecPart]] = {}
 
 
-def jobs_rules(jobs: list[Job]) -> dict[int, m.PlacementRules | None]:
-    """The placement rules of ``jobs`` (loaded without their rule columns), by job id."""
-    out: dict[int, m.PlacementRules | None] = {}
+def jobs_spec_parts(seen: list[tuple[int, datetime]]) -> dict[int, JobSpecPart]:
+    """The spec parts (node selector, tolerations, placement rules) of jobs ``(id, updated_at)``, by id."""
+    out: dict[int, JobSpecPart] = {}
     missing = []
-    for job in jobs:
-        seen = _RULES_SEEN.get(job.pk)
-        if seen is not None and seen[0] == job.updated_at:
-            out[job.pk] = seen[1]
+    for pk, updated_at in seen:
+        cached = _SPECS_SEEN.get(pk)
+        if cached is not None and cached[0] == updated_at:
+            out[pk] = cached[1]
         else:
-            missing.append(job.pk)
-    if missing:
-        columns = ("pk", "updated_at", "affinity", "topology_spread_constraints", "required_topology")
-        for pk, updated_at, affinity, spread, level in Job.objects.filter(pk__in=missing).values_list(*columns):
-            out[pk] = _parsed_rules(affinity, spread, level)
-            _RULES_SEEN[pk] = (updated_at, out[pk])
-    if len(_RULES_SEEN) > 2 * len(jobs) + 1000:  # forget jobs that left the cycle
-        for pk in set(_RULES_SEEN) - set(out):
-            del _RULES_SEEN[pk]
+            missing.append(pk)
+    columns = (
+        "pk", "updated_at", "node_selector", "tolerations", "affinity", "topology_spread_constraints",
+        "required_topology",
+    )  # fmt: skip
+    for start in range(0, len(missing), 1000):
+        chunk = missing[start : start + 1000]
+        for pk, updated_at, selector, tolerations, affinity, spread, level in Job.objects.filter(
+            pk__in=chunk
+        ).values_list(*columns):
+            out[pk] = spec_part(selector, tolerations, _parsed_rules(affinity, spread, level))
+            _SPECS_SEEN[pk] = (updated_at, out[pk])
+    if len(_SPECS_SEEN) > 2 * len(seen) + 1000:  # forget jobs that left the cycle
+        for pk in set(_SPECS_SEEN) - set(out):
+            del _SPECS_SEEN[pk]
     return out
 
 
@@ -168,30 +226,41 @@ def snapshot_load(
     A pending job still in its back-off after a failed start (``not_before`` after ``now``) is left
     out: the engine does not consider it until the back-off is over."""
     in_backoff = Q(state=JobState.PENDING, not_before__gt=now or django_now())
-    jobs = list(
-        Job.objects.filter(state__in=[JobState.PENDING, *ACTIVE_STATES])
-        .exclude(in_backoff)
-        # What the engine never reads stays in the database: a tenant's long command and labels
-        # must not make every cycle slower (they are bounded, but still 30 KB a job at most). The
-        # placement rules are read once per job (``jobs_rules``), not once per cycle.
-        .defer(
-            "command", "labels", "image", "name", "message", "pending_reason", "affinity", "topology_spread_constraints"
-        )
-        .select_related("team", "local_queue__team", "priority_class", "gpu_model")
-        .prefetch_related("allowed_gpu_models")
-        .order_by("id")
+    live = Job.objects.filter(state__in=[JobState.PENDING, *ACTIVE_STATES]).exclude(in_backoff)
+    # Plain rows, not model instances (a cycle reads thousands of jobs every few seconds), and only
+    # the columns the engine reads: a tenant's long command and labels never slow a cycle down. The
+    # spec's lists (tolerations, node selector, placement rules) are read once per job (``jobs_spec_parts``).
+    rows = list(live.order_by("id").values_list(*WORKLOAD_COLUMNS))
+    # The related rows by a join on the same filter, not an IN list of every id (which costs more to
+    # send and plan than to run).
+    allowed: dict[int, list[str]] = defaultdict(list)
+    through = Job.allowed_gpu_models.through.objects.filter(job__in=live.values("pk"))
+    for job_id, name in through.order_by("job_id", "gpumodel__name").values_list("job_id", "gpumodel__name"):
+        allowed[job_id].append(name)
+    placements: dict[int, list[m.ReplicaPlacement]] = defaultdict(list)
+    placement_rows = (
+        ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES)
+        .order_by("job_id", "replica")
+        .values_list("job_id", "node", "gpu_indices", "gpu_milli", "mig_profile", "mig_slot", "cpu_milli", "memory_mib")
     )
-    placements: dict[int, list[ReplicaPlacement]] = defaultdict(list)
-    for placement in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).order_by("job_id", "replica"):
-        placements[placement.job_id].append(placement)
+    for job_id, *values in placement_rows:
+        placements[job_id].append(ReplicaPlacement.engine_placement_of(*values))
+    specs = jobs_spec_parts([(row[0], row[-1]) for row in rows])
     cluster_queues, local_queues = queues_load()
     gpu_models = list(GpuModel.objects.all())
-    rules = jobs_rules(jobs)
     return m.Snapshot(
         nodes=tuple(backend.nodes()),
         cluster_queues=cluster_queues,
         local_queues=local_queues,
-        workloads=tuple(workload_from_job(job, placements.get(job.pk, []), rules[job.pk]) for job in jobs),
+        workloads=tuple(
+            workload_from_row(
+                row,
+                allowed_gpu_models=tuple(allowed.get(row[0], ())),
+                spec=specs[row[0]],
+                placements=tuple(placements.get(row[0], ())),
+            )
+            for row in rows
+        ),
         foreign=tuple(backend.foreign_usage()),
         teams_blocked=teams_blocked,
         mig_profiles=tuple((g.name, tuple(g.mig_profiles or ())) for g in gpu_models),
