@@ -361,11 +361,27 @@ def plan_apply(
         if fence is not None and not fence():
             raise LostCycleLock("the cycle lock was lost before the plan was written")
         preempted = sum(preemption_apply(p, now=now, backend=backend) for p in plan.preemptions)
-        admitted = sum(
-            admission_apply(a, now=now, backend=backend, nodes=nodes, gpu_models=gpu_models) for a in plan.admissions
-        )
+        started = [
+            int(a.workload_id)
+            for a in plan.admissions
+            if admission_apply(a, now=now, nodes=nodes, gpu_models=gpu_models)
+        ]
+        # The admitted jobs' pods start after commit, all in one call when the backend can start many
+        # at once (the Kubernetes backend creates and binds them concurrently).
+        if started:
+            transaction.on_commit(partial(jobs_start, backend=backend, job_ids=started))
         pending_apply(plan.pending)
-    return {"admitted": admitted, "preempted": preempted, "pending": len(plan.pending)}
+    return {"admitted": len(started), "preempted": preempted, "pending": len(plan.pending)}
+
+
+def jobs_start(*, backend: ClusterBackend, job_ids: list[int]) -> None:
+    """Start the pods of admitted jobs: ``start_many`` where the backend has it, else one by one."""
+    start_many = getattr(backend, "start_many", None)
+    if start_many is not None:
+        start_many(job_ids=job_ids)
+        return
+    for job_id in job_ids:
+        backend.start(job_id=job_id)
 
 
 def preemption_apply(preemption: m.Preemption, *, now: datetime, backend: ClusterBackend) -> bool:
@@ -386,11 +402,11 @@ def admission_apply(
     admission: m.Admission,
     *,
     now: datetime,
-    backend: ClusterBackend,
     nodes: dict[str, m.GpuNode],
     gpu_models: dict[str, GpuModel],
 ) -> bool:
-    """Admit one job on its placements (its pods start after commit); False if it is no longer pending."""
+    """Admit one job on its placements (``plan_apply`` starts its pods after commit); False if it is no
+    longer pending."""
     # The row lock orders this write after a concurrent cancel, which the state re-check then sees.
     job = Job.objects.select_for_update().filter(pk=int(admission.workload_id)).first()
     if job is None or job.state != JobState.PENDING:
@@ -415,7 +431,6 @@ def admission_apply(
     job_transition(
         job=job, to_state=JobState.ADMITTED, at=now, reason=reason, detail=detail, placements=admission.placements
     )
-    transaction.on_commit(partial(backend.start, job_id=job.pk))
     return True
 
 
