@@ -216,13 +216,27 @@ def observations_apply(observations: list[Observation]) -> int:
                 if job is None or job.attempt != obs.attempt or obs.state not in TRANSITIONS[job.state]:
                     continue
                 detail = dict(admitted_detail.get(job.pk) or {}) if obs.state == JobState.RUNNING else {}
-                job_transition(
-                    job=job, to_state=obs.state, at=obs.at, reason=obs.reason, actor="cluster", detail=detail
-                )
+                to_state, reason = obs.state, obs.reason
+                if obs.worker_failed and job.kind == Job.Kind.TRAINING:
+                    to_state, reason = gang_restart_decide(job=job, why=obs.reason)
+                job_transition(job=job, to_state=to_state, at=obs.at, reason=reason, actor="cluster", detail=detail)
                 moved.append(job.pk)
                 applied += 1
             job_events_notify(job_ids=moved)  # started, finished, failed, evicted: after commit
     return applied
+
+
+def gang_restart_decide(*, job: Job, why: str) -> tuple[str, str]:
+    """A training worker failed: the whole gang goes back to the queue (its other workers' pods are
+    deleted by reconcile, as pods of a requeued job are) until ``max_restarts`` restarts were spent,
+    then the job fails with the reason. Counts the restart on the row; the caller holds its lock."""
+    if job.restarts >= job.max_restarts:
+        spent = f"after {job.restarts} gang restart{'s' if job.restarts != 1 else ''}" if job.restarts else ""
+        return JobState.FAILED, f"worker failed: {why}; restart limit {job.max_restarts} reached {spent}".rstrip()
+    job.restarts += 1
+    job.save(update_fields=["restarts"])
+    reason = f"worker failed: {why}; whole gang restarted ({job.restarts} of {job.max_restarts}){job.resume_hint()}"
+    return JobState.PENDING, reason
 
 
 def cluster_sync(*, backend: ClusterBackend, now: datetime, converge: bool = True) -> int:

@@ -25,18 +25,9 @@ from rest_framework import serializers
 from billing.selectors import job_costs
 from portal.api.serializers import AttemptSerializer, JobSerializer, PlacementSerializer, TransitionSerializer
 from portal.jobs.models import Job, JobAttempt, JobTransition, ReplicaPlacement
-from portal.jobs.services import SPEC_FIELDS
 from scheduling.engine.shares import billed_gpus
 
-# The job columns the shape reads, with the related names it shows.
-JOB_VALUES = (
-    *(name for name in SPEC_FIELDS if name not in ("team", "local_queue", "allowed_gpu_models", "priority_class")),
-    "id", "team__slug", "team__namespace", "local_queue__name", "owner__username", "priority_class__name",
-    "priority_class__value", "state", "message", "created_at", "admitted_at", "started_at", "finished_at",
-    "attempt", "gpu_model__name", "capacity_type", "start_failures", "not_before", "quota_held_s",
-    "pending_reason", "queue_position", "estimated_start",
-)  # fmt: skip
-# Columns under another name in the shape.
+# Fields of the shape that are a column under another name (a related row's).
 _RENAMED = {
     "team": "team__slug",
     "namespace": "team__namespace",
@@ -48,6 +39,12 @@ _RENAMED = {
 }
 _NESTED = ("allowed_gpu_models", "placements", "transitions", "attempts")
 _FIGURES = ("run_s", "gpu_hours", "cost_usd", "estimated_total_usd")
+# The job columns the shape reads: every other field of ``JobSerializer`` is a column of its name.
+JOB_VALUES = tuple(
+    _RENAMED.get(name, name)
+    for name in JobSerializer.Meta.fields  # type: ignore[attr-defined]
+    if name not in _NESTED and name not in _FIGURES
+)
 # The attributes of a job that ``job_costs`` reads.
 _COST_FIELDS = ("id", "runtime_s", "state", "finished_at", "restart_policy")
 

@@ -26,11 +26,19 @@ from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.jobs.transitions import job_transition
 from portal.tenants.selectors import team_toleration_allowlist
 from portal.tenants.tolerations import as_grant
-from scheduling.adapters.contract import ClusterBackend, ClusterView, node_capacity_type
+from scheduling.adapters.contract import (
+    ClusterBackend,
+    ClusterView,
+    billed_capacity_type,
+    job_tolerations,
+    node_capacity_type,
+    spot_toleration,
+)
 from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.engine import model as m
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.shares import billed_gpus, placement_billed_units
+from scheduling.engine.windows import StartWindow, parse_span
 from scheduling.models import NodePool
 
 logger = logging.getLogger(__name__)
@@ -58,7 +66,8 @@ class LostCycleLock(RuntimeError):
 # snapshot's rows (``values_list``) and a single model instance (``workload_from_job``).
 WORKLOAD_COLUMNS = (
     "id", "local_queue__team__slug", "local_queue__name", "team__slug", "priority_class__value",
-    "priority_class__preemptible", "created_at", "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib",
+    "priority_class__preemptible", "priority_class__min_runtime_s", "created_at", "gpu", "gpu_milli",
+    "mig_profile", "gpu_memory_gib",
     "cpu_milli", "memory_mib", "replicas", "min_available", "runtime_s", "state", "gpu_model__name",
     "started_at", "admitted_at", "updated_at",
 )  # fmt: skip
@@ -73,9 +82,24 @@ class JobSpecPart:
     node_selector: m.Labels
     tolerations: tuple[m.Toleration, ...]
     rules: m.PlacementRules | None
+    start_window: StartWindow | None
 
 
-def spec_part(node_selector: dict | None, tolerations: list | None, rules: m.PlacementRules | None) -> JobSpecPart:
+# The job columns ``spec_part`` reads besides the placement rules, in its arguments' order.
+SPEC_COLUMNS = ("node_selector", "tolerations", "spot", "start_after", "start_window", "window_timezone", "off_peak")
+
+
+def spec_part(
+    node_selector: dict | None,
+    tolerations: list | None,
+    spot: bool,
+    start_after: datetime | None,
+    start_window: str,
+    window_timezone: str,
+    off_peak: bool,
+    *,
+    rules: m.PlacementRules | None,
+) -> JobSpecPart:
     return JobSpecPart(
         node_selector=m.labels_of(node_selector),
         tolerations=tuple(
@@ -85,9 +109,10 @@ def spec_part(node_selector: dict | None, tolerations: list | None, rules: m.Pla
                 value=t.get("value", ""),
                 effect=t.get("effect", ""),
             )
-            for t in tolerations or ()
+            for t in job_tolerations(tolerations or [], spot=spot)
         ),
         rules=rules,
+        start_window=start_window_of(start_after, start_window, window_timezone, off_peak),
     )
 
 
@@ -96,7 +121,7 @@ def workload_from_row(
 ) -> m.Workload:
     """The engine's view of a job from its ``WORKLOAD_COLUMNS`` values."""
     (
-        pk, queue_team, queue_name, team, priority, preemptible, created_at, gpu, gpu_milli, mig_profile,
+        pk, queue_team, queue_name, team, priority, preemptible, min_runtime_s, created_at, gpu, gpu_milli, mig_profile,
         gpu_memory_gib, cpu_milli, memory_mib, replicas, min_available, runtime_s, state, gpu_model,
         started_at, admitted_at, _updated_at,
     ) = row  # fmt: skip
@@ -106,6 +131,7 @@ def workload_from_row(
         team=team,
         priority=priority,
         preemptible=preemptible,
+        min_runtime_s=float(min_runtime_s),
         created_at=created_at.timestamp(),
         resources=m.Resources(
             gpu=gpu,
@@ -122,6 +148,7 @@ def workload_from_row(
         tolerations=spec.tolerations,
         rules=spec.rules,
         runtime_s=float(runtime_s),
+        start_window=spec.start_window,
         state=ENGINE_STATE[JobState(state)],
         gpu_model=gpu_model,
         placements=placements,
@@ -135,15 +162,42 @@ def workload_from_job(
     """The engine's view of a job row (``rules``: its placement rules when the caller has them)."""
     row = (
         job.pk, job.local_queue.team.slug, job.local_queue.name, job.team.slug, job.priority_class.value,
-        job.priority_class.preemptible, job.created_at, job.gpu, job.gpu_milli, job.mig_profile,
-        job.gpu_memory_gib, job.cpu_milli, job.memory_mib, job.replicas, job.min_available, job.runtime_s,
+        job.priority_class.preemptible, job.priority_class.min_runtime_s, job.created_at, job.gpu, job.gpu_milli,
+        job.mig_profile, job.gpu_memory_gib, job.cpu_milli, job.memory_mib, job.replicas, job.min_available,
+        job.runtime_s,
         job.state, job.gpu_model.name if job.gpu_model else None, job.started_at, job.admitted_at, job.updated_at,
     )  # fmt: skip
     return workload_from_row(
         row,
         allowed_gpu_models=tuple(sorted(g.name for g in job.allowed_gpu_models.all())),
-        spec=spec_part(job.node_selector, job.tolerations, job_rules(job) if rules is ... else rules),
+        spec=spec_part(*(getattr(job, name) for name in SPEC_COLUMNS), rules=job_rules(job) if rules is ... else rules),
         placements=tuple(p.engine_placement() for p in placements),
+    )
+
+
+def job_start_window(job: Job) -> StartWindow | None:
+    """A job's start window as the engine's value: its start-after instant and its daily span (the
+    off-peak hours for an off-peak job). ``None`` for a job that may start at any time."""
+    return start_window_of(job.start_after, job.start_window, job.window_timezone, job.off_peak)
+
+
+def start_window_of(
+    start_after: datetime | None, start_window: str, window_timezone: str, off_peak: bool
+) -> StartWindow | None:
+    """``job_start_window`` from the column values."""
+    span, zone = "", window_timezone or "UTC"
+    if off_peak:
+        span, zone = settings.OFFPEAK_HOURS, settings.OFFPEAK_TIMEZONE
+    elif start_window:
+        span = start_window
+    if not span and start_after is None:
+        return None
+    start, end = parse_span(span) if span else (None, None)
+    return StartWindow(
+        not_before_s=_ts(start_after),
+        daily_start_minute=start,
+        daily_end_minute=end,
+        zone=zone,
     )
 
 
@@ -179,21 +233,22 @@ def jobs_spec_parts(seen: list[tuple[int, datetime]]) -> dict[int, JobSpecPart]:
             out[pk] = cached[1]
         else:
             missing.append(pk)
-    columns = (
-        "pk", "updated_at", "node_selector", "tolerations", "affinity", "topology_spread_constraints",
-        "required_topology",
-    )  # fmt: skip
+    columns = ("pk", "updated_at", "affinity", "topology_spread_constraints", "required_topology", *SPEC_COLUMNS)
     for start in range(0, len(missing), 1000):
         chunk = missing[start : start + 1000]
-        for pk, updated_at, selector, tolerations, affinity, spread, level in Job.objects.filter(
-            pk__in=chunk
-        ).values_list(*columns):
-            out[pk] = spec_part(selector, tolerations, _parsed_rules(affinity, spread, level))
+        for pk, updated_at, affinity, spread, level, *values in Job.objects.filter(pk__in=chunk).values_list(*columns):
+            out[pk] = spec_part(*values, rules=_parsed_rules(affinity, spread, level))
             _SPECS_SEEN[pk] = (updated_at, out[pk])
     if len(_SPECS_SEEN) > 2 * len(seen) + 1000:  # forget jobs that left the cycle
         for pk in set(_SPECS_SEEN) - set(out):
             del _SPECS_SEEN[pk]
     return out
+
+
+def jobs_rules(jobs: list[Job]) -> dict[int, m.PlacementRules | None]:
+    """The placement rules of ``jobs`` by id, read once per job as ``jobs_spec_parts`` reads them."""
+    parts = jobs_spec_parts([(job.pk, job.updated_at) for job in jobs])
+    return {pk: part.rules for pk, part in parts.items()}
 
 
 def pools_load() -> tuple[m.NodePool, ...]:
@@ -214,8 +269,10 @@ def pool_descriptions() -> dict[str, str]:
 
 
 def toleration_grants_load() -> tuple[tuple[str, tuple[m.TolerationGrant, ...]], ...]:
-    """Every team's allow-list of tolerations (teams without a grant have an empty one)."""
-    return tuple((slug, tuple(as_grant(g) for g in grants)) for slug, grants in team_toleration_allowlist().items())
+    """Every team's allow-list of tolerations (teams without a grant have an empty one), plus the spot
+    taint's for every team: any job may opt in to spot capacity (``spot: true``)."""
+    spot = as_grant({"key": spot_toleration()["key"]})
+    return tuple((slug, (*(as_grant(g) for g in grants), spot)) for slug, grants in team_toleration_allowlist().items())
 
 
 def snapshot_load(
@@ -390,9 +447,11 @@ def preemption_apply(preemption: m.Preemption, *, now: datetime, backend: Cluste
     job = Job.objects.select_for_update().filter(pk=int(preemption.workload_id)).first()
     if job is None or job.state not in ACTIVE_STATES:
         return False
-    job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason)
+    job_transition(job=job, to_state=JobState.PREEMPTED, at=now, reason=preemption.reason + job.resume_hint())
     if job.restart_policy == Job.RestartPolicy.REQUEUE:
-        job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption")
+        job_transition(
+            job=job, to_state=JobState.PENDING, at=now, reason="requeued after preemption" + job.resume_hint()
+        )
     grace_s = getattr(settings, "K8S_POD_GRACE_S", 30)
     transaction.on_commit(partial(backend.stop, job_id=job.pk, grace_s=grace_s))
     return True
@@ -412,7 +471,7 @@ def admission_apply(
     if job is None or job.state != JobState.PENDING:
         return False
     first_node = nodes.get(admission.placements[0].node) if admission.placements else None
-    capacity_type = node_capacity_type(first_node) if first_node else ""
+    capacity_type = billed_capacity_type(node_capacity_type(first_node), off_peak=job.off_peak) if first_node else ""
     job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
     job.capacity_type = capacity_type
     job.save(update_fields=["gpu_model", "capacity_type"])

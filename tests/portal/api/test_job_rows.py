@@ -36,6 +36,8 @@ _JOB = st.fixed_dictionaries(
         "tolerations": st.lists(st.just({"key": "spot", "operator": "Exists"}), max_size=1),
         "command": st.lists(st.sampled_from(["python", "train.py", "--x"]), max_size=3),
         "name": st.sampled_from(["", "resnet"]),
+        "spot": st.booleans(),
+        "window": st.sampled_from([{}, {"off_peak": True}, {"start_window": "22:00-06:00"}]),
     }
 )
 _STEP = st.one_of(
@@ -60,6 +62,8 @@ def test_the_row_renderer_agrees_with_the_job_serializer(world, jobs, steps):
             allowed_gpu_models=tuple(world.models[name] for name in job["allowed"]),
             runtime_s=job["runtime_s"],
             restart_policy=job["restart_policy"],
+            spot=job["spot"],
+            **job["window"],
             labels=tuple(sorted(job["labels"].items())),
             tolerations=tuple(job["tolerations"]),
             gpu=shape.get("gpu", 0),

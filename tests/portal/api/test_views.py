@@ -124,6 +124,12 @@ def test_unauthenticated_requests_are_refused(world):
         ({"image": "Pytorch:2.4"}, "image", "repository name must be lower case"),
         ({"image": "registry.example.com//x"}, "image", "is not an image reference like"),
         ({"image": "pytorch:-bad-tag"}, "image", "is not an image reference like"),
+        ({"kind": "training", "replicas": 4, "min_available": 2}, "min_available", "start together or not at all"),
+        ({"kind": "cron"}, "kind", "not a valid choice"),
+        ({"max_restarts": 101}, "max_restarts", "less than or equal to 100"),
+        ({"checkpoint_path": "/ckpt\nx"}, "checkpoint_path", "line breaks"),
+        ({"checkpoint_path": "x" * 1025}, "checkpoint_path", "no more than 1024"),
+        ({"spot": "perhaps"}, "spot", "Must be a valid boolean"),
     ],
 )
 def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(api, world, fields, field, message):
@@ -226,6 +232,8 @@ def test_read_endpoints_for_notebooks(api, world):
     ]
     models = [m["name"] for m in alice.get("/api/v1/gpu-models/").json()["results"]]
     assert models == ["A100-80GB", "T4"]
+    classes = alice.get("/api/v1/priority-classes/").json()["results"]
+    assert {c["name"]: c["min_runtime_s"] for c in classes} == {"critical": 0, "default": 0, "low": 0}
     cqs = alice.get("/api/v1/cluster-queues/").json()["results"]
     assert {cq["name"] for cq in cqs} == {"cq-vision", "cq-nlp"}
     one = alice.get("/api/v1/cluster-queues/cq-nlp/").json()

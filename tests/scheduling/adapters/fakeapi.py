@@ -26,6 +26,12 @@ from tests.scheduling.adapters.fakecluster import FakeCluster, stamp
 
 POD_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?:/(?P<sub>binding|status))?)?$")
 EVENT_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
+# Namespaced objects served generically: core Services and KubeRay's custom resources.
+OBJECT_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
+)
+ALL_OBJECTS_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/(?P<plural>[a-z]+)$")
+KINDS = {"services": "Service", "rayjobs": "RayJob", "rayclusters": "RayCluster"}
 
 
 def status_body(code: int, reason: str, message: str) -> dict:
@@ -183,6 +189,14 @@ class FakeKubeApi(FakeCluster):
             match = POD_PATH.match(path)
             if match:
                 return self.pod_endpoint(handler, method, match["ns"], match["name"], match["sub"], query, body)
+            match = OBJECT_PATH.match(path)
+            if match and match["plural"] in KINDS:
+                return self.object_endpoint(
+                    handler, method, KINDS[match["plural"]], match["ns"], match["name"], query, body
+                )
+            match = ALL_OBJECTS_PATH.match(path)
+            if match and match["plural"] in KINDS and method == "GET":
+                return self.list_or_watch(handler, KINDS[match["plural"]], query, None)
         except Exception as exc:  # a bug in the fake must show, not hang the client
             return self.reply(handler, 500, status_body(500, "InternalError", repr(exc)))
         return self.reply(handler, 404, status_body(404, "NotFound", f"{method} {path}"))
@@ -338,6 +352,35 @@ class FakeKubeApi(FakeCluster):
                 pod["metadata"]["deletionGracePeriodSeconds"] = int(query.get("gracePeriodSeconds") or 30)
                 self._write("Pod", "DELETED", pod)
             return self.reply(handler, 200, pod)
+        return self.reply(handler, 405, status_body(405, "MethodNotAllowed", method))
+
+    def object_endpoint(self, handler, method: str, kind: str, namespace: str, name: str | None, query, body):
+        """Create (409 if it exists), get, list and delete (404 if absent) any other namespaced kind."""
+        store = self._store(kind)
+        if name is None and method == "GET":
+            return self.list_or_watch(handler, kind, query, namespace)
+        if name is None and method == "POST":
+            name = body["metadata"]["name"]
+            with self.cond:
+                if (namespace, name) in store:
+                    return self.reply(
+                        handler, 409, status_body(409, "AlreadyExists", f'{kind} "{name}" already exists')
+                    )
+                obj = json.loads(json.dumps(body))
+                obj["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=stamp())
+                store[(namespace, name)] = obj
+                self._write(kind, "ADDED", obj)
+                return self.reply(handler, 201, obj)
+        with self.cond:
+            obj = store.get((namespace, name or ""))
+            if obj is None:
+                return self.reply(handler, 404, status_body(404, "NotFound", f'{kind} "{name}" not found'))
+            if method == "GET":
+                return self.reply(handler, 200, json.loads(json.dumps(obj)))
+            if method == "DELETE":
+                del store[(namespace, name or "")]
+                self._write(kind, "DELETED", obj)
+                return self.reply(handler, 200, obj)
         return self.reply(handler, 405, status_body(405, "MethodNotAllowed", method))
 
     def create_pod(self, handler, namespace: str, body: dict) -> None:

@@ -38,7 +38,7 @@ def _queue_jobs_no_node_matches(settings):
     settings.QUEUE_NEVER_FITTING_JOBS = True  # these jobs' affinity matches no node of the test cluster
 
 
-def test_rules_pools_and_grants_reach_the_snapshot(world):
+def test_rules_pools_and_grants_reach_the_snapshot(world, settings):
     job = world.submit(gpu=1, affinity=A100, required_topology="rack")
     plain = world.submit(gpu=1)
     NodePool.objects.create(
@@ -51,7 +51,12 @@ def test_rules_pools_and_grants_reach_the_snapshot(world):
     )
     assert workload(snapshot, plain).rules is None
     assert snapshot.pools == (EnginePool("shared", (("pool", "shared"),), "spread", 1.25),)
-    assert dict(snapshot.toleration_grants or ()) == {"nlp": (), "vision": (EngineGrant("spot", "", "NoSchedule"),)}
+    # Every team may tolerate the spot taint (``spot: true``); other taints only when granted.
+    spot = EngineGrant(settings.SPOT_TAINT_KEY)
+    assert dict(snapshot.toleration_grants or ()) == {
+        "nlp": (spot,),
+        "vision": (EngineGrant("spot", "", "NoSchedule"), spot),
+    }
 
 
 def test_an_edited_row_is_read_again_and_a_corrupt_one_matches_no_node(world):
@@ -94,6 +99,10 @@ _JOB = st.fixed_dictionaries(
         "affinity": st.sampled_from([{}, A100]),
         "required_topology": st.sampled_from(["", "node"]),
         "runtime_s": st.integers(60, 7200),
+        "spot": st.booleans(),
+        "window": st.sampled_from(
+            [{}, {"off_peak": True}, {"start_window": "22:00-06:00", "window_timezone": "Europe/Paris"}]
+        ),
     }
 )
 
@@ -119,6 +128,8 @@ def test_the_snapshot_rows_agree_with_the_model_instance_path(world, jobs, cycle
             affinity=job["affinity"],
             required_topology=job["required_topology"],
             runtime_s=job["runtime_s"],
+            spot=job["spot"],
+            **job["window"],
             gpu=shape.get("gpu", 0),
             gpu_milli=shape.get("gpu_milli", 0),
             mig_profile=shape.get("mig_profile", ""),
