@@ -71,6 +71,8 @@ class FakeKubeApi(FakeCluster):
         super().__post_init__()
         self.faults: list[Fault] = []
         self.closing = threading.Event()
+        self.in_flight = 0  # POSTs being answered right now, and the most at once
+        self.in_flight_max = 0
         self._server: ThreadingHTTPServer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -152,6 +154,18 @@ class FakeKubeApi(FakeCluster):
     # -- HTTP --------------------------------------------------------------------------------------
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        if method != "POST":
+            return self._handle(handler, method)
+        with self.cond:
+            self.in_flight += 1
+            self.in_flight_max = max(self.in_flight_max, self.in_flight)
+        try:
+            return self._handle(handler, method)
+        finally:
+            with self.cond:
+                self.in_flight -= 1
+
+    def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         parsed = urlparse(handler.path)
         query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         path = parsed.path
