@@ -189,6 +189,7 @@ CELERY_BEAT_SCHEDULE = {
         "kwargs": {"periodic": True},  # deduplicated per interval (scheduling.services.periodic_claim)
     },
     "metering": {"task": "billing.tasks.metering_run", "schedule": METERING_INTERVAL_S},
+    "idle-gpus": {"task": "billing.tasks.idle_check", "schedule": env_float("IDLE_CHECK_INTERVAL_S", 60.0)},
 }
 
 # --- Scheduling --------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", pages.job_cancel, name="job-cancel"),
     path("queues/", ops.queue_list, name="queue-list"),
     path("queues/fair-share/", ops.fair_share_formula, name="fair-share-formula"),
+    path("queues/charts/", ops.queue_charts, name="queue-charts"),
     path("cluster/", ops.cluster, name="cluster"),
     path("cluster/nodes/<str:name>/", ops.cluster_node, name="cluster-node"),
     path("dashboard/", pages.dashboard, name="dashboard"),

@@ -57,7 +57,7 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 MAX_GPU_MEMORY_GIB = 8 * 1024
 MAX_RUNTIME_S = 90 * 24 * 3600
 MAX_RESTARTS = 100
-MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
+MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb(\+me)?$")  # +me: media extensions, a profile of its own
 # Every list and string of a spec is bounded, so one tenant's request cannot make the cycle (which
 # reads every pending job) slower for everyone: the largest legal job costs the same as a small one.
 MAX_LABELS = 32  # labels never reach the cycle (it does not load them)

@@ -22,6 +22,7 @@ from billing.selectors import (
     list_figures,
     run_interval_list,
 )
+from billing.selectors.idle import job_idle_flag_list
 from portal.api.serializers import JobCreateSerializer
 from portal.jobs import selectors, services
 from portal.jobs.errors import ServiceError
@@ -176,6 +177,7 @@ def job_live_context(job, *, now) -> dict:
         "cancellable": job.state in CANCELLABLE_STATES,
         "final": job.state in FINAL_STATES,
         "refresh_s": settings.LIVE_REFRESH_S,
+        "idle_flags": list(job_idle_flag_list(job=job)),
     }
 
 

@@ -413,8 +413,14 @@ class _Cycle:
             nodes = nodes_of(holder)
             return bool(len(self.placer.feasible(shape, nodes[eligible[nodes]])))
 
+        def placed_on() -> set[str]:
+            trial = Statement(self.cluster)
+            result = self.placer.place_gang(job, shape, trial, job.gang_size, job.gang_size, explain=False)
+            trial.discard()
+            return {p.node for p in result.placements}
+
         if self._victim_index is None:
-            self._victim_index = VictimIndex(self._initial_holders, self.cohort_of)
+            self._victim_index = VictimIndex(self._initial_holders, self.cohort_of, self.now)
         return select_victims(
             job=job,
             cq=cq,
@@ -429,6 +435,7 @@ class _Cycle:
             fits=fits,
             on_useful_node=on_useful_node,
             frees_a_node=frees_a_node,
+            placed_on=placed_on,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:

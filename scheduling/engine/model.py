@@ -178,6 +178,9 @@ class GpuNode:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False  # cordoned
     mig_enabled: bool = False  # devices are partitioned into MIG slices only
+    # Fixed MIG partitions (the device plugin's mixed strategy): the slices that exist, (profile, count).
+    # Empty on a MIG node: the engine chooses each instance's slot (dynamic partitioning).
+    mig_slices: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

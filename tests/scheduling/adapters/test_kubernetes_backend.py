@@ -211,6 +211,21 @@ def test_a_priority_class_minimum_runtime_protects_a_victim_until_it_has_run_tha
     assert reason.endswith("it loses 4880 GPU-seconds")  # 8 GPUs x 610 s
 
 
+def test_on_fixed_mig_partitions_jobs_take_only_the_slices_the_device_plugin_advertises(kworld, kube, backend):
+    kube.add_node("a100-mig", gpus=1, mig={"3g.40gb": 2})
+    a100 = (kworld.models["A100-80GB"],)
+    jobs = [kworld.submit(gpu=0, mig_profile="3g.40gb", allowed_gpu_models=a100) for _ in range(3)]
+    cycle(backend, kube)
+    for job in jobs:
+        job.refresh_from_db()
+    assert [j.state for j in jobs] == [JobState.ADMITTED, JobState.ADMITTED, JobState.PENDING]
+    pods = [pod for job in jobs[:2] for pod in pods_of(kube, job)]
+    limits = [pod["spec"]["containers"][0]["resources"]["limits"] for pod in pods]
+    assert all(limit.get("nvidia.com/mig-3g.40gb") == "1" for limit in limits)
+    assert jobs[2].pending_reason["waits"]  # both slices in use: waiting helps
+    assert "no free MIG slice for 3g.40gb" in jobs[2].pending_reason["message"]
+
+
 def test_cancelling_deletes_the_pods(kworld, kube, backend, settings, django_capture_on_commit_callbacks):
     settings.CLUSTER_BACKEND = "kubernetes"
     KubernetesBackend._instances = {os.getpid(): backend}  # the process's backend is the test's

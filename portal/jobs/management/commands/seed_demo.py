@@ -23,7 +23,7 @@ from portal.jobs.transitions import job_transition
 from portal.tenants.models import Membership, Team, TolerationGrant
 from scheduling.models import NodePool, SimNode
 
-MIG_PROFILES_80GB = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+MIG_PROFILES_80GB = ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
 GPU_MODELS = [
     ("H100-80GB", 80, MIG_PROFILES_80GB),
     ("A100-80GB", 80, MIG_PROFILES_80GB),
