@@ -7,6 +7,7 @@ from portal.api.docs import ApiDocsPermission
 from portal.notifications import views as notifications
 from portal.pages import ops
 from portal.pages import views as pages
+from portal.schedules import views as schedule_views
 from portal.serving import views as serving_views
 from portal.tokens import views as tokens
 from portal.whatif import views as whatif
@@ -30,6 +31,7 @@ urlpatterns = [
     path("cluster/", ops.cluster, name="cluster"),
     path("cluster/nodes/<str:name>/", ops.cluster_node, name="cluster-node"),
     path("dashboard/", pages.dashboard, name="dashboard"),
+    path("schedules/", schedule_views.schedule_list_page, name="schedule-list"),
     path("services/", serving_views.service_list_page, name="service-list"),
     path("services/<int:pk>/", serving_views.service_detail_page, name="service-detail"),
     path("services/<int:pk>/stop/", serving_views.service_stop_page, name="service-stop"),
