@@ -34,6 +34,7 @@ from .cycle import _Cycle
 from .estimate import P50, P90, Start, expected_runtime
 from .model import Plan, Policy, Reason, ReasonKind, ReplicaPlacement, Resources, Snapshot, Workload, WorkloadState
 from .outcome import Deferred, Fit, NoFit, Preempt
+from .windows import opens_at
 
 RUNS_NOW, WAITS, NEVER = "runs_now", "waits", "never"
 CHECK_DECISIONS = 300
@@ -127,6 +128,9 @@ class DryRun:
         check = replace(base, reason=reason, position=self._position(workload))
         if reason.kind == ReasonKind.BUDGET:
             return check
+        if reason.kind == ReasonKind.WINDOW and workload.start_window is not None:
+            opens = opens_at(workload.start_window, self.now)  # the cycle's estimate for such a job
+            return replace(check, estimated_start_p50=opens, estimated_start_p90=opens)
         lq = cycle.lq_by_name[workload.local_queue]
         early, late = self._forecast(workload, lq.cluster_queue)
         if early is None:

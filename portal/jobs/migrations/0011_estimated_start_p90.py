@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0007_placement_rules'),
+        ('jobs', '0010_merge_kinds_preemption_governance'),
     ]
 
     operations = [
