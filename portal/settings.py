@@ -13,6 +13,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from scheduling.adapters.k8s.resources import quantity
+from scheduling.engine.windows import parse_span, zone_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -50,6 +52,10 @@ INSTALLED_APPS = [
     "portal.jobs",
     "portal.tokens",
     "portal.notifications",
+    "portal.schedules",
+    "portal.serving",
+    "portal.whatif",
+    "portal.ops",
     "scheduling",
     "billing",
 ]
@@ -183,6 +189,7 @@ CELERY_BEAT_SCHEDULE = {
         "kwargs": {"periodic": True},  # deduplicated per interval (scheduling.services.periodic_claim)
     },
     "metering": {"task": "billing.tasks.metering_run", "schedule": METERING_INTERVAL_S},
+    "idle-gpus": {"task": "billing.tasks.idle_check", "schedule": env_float("IDLE_CHECK_INTERVAL_S", 60.0)},
 }
 
 # --- Scheduling --------------------------------------------------------------------------------
@@ -198,6 +205,19 @@ QUEUE_NEVER_FITTING_JOBS = env_bool("QUEUE_NEVER_FITTING_JOBS", False)
 SCHEDULER_SEED = env_int("SCHEDULER_SEED", 0)
 # Node label whose value (on-demand, spot, reserved) prices the GPU-hours of jobs on that node.
 CAPACITY_TYPE_LABEL = env_str("CAPACITY_TYPE_LABEL", "karpenter.sh/capacity-type")
+# The taint spot nodes carry (key=true:NoSchedule); jobs submitted with ``spot: true`` tolerate it.
+SPOT_TAINT_KEY = env_str("SPOT_TAINT_KEY", "spot")
+# Node taints that announce a reclaim (a termination notice): the node's jobs are requeued at the
+# taint's timeAdded, as if the node were gone. Karpenter's disruption taint, AWS's node termination
+# handler (spot interruption and rebalance), GKE's impending termination.
+SPOT_TERMINATION_TAINTS = env_list(
+    "SPOT_TERMINATION_TAINTS",
+    [
+        "karpenter.sh/disrupted",
+        "aws-node-termination-handler/spot-itn",
+        "cloud.google.com/impending-node-termination",
+    ],
+)
 
 LOGGING = {
     "version": 1,
@@ -225,6 +245,7 @@ K8S_WATCH_TIMEOUT_S = env_int("K8S_WATCH_TIMEOUT_S", 60)  # one watch's length b
 K8S_SYNC_TIMEOUT_S = env_float("K8S_SYNC_TIMEOUT_S", 10.0)  # wait for the caches before a cycle
 K8S_API_RETRIES = env_int("K8S_API_RETRIES", 3)  # attempts per call on 5xx/429/timeouts
 K8S_API_BACKOFF_S = env_float("K8S_API_BACKOFF_S", 0.2)  # first retry delay, doubling
+K8S_START_THREADS = env_int("K8S_START_THREADS", 8)  # pods created and bound at once after a cycle
 K8S_POD_GRACE_S = env_int("K8S_POD_GRACE_S", 30)  # grace period when preempting or cancelling
 K8S_RUN_AS_USER = env_int("K8S_RUN_AS_USER", 1000)  # uid/gid of every pod (restricted PSS: non-root)
 # An admitted job whose pods are not running after this long is requeued by the sweeper.
@@ -233,6 +254,25 @@ CLUSTER_SYNC_INTERVAL_S = env_float("CLUSTER_SYNC_INTERVAL_S", 15.0)
 SWEEP_INTERVAL_S = env_float("SWEEP_INTERVAL_S", 60.0)
 # A task whose worker died unacknowledged is redelivered after this long (Redis visibility timeout).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 300)}
+# Team namespaces kept in step (docs/kubernetes.md): each team's namespace gets a ResourceQuota at its
+# queues' ceiling and a LimitRange with these container defaults (the seed's ai-limits); the cluster
+# sync task checks them every NAMESPACE_SYNC_INTERVAL_S and rewrites any that drifted.
+K8S_NAMESPACE_OBJECTS = env_bool("K8S_NAMESPACE_OBJECTS", True)
+NAMESPACE_SYNC_INTERVAL_S = env_float("NAMESPACE_SYNC_INTERVAL_S", 60.0)
+K8S_LIMIT_DEFAULT = env_list("K8S_LIMIT_DEFAULT", ["cpu=4", "memory=8Gi", "nvidia.com/gpu=1"])
+K8S_LIMIT_DEFAULT_REQUEST = env_list("K8S_LIMIT_DEFAULT_REQUEST", ["cpu=2", "memory=4Gi", "nvidia.com/gpu=1"])
+for _name, _items in (
+    ("K8S_LIMIT_DEFAULT", K8S_LIMIT_DEFAULT),
+    ("K8S_LIMIT_DEFAULT_REQUEST", K8S_LIMIT_DEFAULT_REQUEST),
+):
+    for _item in _items:
+        _resource, _, _amount = _item.partition("=")
+        try:
+            quantity(_amount)
+        except ValueError:
+            raise ImproperlyConfigured(f"{_name}: {_item!r} is not resource=quantity (e.g. memory=8Gi)") from None
+        if not _resource or not _amount:
+            raise ImproperlyConfigured(f"{_name}: {_item!r} is not resource=quantity (e.g. memory=8Gi)")
 CELERY_BEAT_SCHEDULE["cluster-sync"] = {
     "task": "scheduling.tasks.cluster_sync",
     "schedule": CLUSTER_SYNC_INTERVAL_S,
@@ -288,6 +328,42 @@ NOTIFY_SWEEP_INTERVAL_S = env_float("NOTIFY_SWEEP_INTERVAL_S", 60.0)
 CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
     "task": "portal.notifications.tasks.sweep",
     "schedule": NOTIFY_SWEEP_INTERVAL_S,
+}
+
+# --- Job schedules (README, Scheduled and off-peak jobs) -----------------------------------------
+# Beat looks for due schedules this often; a run is started only within the starting deadline of its
+# instant (a beat that was down longer counts the older instants as missed instead of starting them).
+SCHEDULE_FIRE_INTERVAL_S = env_float("SCHEDULE_FIRE_INTERVAL_S", 20.0)
+SCHEDULE_STARTING_DEADLINE_S = env_float("SCHEDULE_STARTING_DEADLINE_S", 600.0)
+# Off-peak jobs start only in these local hours (a span wrapping midnight is fine) and are billed at
+# the price book's off-peak prices (capacity type "off-peak"; the seed prices them at 70 % of on-demand).
+OFFPEAK_HOURS = env_str("OFFPEAK_HOURS", "20:00-08:00")
+OFFPEAK_TIMEZONE = env_str("OFFPEAK_TIMEZONE", "UTC")
+try:
+    _offpeak = parse_span(OFFPEAK_HOURS)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"OFFPEAK_HOURS: {exc}") from None
+if _problem := zone_problem(OFFPEAK_TIMEZONE):
+    raise ImproperlyConfigured(f"OFFPEAK_TIMEZONE: {_problem}")
+CELERY_BEAT_SCHEDULE["schedules-fire"] = {
+    "task": "portal.schedules.tasks.schedules_fire",
+    "schedule": SCHEDULE_FIRE_INTERVAL_S,
+}
+
+# --- Inference services (README, Inference services) ---------------------------------------------
+# The autoscaler's pass; the load comes from Prometheus (PROMETHEUS_URL, these queries with {namespace}
+# and {service} filled in) or, without it, from the simulated cluster's wave of SERVING_SIM_PERIOD_S.
+SERVING_AUTOSCALE_INTERVAL_S = env_float("SERVING_AUTOSCALE_INTERVAL_S", 15.0)
+SERVING_SIM_PERIOD_S = env_float("SERVING_SIM_PERIOD_S", 3600.0)
+SERVING_RPS_QUERY = env_str(
+    "SERVING_RPS_QUERY", 'sum(rate(http_requests_total{namespace="{namespace}",service="{service}"}[1m]))'
+)
+SERVING_CONCURRENCY_QUERY = env_str(
+    "SERVING_CONCURRENCY_QUERY", 'sum(http_requests_in_flight{namespace="{namespace}",service="{service}"})'
+)
+CELERY_BEAT_SCHEDULE["services-autoscale"] = {
+    "task": "portal.serving.tasks.services_autoscale",
+    "schedule": SERVING_AUTOSCALE_INTERVAL_S,
 }
 
 # --- Security (README, Security settings) -------------------------------------------------------
@@ -366,3 +442,8 @@ CYCLE_BATCH_S = env_float("CYCLE_BATCH_S", 1.0)
 ADMITTED_REQUEUE_LIMIT = env_int("ADMITTED_REQUEUE_LIMIT", 3)
 ADMITTED_BACKOFF_BASE_S = env_float("ADMITTED_BACKOFF_BASE_S", 60.0)
 ADMITTED_BACKOFF_MAX_S = env_float("ADMITTED_BACKOFF_MAX_S", 3600.0)
+
+# Queues page: every ClusterQueue's quota, use and pending demand per GPU model is sampled this often
+# (the charts of usage against quota and pending demand over time are drawn from the samples).
+QUEUE_SAMPLE_INTERVAL_S = env_float("QUEUE_SAMPLE_INTERVAL_S", 300.0)
+CELERY_BEAT_SCHEDULE["queue-sample"] = {"task": "portal.ops.tasks.queue_sample", "schedule": QUEUE_SAMPLE_INTERVAL_S}

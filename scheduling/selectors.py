@@ -15,15 +15,21 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from portal.jobs.models import GpuModel, Job
+from portal.jobs.models import GpuModel, Job, LocalQueue
+from portal.tenants.models import Team
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
+from scheduling.adapters.k8s.namespaces import NamespaceObjects, cpu_quantity, memory_quantity
+from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from scheduling.adapters.orm import queues_load, workload_from_job
 from scheduling.engine.filters import topology_levels
+from scheduling.engine.mig import mig_geometry
 from scheduling.engine.model import GpuNode, Policy, Reason, Snapshot
 from scheduling.engine.pools import pool_index, share_capacity_milli
+from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
 from scheduling.engine.verdict import never_fits
+from scheduling.models import NamespaceObject
 
 logger = logging.getLogger(__name__)
 
@@ -168,3 +174,58 @@ def runtime_speedup() -> float:
     if settings.CLUSTER_BACKEND == "simulated":
         return float(settings.SIM_SPEEDUP)
     return 1.0
+
+
+def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """``["cpu=4", "memory=8Gi"]`` (settings checked them) as sorted pairs."""
+    return tuple(sorted(tuple(item.split("=", 1)) for item in items))  # type: ignore[misc]
+
+
+def namespace_objects_wanted() -> list[NamespaceObjects]:
+    """Each team namespace's ResourceQuota and LimitRange as the portal wants them (the rules are in
+    ``scheduling.adapters.k8s.namespaces``): the ceilings of the ClusterQueues the team's local
+    queues point at, summed per resource, by ``QuotaBook.ceiling``."""
+    cluster_queues, _ = queues_load()
+    book = QuotaBook(cluster_queues)
+    by_name = {cq.name: cq for cq in cluster_queues}
+    models = {g.name: g for g in GpuModel.objects.all()}
+    queues_of: dict[str, set[str]] = defaultdict(set)
+    for namespace, cq_name in LocalQueue.objects.values_list("team__namespace", "cluster_queue__name"):
+        queues_of[namespace].add(cq_name)
+    default, default_request = _pairs(settings.K8S_LIMIT_DEFAULT), _pairs(settings.K8S_LIMIT_DEFAULT_REQUEST)
+    wanted = []
+    for namespace in sorted(Team.objects.values_list("namespace", flat=True)):
+        gpu_milli = 0
+        mig: dict[str, int] = defaultdict(int)
+        cpu: int | None = 0
+        memory: int | None = 0
+        for name in sorted(queues_of.get(namespace, ())):
+            for flavor in by_name[name].flavors:
+                ceiling = book.ceiling(name, gpu_key(flavor.gpu_model)) or 0
+                gpu_milli += ceiling
+                model = models.get(flavor.gpu_model)
+                for profile in (model.mig_profiles or []) if model else []:
+                    geometry = mig_geometry(profile, model.memory_gib) if model else None
+                    if geometry is not None and geometry.gpu_milli:
+                        mig[profile] += ceiling // geometry.gpu_milli
+            cpu_ceiling, memory_ceiling = book.ceiling(name, CPU), book.ceiling(name, MEMORY)
+            cpu = None if cpu is None or cpu_ceiling is None else cpu + cpu_ceiling
+            memory = None if memory is None or memory_ceiling is None else memory + memory_ceiling
+        hard = {f"requests.{GPU_RESOURCE}": str(gpu_milli // 1000)}
+        hard.update({f"requests.{MIG_RESOURCE_PREFIX}{profile}": str(count) for profile, count in mig.items()})
+        if cpu is not None and queues_of.get(namespace):
+            hard["requests.cpu"] = cpu_quantity(cpu)
+        if memory is not None and queues_of.get(namespace):
+            hard["requests.memory"] = memory_quantity(memory)
+        wanted.append(NamespaceObjects(namespace, tuple(sorted(hard.items())), default, default_request))
+    return wanted
+
+
+def namespace_objects(*, namespaces: Iterable[str] | None = None) -> list[NamespaceObject]:
+    """The last namespace sync's findings, one row per namespace and kind (ResourceQuota, LimitRange):
+    in sync or not, how it had drifted, what the sync did and how often it repaired it. ``namespaces``
+    limits them to some teams' namespaces (None: all, for platform admins and the cluster page)."""
+    rows = NamespaceObject.objects.all()
+    if namespaces is not None:
+        rows = rows.filter(namespace__in=list(namespaces))
+    return list(rows.order_by("namespace", "kind"))

@@ -38,9 +38,10 @@ from portal.tenants.selectors import team_holds
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, Observation
 from scheduling.adapters.factory import cluster_backend
+from scheduling.adapters.k8s.namespaces import namespace_manifest
 from scheduling.engine.cycle import run_cycle
-from scheduling.models import CycleRun
-from scheduling.selectors import policy_from_settings
+from scheduling.models import CycleRun, NamespaceObject
+from scheduling.selectors import namespace_objects_wanted, policy_from_settings
 
 logger = logging.getLogger(__name__)
 
@@ -216,13 +217,27 @@ def observations_apply(observations: list[Observation]) -> int:
                 if job is None or job.attempt != obs.attempt or obs.state not in TRANSITIONS[job.state]:
                     continue
                 detail = dict(admitted_detail.get(job.pk) or {}) if obs.state == JobState.RUNNING else {}
-                job_transition(
-                    job=job, to_state=obs.state, at=obs.at, reason=obs.reason, actor="cluster", detail=detail
-                )
+                to_state, reason = obs.state, obs.reason
+                if obs.worker_failed and job.kind == Job.Kind.TRAINING:
+                    to_state, reason = gang_restart_decide(job=job, why=obs.reason)
+                job_transition(job=job, to_state=to_state, at=obs.at, reason=reason, actor="cluster", detail=detail)
                 moved.append(job.pk)
                 applied += 1
             job_events_notify(job_ids=moved)  # started, finished, failed, evicted: after commit
     return applied
+
+
+def gang_restart_decide(*, job: Job, why: str) -> tuple[str, str]:
+    """A training worker failed: the whole gang goes back to the queue (its other workers' pods are
+    deleted by reconcile, as pods of a requeued job are) until ``max_restarts`` restarts were spent,
+    then the job fails with the reason. Counts the restart on the row; the caller holds its lock."""
+    if job.restarts >= job.max_restarts:
+        spent = f"after {job.restarts} gang restart{'s' if job.restarts != 1 else ''}" if job.restarts else ""
+        return JobState.FAILED, f"worker failed: {why}; restart limit {job.max_restarts} reached {spent}".rstrip()
+    job.restarts += 1
+    job.save(update_fields=["restarts"])
+    reason = f"worker failed: {why}; whole gang restarted ({job.restarts} of {job.max_restarts}){job.resume_hint()}"
+    return JobState.PENDING, reason
 
 
 def cluster_sync(*, backend: ClusterBackend, now: datetime, converge: bool = True) -> int:
@@ -245,6 +260,45 @@ def cluster_sync_run(*, now: datetime | None = None, backend: ClusterBackend | N
         if not acquired:
             return None
         return cluster_sync(backend=backend, now=now or timezone.now())
+
+
+def namespaces_sync_run(*, now: datetime | None = None, backend: ClusterBackend | None = None) -> list | None:
+    """Bring every team namespace's ResourceQuota and LimitRange in step with the queues (a backend
+    with namespaces only: Kubernetes), and record what each object looked like and what was done
+    (``NamespaceObject``: the cluster page and /metrics show it). None on a backend without them.
+
+    No cycle lock: it reads queues and writes only these objects and rows, so it never races a cycle.
+    """
+    backend = backend or cluster_backend()
+    hook = getattr(backend, "namespaces_sync", None)
+    if hook is None or not settings.K8S_NAMESPACE_OBJECTS:
+        return None
+    now = now or timezone.now()
+    wanted = namespace_objects_wanted()
+    reports = hook(wanted)
+    manifests = {o.namespace: o for o in wanted}
+    with transaction.atomic():
+        for report in reports:
+            repaired = report.action in ("created", "replaced")
+            row, _ = NamespaceObject.objects.select_for_update().get_or_create(
+                namespace=report.namespace, kind=report.kind, defaults={"name": report.name, "checked_at": now}
+            )
+            row.name, row.checked_at = report.name, now
+            row.in_sync, row.drift, row.action = not report.drift, list(report.drift), report.action
+            row.wanted = namespace_manifest(manifests[report.namespace], report.kind)
+            if repaired:
+                row.repairs += 1
+                row.repaired_at = now
+            row.save()
+        NamespaceObject.objects.exclude(namespace__in=list(manifests)).delete()
+    drifted = [r for r in reports if r.drift]
+    if drifted:
+        logger.warning(
+            "namespaces: %d object(s) out of step: %s",
+            len(drifted),
+            "; ".join(f"{r.namespace} {r.kind} {', '.join(r.drift)} -> {r.action}" for r in drifted)[:2000],
+        )
+    return reports
 
 
 def jobs_sweep(*, now: datetime | None = None, backend: ClusterBackend | None = None) -> int | None:

@@ -15,7 +15,7 @@ from gpuportal.config import resolve
 from gpuportal.errors import Conflict, PortalError, ValidationError, WaitTimeout
 from gpuportal.http import Transport
 from gpuportal.progress import WaitProgress
-from gpuportal.types import Check, Job, JobCost, JobSpec
+from gpuportal.types import Check, InferenceService, Job, JobCost, JobSpec, Schedule, ScheduledRun, ServiceSample
 
 JobRef = Job | int | str
 Spec = JobSpec | Mapping[str, Any]
@@ -182,6 +182,85 @@ class Portal:
                 return current
             raise
         return Job.from_api(body)
+
+    # -- schedules --------------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        spec: Spec,
+        *,
+        cron: str,
+        timezone: str = "UTC",
+        concurrency_policy: str = "allow",
+        enabled: bool = True,
+    ) -> Schedule:
+        """Submit ``spec`` at every instant of ``cron`` (five fields) read in ``timezone``; each
+        instant starts one job, however many beats run. ``ValidationError`` names a bad field
+        (``cron``, ``timezone``, ``job.<field>``)."""
+        body = {
+            "name": name,
+            "cron": cron,
+            "timezone": timezone,
+            "concurrency_policy": concurrency_policy,
+            "enabled": enabled,
+            "job": dict(spec),
+        }
+        answer, _ = self.http.request("POST", "schedules/", json=body)
+        return Schedule.from_api(answer)
+
+    def schedules(self) -> list[Schedule]:
+        """Schedules of your teams."""
+        body = self.http.get("schedules/", page_size=500)
+        results = body.get("results", []) if isinstance(body, Mapping) else body or []
+        return [Schedule.from_api(item) for item in results]
+
+    def schedule_runs(self, schedule: Schedule | int) -> list[ScheduledRun]:
+        """The schedule's latest runs, newest first."""
+        ident = schedule.id if isinstance(schedule, Schedule) else int(schedule)
+        return list(ScheduledRun.many(self.http.get(f"schedules/{ident}/runs/")))
+
+    def pause_schedule(self, schedule: Schedule | int, *, paused: bool = True) -> Schedule:
+        """Pause (or, with ``paused=False``, resume) a schedule; resuming fires nothing for the pause."""
+        ident = schedule.id if isinstance(schedule, Schedule) else int(schedule)
+        answer, _ = self.http.request("PATCH", f"schedules/{ident}/", json={"enabled": not paused}, retry_unsafe=True)
+        return Schedule.from_api(answer)
+
+    def delete_schedule(self, schedule: Schedule | int) -> None:
+        """Delete a schedule (the jobs it submitted stay)."""
+        ident = schedule.id if isinstance(schedule, Schedule) else int(schedule)
+        self.http.request("DELETE", f"schedules/{ident}/")
+
+    # -- inference services -------------------------------------------------------------------------
+
+    def create_service(self, spec: Mapping[str, Any]) -> InferenceService:
+        """Start an inference service (``POST /api/v1/services/``): ``name``, ``queue``, ``image``,
+        ``model_size_b`` (7, 13, 70 ...) or ``gpu_memory_gib``, ``min_replicas``/``max_replicas``,
+        ``metric`` (``concurrency`` or ``rps``) and ``target_per_replica``; ``ValidationError`` names a
+        bad field (``min_replicas`` above ``max_replicas``, a model no GPU can hold)."""
+        body, _ = self.http.request("POST", "services/", json=dict(spec))
+        return InferenceService.from_api(body)
+
+    def services(self) -> list[InferenceService]:
+        """Inference services of your teams, with their replica-hours and cost so far."""
+        body = self.http.get("services/", page_size=500)
+        results = body.get("results", []) if isinstance(body, Mapping) else body or []
+        return [InferenceService.from_api(item) for item in results]
+
+    def service(self, service: InferenceService | int) -> InferenceService:
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        return InferenceService.from_api(self.http.get(f"services/{ident}/"))
+
+    def service_samples(self, service: InferenceService | int) -> list[ServiceSample]:
+        """The autoscaler's history, oldest first: load, replicas running and desired."""
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        return list(ServiceSample.many(self.http.get(f"services/{ident}/samples/")))
+
+    def stop_service(self, service: InferenceService | int) -> InferenceService:
+        """Stop a service: its replicas are cancelled and their quota released at once."""
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        body, _ = self.http.request("POST", f"services/{ident}/stop/", retry_unsafe=True)
+        return InferenceService.from_api(body)
 
     def cost(self, job: JobRef) -> JobCost:
         """What the job cost so far: GPU-hours and GPU, CPU and memory cost of each run and in total,

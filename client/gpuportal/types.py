@@ -29,7 +29,7 @@ class JobSpec(TypedDict, total=False):
     team: str
     namespace: str
     queue: str
-    kind: str  # training, inference or batch
+    kind: str  # batch (default), training (a distributed gang with PyTorch's rendezvous variables) or ray
     image: str
     command: list[str] | str
     replicas: int
@@ -50,6 +50,13 @@ class JobSpec(TypedDict, total=False):
     topology_spread_constraints: list[dict[str, Any]]  # a pod spec's, over the job's replicas
     required_topology: str  # node, rack, zone, nvlink or a node label: every replica in one domain
     labels: dict[str, str]
+    checkpoint_path: str  # passed to the pods as CHECKPOINT_PATH; named in preemption and spot notices
+    max_restarts: int  # training: whole-gang restarts after a worker fails, then the job fails
+    spot: bool  # may run on spot nodes (spot price); requeued when the node is reclaimed
+    start_after: str  # ISO 8601: not admitted before this instant
+    start_window: str  # e.g. "20:00-08:00": admitted only between these local times
+    window_timezone: str  # IANA zone of start_window (default UTC)
+    off_peak: bool  # starts only in the portal's off-peak hours, billed at the off-peak price
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -428,3 +435,72 @@ class JobCost(ApiValue):
     def running(self) -> bool:
         """The job still runs: the figures grow until it ends."""
         return any(run.running for run in self.runs)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRun(ApiValue):
+    """One instant a schedule fired: submitted (``job`` is its id), skipped or refused (``message``)."""
+
+    run_at: datetime | None
+    fired_at: datetime | None
+    outcome: str
+    message: str
+    job: int | None
+    job_state: str | None
+    raw: Mapping[str, Any] = _raw()
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule(ApiValue):
+    """A job submitted at each instant of a cron expression in a time zone (``/api/v1/schedules/``)."""
+
+    id: int
+    name: str
+    team: str
+    queue: str
+    owner: str
+    cron: str
+    timezone: str
+    concurrency_policy: str
+    enabled: bool
+    next_run_at: datetime | None
+    missed_runs: int
+    job: Mapping[str, Any]
+    recent_runs: tuple[ScheduledRun, ...] = field(default=(), metadata={"parse": ScheduledRun.many})
+    raw: Mapping[str, Any] = _raw()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSample(ApiValue):
+    """One autoscaler pass: the load read, replicas running and active, recommended and desired."""
+
+    at: datetime | None
+    load: float | None
+    running: int
+    active: int
+    recommended: int
+    desired: int
+    source: str
+    raw: Mapping[str, Any] = _raw()
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceService(ApiValue):
+    """A model server that runs until stopped (``/api/v1/services/``); each replica is a queued job."""
+
+    id: int
+    name: str
+    team: str
+    queue: str
+    state: str
+    model_family: str
+    model_size_b: int | None
+    gpu_memory_gib: int
+    min_replicas: int
+    max_replicas: int
+    metric: str
+    desired_replicas: int
+    replica_hours: Decimal
+    gpu_hours: Decimal
+    cost_usd: Decimal
+    raw: Mapping[str, Any] = _raw()

@@ -38,6 +38,11 @@ class PriorityClass(models.Model):
     name = models.CharField(max_length=64, unique=True)
     value = models.IntegerField(help_text="Higher runs first and may preempt lower.")
     preemptible = models.BooleanField(default=True)
+    min_runtime_s = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(30 * 24 * 3600)],
+        help_text="Seconds a job of this class runs before it may be preempted (KAI's preemption delay); 0 = none.",
+    )
     description = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -81,9 +86,11 @@ class FlavorQuota(models.Model):
 
 
 class QuotaChange(models.Model):
-    """Audit trail of every quota edit: who, when, old → new."""
+    """Audit trail of every quota edit: who, when, old → new. Append-only: the admin neither changes nor
+    deletes a record, a ClusterQueue with records cannot be deleted (PROTECT), and on PostgreSQL a
+    trigger refuses ``DELETE`` and ``UPDATE`` of the rows (migration 0008)."""
 
-    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.CASCADE, related_name="quota_changes")
+    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.PROTECT, related_name="quota_changes")
     field = models.CharField(max_length=100, help_text="e.g. 'A100-80GB nominal_gpus' or 'cpu_quota_milli'.")
     old_value = models.CharField(max_length=100, blank=True)
     new_value = models.CharField(max_length=100, blank=True)
@@ -116,9 +123,17 @@ class LocalQueue(models.Model):
 
 class Job(models.Model):
     class Kind(models.TextChoices):
+        """What a job runs; each kind adds its own fields and pod set-up (docs/workloads.md).
+
+        ``batch``: identical pods that run for a requested time. ``training``: a distributed
+        training gang (PyTorch rendezvous environment, a headless Service, whole-gang restarts).
+        ``ray``: a Ray cluster (head and workers) run as one gang (KubeRay on Kubernetes). Other
+        kinds (inference services) add their values here."""
+
+        BATCH = "batch"
         TRAINING = "training"
         INFERENCE = "inference"
-        BATCH = "batch"
+        RAY = "ray"
 
     class RestartPolicy(models.TextChoices):
         REQUEUE = "requeue", "Requeue when preempted or evicted"
@@ -128,7 +143,7 @@ class Job(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
     local_queue = models.ForeignKey(LocalQueue, on_delete=models.PROTECT, related_name="jobs")
-    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.TRAINING)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.BATCH)
     image = models.CharField(max_length=500)
     command = models.JSONField(default=list, blank=True, help_text="argv list")
     replicas = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(1024)])
@@ -157,6 +172,29 @@ class Job(models.Model):
         max_length=316, blank=True, help_text="All replicas in one node, rack, zone, nvlink domain or node label value."
     )
     labels = models.JSONField(default=dict, blank=True, help_text="Kubernetes-style labels, e.g. project, cost center.")
+    checkpoint_path = models.CharField(
+        max_length=1024,
+        blank=True,
+        help_text="Where the job writes checkpoints; passed to its pods as CHECKPOINT_PATH.",
+    )
+    max_restarts = models.PositiveIntegerField(
+        default=3,
+        validators=[MaxValueValidator(100)],
+        help_text="Training: whole-gang restarts after a worker fails, then the job fails.",
+    )
+    spot = models.BooleanField(
+        default=False, help_text="May run on spot nodes (tolerates their taint); requeued when reclaimed."
+    )
+    # Start windows (scheduling.engine.windows): admitted only while open; a running job is not stopped.
+    start_after = models.DateTimeField(null=True, blank=True, help_text="Not admitted before this instant.")
+    start_window = models.CharField(
+        max_length=11, blank=True, help_text="Admitted only between these local times, e.g. 20:00-08:00."
+    )
+    window_timezone = models.CharField(max_length=64, default="UTC", help_text="IANA zone of start_window.")
+    off_peak = models.BooleanField(
+        default=False,
+        help_text="Starts only in the off-peak hours (OFFPEAK_HOURS) and is billed at the off-peak price.",
+    )
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -177,6 +215,7 @@ class Job(models.Model):
     # Admissions whose pods never ran (Kueue's waitForPodsReady): each one requeues the job after a
     # back-off doubling per failure, up to ADMITTED_REQUEUE_LIMIT requeues, then the job fails.
     start_failures = models.PositiveIntegerField(default=0, help_text="Admissions whose pods never ran.")
+    restarts = models.PositiveIntegerField(default=0, help_text="Whole-gang restarts after a worker failed.")
     not_before = models.DateTimeField(null=True, blank=True, help_text="Back-off: not admitted again before this.")
     quota_held_s = models.FloatField(
         default=0.0, help_text="Seconds quota and devices were held by admissions whose pods never ran."
@@ -199,6 +238,10 @@ class Job(models.Model):
     @property
     def gang_size(self) -> int:
         return self.min_available or self.replicas
+
+    def resume_hint(self) -> str:
+        """What a requeued job's reason adds so its owner knows where to resume from ("" without a path)."""
+        return f"; resume from checkpoint {self.checkpoint_path}" if self.checkpoint_path else ""
 
     @property
     def gpu_share_per_replica(self) -> float:
@@ -277,14 +320,28 @@ class ReplicaPlacement(models.Model):
 
     def engine_placement(self) -> EnginePlacement:
         """This row as the engine's value (the shares and the engine are defined on it)."""
+        values = (self.gpu_indices, self.gpu_milli, self.mig_profile, self.mig_slot, self.cpu_milli, self.memory_mib)
+        return self.engine_placement_of(self.node, *values)
+
+    @staticmethod
+    def engine_placement_of(
+        node: str,
+        gpu_indices: list[int],
+        gpu_milli: int,
+        mig_profile: str,
+        mig_slot: int | None,
+        cpu_milli: int,
+        memory_mib: int,
+    ) -> EnginePlacement:
+        """The engine's value of a row read as plain values (in this order), without a model instance."""
         return EnginePlacement(
-            node=self.node,
-            gpu_indices=tuple(self.gpu_indices),
-            gpu_milli=self.gpu_milli,
-            mig_profile=self.mig_profile or None,
-            mig_slot=self.mig_slot,
-            cpu_milli=self.cpu_milli,
-            memory_mib=self.memory_mib,
+            node=node,
+            gpu_indices=tuple(gpu_indices),
+            gpu_milli=gpu_milli,
+            mig_profile=mig_profile or None,
+            mig_slot=mig_slot,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
         )
 
 
@@ -302,7 +359,7 @@ class JobAttempt(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField(help_text="1 for the first admission, then 2, 3, ...")
     queued_at = models.DateTimeField(help_text="When the wait for this admission began.")
-    admitted_at = models.DateTimeField()
+    admitted_at = models.DateTimeField(db_index=True)  # wait percentiles per window (the Queues page)
     started_at = models.DateTimeField(null=True, blank=True, help_text="Pods running (cluster time).")
     ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
     outcome = models.CharField(

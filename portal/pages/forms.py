@@ -56,7 +56,11 @@ class YamlField(forms.CharField):
 class JobForm(forms.Form):
     name = forms.CharField(max_length=100, required=False)
     queue = forms.ChoiceField(help_text="team / local queue")
-    kind = forms.ChoiceField(choices=Job.Kind.choices, initial=Job.Kind.TRAINING)
+    kind = forms.ChoiceField(
+        choices=Job.Kind.choices,
+        initial=Job.Kind.BATCH,
+        help_text="training: the replicas are one PyTorch gang (MASTER_ADDR, RANK, WORLD_SIZE ... set for you)",
+    )
     image = forms.CharField(max_length=500, initial="nvcr.io/nvidia/pytorch:24.08-py3")
     command = forms.CharField(max_length=2000, required=False, initial="python train.py")
     replicas = forms.IntegerField(initial=1)
@@ -100,6 +104,42 @@ class JobForm(forms.Form):
         ],
     )
 
+    checkpoint_path = forms.CharField(
+        max_length=1024,
+        required=False,
+        label="Checkpoint path",
+        help_text="passed to the pods as CHECKPOINT_PATH; resume from it after a preemption or spot reclaim",
+    )
+    max_restarts = forms.IntegerField(
+        initial=3,
+        required=False,
+        min_value=0,
+        label="Gang restarts",
+        help_text="training: restarts of the whole gang after a worker fails",
+    )
+    spot = forms.BooleanField(
+        required=False, label="May run on spot nodes", help_text="cheaper; requeued if the node is reclaimed"
+    )
+    start_after = forms.DateTimeField(
+        required=False,
+        label="Start after (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        help_text="not admitted before this time",
+    )
+    start_window = forms.CharField(
+        max_length=11,
+        required=False,
+        label="Only start between",
+        widget=forms.TextInput(attrs={"placeholder": "20:00-08:00"}),
+        help_text="local times, e.g. 20:00-08:00 (a span may wrap midnight); a running job is not stopped",
+    )
+    window_timezone = forms.CharField(max_length=64, required=False, initial="UTC", label="Time zone of the window")
+    off_peak = forms.BooleanField(
+        required=False,
+        label="Off-peak",
+        help_text="start only in the off-peak hours and pay the price book's off-peak price",
+    )
+
     def __init__(self, *args, queues: list[LocalQueue], **kwargs):
         super().__init__(*args, **kwargs)
         self.choice_field("queue").choices = [(f"{q.team.slug}/{q.name}", f"{q.team.slug} / {q.name}") for q in queues]
@@ -120,6 +160,10 @@ class JobForm(forms.Form):
         self.choice_field("priority_class").choices = [(p.name, f"{p.name} ({p.value})") for p in priorities]
         default = next((p.name for p in priorities if p.name == "default"), priorities[0].name if priorities else None)
         self.fields["priority_class"].initial = default
+        self.fields["off_peak"].help_text = (
+            f"start only between {settings.OFFPEAK_HOURS.replace('-', ' and ')} {settings.OFFPEAK_TIMEZONE} "
+            "and pay the price book's off-peak price"
+        )
 
     def choice_field(self, name: str) -> forms.ChoiceField:
         field = self.fields[name]

@@ -22,16 +22,17 @@ from billing.selectors import (
     list_figures,
     run_interval_list,
 )
+from billing.selectors.idle import job_idle_flag_list
 from portal.api.serializers import JobCreateSerializer
 from portal.jobs import selectors, services
 from portal.jobs.errors import ServiceError
-from portal.jobs.models import GpuModel, QuotaChange
+from portal.jobs.models import GpuModel
 from portal.jobs.states import CANCELLABLE_STATES, FINAL_STATES, JobState
 from portal.pages import charts
 from portal.pages.forms import JobForm, mig_profile_choices
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.factory import cluster_backend
-from scheduling.selectors import node_pool_list, node_pools_of, runtime_speedup, topology_level_labels
+from scheduling.selectors import node_pools_of, runtime_speedup, topology_level_labels
 
 
 def healthz(request):
@@ -176,6 +177,7 @@ def job_live_context(job, *, now) -> dict:
         "cancellable": job.state in CANCELLABLE_STATES,
         "final": job.state in FINAL_STATES,
         "refresh_s": settings.LIVE_REFRESH_S,
+        "idle_flags": list(job_idle_flag_list(job=job)),
     }
 
 
@@ -215,21 +217,6 @@ def job_cancel(request, pk: int):
         messages.error(request, f"A {job.state} job cannot be cancelled.")
         return redirect("job-detail", pk=job.pk)
     return render(request, "portal/job_cancel.html", job_live_context(job, now=timezone.now()))
-
-
-@login_required
-def queue_list(request):
-    changes = QuotaChange.objects.select_related("cluster_queue", "changed_by")[:50]
-    return render(
-        request,
-        "portal/queue_list.html",
-        {
-            "local_queues": selectors.local_queue_list(user=request.user),
-            "cluster_queues": selectors.cluster_queue_list(),
-            "node_pools": node_pool_list(),
-            "quota_changes": changes,
-        },
-    )
 
 
 def running_intervals(*, since, now) -> list[tuple]:

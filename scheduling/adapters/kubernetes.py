@@ -31,10 +31,12 @@ import json
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
+from django.db.models import Prefetch
 from django.utils import timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -42,14 +44,17 @@ from kubernetes.client.exceptions import ApiException
 from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
 from scheduling.adapters import orm
-from scheduling.adapters.contract import Observation
+from scheduling.adapters.contract import SPOT, Observation, job_tolerations, termination_notice
 from scheduling.adapters.k8s.manifests import PodJob, binding_manifest, event_manifest, pod_manifest
+from scheduling.adapters.k8s.namespaces import NamespaceObjects, ObjectReport
 from scheduling.adapters.k8s.nodes import gpu_node_from
 from scheduling.adapters.k8s.observations import ActiveJob, job_observations
-from scheduling.adapters.k8s.pods import ANN_NODE, pod_job_attempt, pod_name, pod_phase
+from scheduling.adapters.k8s.pods import ANN_NODE, LABEL_JOB, MANAGED_BY, pod_job_attempt, pod_name, pod_phase
+from scheduling.adapters.k8s.training import headless_service_manifest, procs_per_node
 from scheduling.adapters.k8s.usage import foreign_usage_from
 from scheduling.adapters.kubernetes_api import NETWORK_ERRORS, K8sOptions, api_client_from_settings, call, logger
 from scheduling.adapters.kubernetes_informer import Informer
+from scheduling.adapters.kubernetes_namespaces import NamespaceWriter
 from scheduling.engine.model import ForeignUsage, GpuNode
 
 T = TypeVar("T")
@@ -164,19 +169,21 @@ class KubernetesBackend:
         counts: dict[int, int] = {}
         for job_id in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True):
             counts[job_id] = counts.get(job_id, 0) + 1
-        rows = Job.objects.filter(state__in=ACTIVE_STATES).values_list(
-            "id", "attempt", "state", "replicas", "min_available", "restart_policy"
+        rows = Job.objects.filter(state__in=ACTIVE_STATES).only(
+            "id", "attempt", "state", "replicas", "min_available", "restart_policy", "capacity_type", "checkpoint_path"
         )
         return [
             ActiveJob(
-                job_id=job_id,
-                attempt=attempt,
-                state=state,
-                replicas=counts.get(job_id, replicas),
-                gang_size=min(min_available or replicas, counts.get(job_id, replicas)),
-                requeue=policy == Job.RestartPolicy.REQUEUE,
+                job_id=job.pk,
+                attempt=job.attempt,
+                state=job.state,
+                replicas=counts.get(job.pk, job.replicas),
+                gang_size=min(job.gang_size, counts.get(job.pk, job.replicas)),
+                requeue=job.restart_policy == Job.RestartPolicy.REQUEUE,
+                spot=job.capacity_type == SPOT,
+                resume_hint=job.resume_hint(),
             )
-            for job_id, attempt, state, replicas, min_available, policy in rows
+            for job in rows
         ]
 
     def observe(self, *, now: datetime) -> list[Observation]:
@@ -184,8 +191,14 @@ class KubernetesBackend:
         # Pods first, then the database: a pod in the cache was created after its job's admission
         # committed, so the job rows read next are at least that new.
         pods = self.raw_pods()
-        node_names = {n["metadata"]["name"] for n in self.raw_nodes()}
-        return job_observations(self._active_jobs(), pods, node_names, now=now)
+        nodes = self.raw_nodes()
+        node_names = {n["metadata"]["name"] for n in nodes}
+        reclaims = {
+            notice.node: notice
+            for node in nodes
+            if (notice := termination_notice(node["metadata"]["name"], (node.get("spec") or {}).get("taints") or []))
+        }
+        return job_observations(self._active_jobs(), pods, node_names, now=now, reclaims=reclaims)
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -201,10 +214,13 @@ class KubernetesBackend:
             replicas=replicas,
             cpu_milli=job.cpu_milli,
             memory_mib=job.memory_mib,
-            tolerations=tuple(job.tolerations or ()),
+            tolerations=tuple(job_tolerations(job.tolerations or [], spot=job.spot)),
             node_selector=tuple(sorted((job.node_selector or {}).items())),
             labels=tuple(sorted((getattr(job, "labels", None) or {}).items())),
             rules=orm.job_rules(job),
+            kind=job.kind,
+            procs_per_node=procs_per_node(gpu=job.gpu),
+            checkpoint_path=job.checkpoint_path,
         )
 
     def pods_for(self, job: Job) -> list[dict]:
@@ -213,7 +229,7 @@ class KubernetesBackend:
         ``PORTAL_REPLICAS`` is the number of placements: a gang with ``min_available`` may have been
         admitted with fewer replicas than it asked for, and its pods must not wait for the others.
         """
-        placements = list(job.placements.order_by("replica"))
+        placements = sorted(job.placements.all(), key=lambda p: p.replica)  # prefetched by ``start_many``
         pod_job = self._pod_job(job, len(placements))
         return [
             pod_manifest(
@@ -285,10 +301,52 @@ class KubernetesBackend:
 
     def start(self, *, job_id: int) -> None:
         """Create and bind the pods of an admitted job's current attempt (idempotent)."""
-        job = Job.objects.select_related("team", "local_queue").filter(pk=job_id).first()
-        if job is None or job.state not in ACTIVE_STATES:
+        self.start_many(job_ids=[job_id])
+
+    def start_many(self, *, job_ids: list[int]) -> None:
+        """``start`` for many jobs (a cycle's admissions): their rows in two queries, their pods
+        created and bound by ``start_threads`` threads at once (each pod's create, bind and event are
+        three round trips to the API server; one after the other, 4,000 pods take minutes).
+
+        Every pod is tried; then the first retryable failure (:class:`ClusterApiError`) is raised, as
+        ``start`` raises it, and ``reconcile`` creates what is still missing."""
+        jobs = (
+            Job.objects.select_related("team", "local_queue")
+            .prefetch_related(Prefetch("placements", queryset=ReplicaPlacement.objects.order_by("replica")))
+            .filter(pk__in=job_ids, state__in=ACTIVE_STATES)
+            .order_by("pk")
+        )
+        work = []
+        for job in jobs:
+            if job.kind == Job.Kind.TRAINING:
+                self.ensure_service(job)  # before its workers, which resolve each other through it
+            work += [(job, manifest) for manifest in self.pods_for(job)]
+        if len(work) <= 1 or self.options.start_threads <= 1:
+            for job, manifest in work:
+                self._start_pods(job, [manifest])
             return
-        self._start_pods(job, self.pods_for(job))
+        with ThreadPoolExecutor(max_workers=min(self.options.start_threads, len(work))) as pool:
+            futures = [pool.submit(self._start_pods, job, [manifest]) for job, manifest in work]
+            errors = [error for future in futures if (error := future.exception()) is not None]
+        if errors:
+            raise errors[0]
+
+    def ensure_service(self, job: Job) -> bool:
+        """Create a training job's headless Service (409 AlreadyExists is success); True if created.
+        A refusal is logged: the workers still start, and reconcile tries again."""
+        body = headless_service_manifest(job_id=job.pk, namespace=job.team.namespace, labels={})
+        try:
+            self._call(
+                lambda: self.core.create_namespaced_service(
+                    job.team.namespace, body, _preload_content=False, _request_timeout=self._timeout
+                ),
+                f"create service {job.team.namespace}/{body['metadata']['name']}",
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                logger.warning("kubernetes: job %s: cannot create its service: %s %s", job.pk, exc.status, exc.reason)
+            return False
+        return True
 
     def _start_pods(self, job: Job, manifests: list[dict], *, skip_create: bool = False) -> int:
         """Create (unless ``skip_create``) and bind ``manifests``; returns pods created. A refusal (403
@@ -363,7 +421,47 @@ class KubernetesBackend:
         created = self._create_missing(
             pods, [job_id for job_id, (_, state) in jobs.items() if state == JobState.ADMITTED]
         )
-        return {"created": created, "deleted": deleted}
+        # 5. the headless Services of training jobs: made for active ones, deleted for the others
+        services = self._services_converge()
+        return {"created": created, "deleted": deleted, **services}
+
+    def _services_converge(self) -> dict[str, int]:
+        """Reconcile, step 5: a Service for every active training job, none for any other job."""
+        selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{LABEL_JOB}"
+        response = self._call(
+            lambda: self.core.list_service_for_all_namespaces(
+                label_selector=selector, _preload_content=False, _request_timeout=self._timeout
+            ),
+            "list services",
+        )
+        existing = {
+            int(item["metadata"]["labels"][LABEL_JOB]): item["metadata"]
+            for item in json.loads(response.data).get("items") or []
+            if str(item["metadata"].get("labels", {}).get(LABEL_JOB, "")).isdigit()
+        }
+        active = list(Job.objects.select_related("team").filter(kind=Job.Kind.TRAINING, state__in=ACTIVE_STATES))
+        made = sum(self.ensure_service(job) for job in active if job.pk not in existing)
+        keep = {job.pk for job in active}
+        removed = 0
+        for job_id, meta in existing.items():
+            if job_id not in keep:
+                removed += self._delete_service(meta["namespace"], meta["name"])
+        return {"services_created": made, "services_deleted": removed}
+
+    def _delete_service(self, namespace: str, name: str) -> int:
+        """Delete one Service; 1 if it was there, 0 if gone (404) or refused (logged)."""
+        try:
+            self._call(
+                lambda: self.core.delete_namespaced_service(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout
+                ),
+                f"delete service {namespace}/{name}",
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                logger.warning("kubernetes: cannot delete service %s/%s: %s", namespace, name, exc)
+            return 0
+        return 1
 
     def _delete_orphans(self, managed: list[dict], jobs: dict[int, tuple[int, str]]) -> int:
         """Reconcile, step 3: delete live pods of unknown jobs, inactive jobs or older attempts."""
@@ -398,6 +496,10 @@ class KubernetesBackend:
         return created
 
     # -- inspection (manage.py cluster_check) -----------------------------------------------------
+
+    def namespaces_sync(self, wanted: list[NamespaceObjects]) -> list[ObjectReport]:
+        """Bring each team namespace's ResourceQuota and LimitRange in step (``kubernetes_namespaces``)."""
+        return NamespaceWriter(self.core, self.options).sync(wanted)
 
     def access_review(self, *, verb: str, resource: str, namespace: str = "", subresource: str = "") -> bool:
         """Whether the portal's identity may do ``verb`` on ``resource`` (a SelfSubjectAccessReview)."""

@@ -1,17 +1,20 @@
 """The simulated cluster: the embedded default backend.
 
 Nodes are rows of ``SimNode``. An admitted job starts at once (its pods "run" from the admission
-time) and succeeds after ``runtime_s / speedup`` wall seconds. Everything is derived from the job
-rows, so any number of web and worker processes agree without shared memory.
+time) and succeeds after ``runtime_s / speedup`` wall seconds. A job whose node is deleted, or
+carries a termination notice (a ``SPOT_TERMINATION_TAINTS`` taint, at its ``timeAdded``), is
+requeued as the Kubernetes backend requeues it ("interrupted by spot reclaim" on spot capacity).
+Everything is derived from the rows, so any number of web and worker processes agree without
+shared memory.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from portal.jobs.models import Job
-from portal.jobs.states import JobState
-from scheduling.adapters.contract import Observation
+from portal.jobs.models import Job, ReplicaPlacement
+from portal.jobs.states import ACTIVE_STATES, JobState
+from scheduling.adapters.contract import SPOT, Observation, Reclaim, node_lost_observation, termination_notice
 from scheduling.engine.model import ForeignUsage, GpuNode, Taint, labels_of
 from scheduling.models import SimNode
 
@@ -62,12 +65,42 @@ class SimulatedCluster:
     def observe(self, *, now: datetime) -> list[Observation]:
         observations: list[Observation] = []
         active = Job.objects.filter(state__in=[JobState.ADMITTED, JobState.RUNNING]).only(
-            "id", "attempt", "state", "admitted_at", "started_at", "runtime_s"
+            "id",
+            "attempt",
+            "state",
+            "admitted_at",
+            "started_at",
+            "runtime_s",
+            "capacity_type",
+            "checkpoint_path",
+            "restart_policy",
         )
+        live: dict[str, Reclaim | None] = {
+            name: termination_notice(name, taints or [])
+            for name, taints in SimNode.objects.values_list("name", "taints")
+        }
+        nodes_of: dict[int, list[str]] = {}
+        for job_id, node in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", "node"):
+            nodes_of.setdefault(job_id, []).append(node)
         for job in active:
+            done = self.finish_time(job)
+            lost = next((n for n in sorted(nodes_of.get(job.pk, ())) if n not in live or live[n] is not None), None)
+            if lost is not None:
+                gone = node_lost_observation(
+                    job_id=job.pk,
+                    attempt=job.attempt,
+                    node=lost,
+                    notice=live.get(lost),
+                    now=now,
+                    requeue=job.restart_policy == Job.RestartPolicy.REQUEUE,
+                    spot=job.capacity_type == SPOT,
+                    resume_hint=job.resume_hint(),
+                )
+                if gone.at < done:  # it ended with its node, not before
+                    observations.append(gone)
+                    continue
             if job.state == JobState.ADMITTED and job.admitted_at is not None:
                 observations.append(Observation(job.pk, job.attempt, JobState.RUNNING, job.admitted_at, "pods running"))
-            done = self.finish_time(job)
             if done <= now:
                 observations.append(Observation(job.pk, job.attempt, JobState.SUCCEEDED, done, "completed"))
         return observations

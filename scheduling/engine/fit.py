@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .capacity import FULL, Cluster
-from .mig import COMPUTE_SLICES, MigGeometry, devices_for_memory
+from .mig import MigGeometry, devices_for_memory, mig_start, mig_table
 from .model import Resources
 
 Nodes = np.ndarray | slice
@@ -81,9 +81,13 @@ def shape_of(
         supported = mig_profiles.get(model)
         if supported is not None and resources.mig_profile not in supported:
             return f"{model} does not offer MIG profile {resources.mig_profile}"
-        geometry = cluster.mig(resources.mig_profile, cluster.memory_of(model))
+        memory = cluster.memory_of(model)
+        geometry = cluster.mig(resources.mig_profile, memory)
         if geometry is None:
-            return f"MIG profile {resources.mig_profile} does not exist on {model}"
+            table = mig_table(memory)
+            if table is None:
+                return f"{model} is not a MIG GPU (no NVIDIA MIG table matches it)"
+            return f"MIG profile {resources.mig_profile} is not in NVIDIA's MIG table for {model}"
         return Shape(model, mig=geometry, cpu_milli=cpu, memory_mib=memory_mib)
     if resources.gpu_memory_gib:
         memory = cluster.memory_of(model)
@@ -121,11 +125,16 @@ def gpu_fits(cluster: Cluster, shape: Shape, nodes: Nodes, within: np.ndarray | 
 def _mig_fits(cluster: Cluster, geometry: MigGeometry, nodes: Nodes) -> np.ndarray:
     masks = cluster.mig_mask[nodes]
     exists = np.arange(cluster.width)[None, :] < cluster.gpu_count[nodes][:, None]
-    room = exists & (cluster.mig_compute[nodes] + geometry.compute <= COMPUTE_SLICES)
+    room = exists & (cluster.mig_compute[nodes] + geometry.compute <= geometry.device_compute)
     any_start = np.zeros(masks.shape, dtype=bool)
     for start in geometry.starts:
         any_start |= (masks & geometry.mask_at(start)) == 0
-    return np.asarray((room & any_start).any(axis=1))
+    ok = np.asarray((room & any_start).any(axis=1))
+    if cluster.mig_layout:  # fixed partitions: only the slices that exist
+        index = np.arange(cluster.n)[nodes]
+        for k in np.flatnonzero(cluster.mig_fixed[index]).tolist():
+            ok[k] = cluster.free_fixed_slot(int(index[k]), geometry) is not None
+    return ok
 
 
 def fits(cluster: Cluster, shape: Shape, nodes: Nodes, within: np.ndarray | None = None) -> np.ndarray:
@@ -183,6 +192,8 @@ def empty_capacity(cluster: Cluster, shape: Shape, nodes: np.ndarray) -> np.ndar
     elif shape.kind == "mig":
         assert shape.mig is not None
         cap = count * mig_instances(shape.mig)
+        for k in np.flatnonzero(cluster.mig_fixed[nodes]).tolist():
+            cap[k] = len(cluster.fixed_slots(int(nodes[k]), shape.mig.profile) or ())
     if shape.cpu_milli:
         cap = np.minimum(cap, cluster.cpu_total[nodes] // shape.cpu_milli)
     if shape.memory_mib:
@@ -215,17 +226,6 @@ def contiguous(cluster: Cluster, gpus: int, nodes: Nodes) -> np.ndarray:
 # -- scalar ----------------------------------------------------------------------------------------
 
 
-def mig_start(used_mask: int, used_compute: int, geometry: MigGeometry) -> int | None:
-    """The first valid start of ``geometry`` on a device with these used memory slices and compute
-    slices, or ``None`` when the slice does not fit there."""
-    if used_compute + geometry.compute > COMPUTE_SLICES:
-        return None
-    for start in geometry.starts:
-        if used_mask & geometry.mask_at(start) == 0:
-            return start
-    return None
-
-
 def fits_node(cluster: Cluster, shape: Shape, i: int) -> bool:
     """The whole rule for node ``i`` alone (the same answer as :func:`fits`, without arrays)."""
     if shape.cpu_milli and cluster.cpu_free[i] < shape.cpu_milli:
@@ -239,6 +239,8 @@ def fits_node(cluster: Cluster, shape: Shape, i: int) -> bool:
         return bool(cluster.max_share[i] >= shape.milli)
     if kind == "mig":
         assert shape.mig is not None
+        if cluster.mig_fixed[i]:
+            return cluster.free_fixed_slot(i, shape.mig) is not None
         masks = cluster.mig_mask[i].tolist()
         compute = cluster.mig_compute[i].tolist()
         return any(mig_start(masks[d], compute[d], shape.mig) is not None for d in range(int(cluster.gpu_count[i])))

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .windows import StartWindow
+
 Labels = tuple[tuple[str, str], ...]
 """Node labels / selectors as sorted ``(key, value)`` pairs, hashable and deterministic."""
 
@@ -35,6 +37,7 @@ class ReasonKind(StrEnum):
     ORDER = "order"  # blocked behind a higher-ranked job (strict FIFO head-of-line)
     INVALID = "invalid"
     PREEMPTING = "preempting"  # victims chosen; starts once they are gone
+    WINDOW = "window"  # outside its start window (start after / daily hours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +178,9 @@ class GpuNode:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False  # cordoned
     mig_enabled: bool = False  # devices are partitioned into MIG slices only
+    # Fixed MIG partitions (the device plugin's mixed strategy): the slices that exist, (profile, count).
+    # Empty on a MIG node: the engine chooses each instance's slot (dynamic partitioning).
+    mig_slices: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +235,9 @@ class Workload:
     preferred_labels: tuple[tuple[str, str, int], ...] = ()  # (key, value, weight): key In [value]
     rules: PlacementRules | None = None  # affinity, anti-affinity, spread, one-domain gangs
     runtime_s: float = 3600.0  # requested runtime, for estimated start times
+    start_window: StartWindow | None = None  # admitted only while open (``windows``)
+    # Not preempted before it has run this long (its priority class's minimum runtime, KAI's preemption delay).
+    min_runtime_s: float = 0.0
     state: WorkloadState = WorkloadState.PENDING
     gpu_model: str | None = None  # the flavor it was admitted on (admitted/running)
     placements: tuple[ReplicaPlacement, ...] = ()  # admitted/running

@@ -6,11 +6,12 @@
    MIG slice as ``nvidia.com/mig-<profile>``, a fractional share as nothing), annotated and exposed
    in the environment;
 2. ``_container``: the job's image and command, requests equal to limits, a restricted security
-   context;
+   context; the environment: the portal's variables, the devices', ``CHECKPOINT_PATH`` and, for a
+   training job, PyTorch's rendezvous variables (``training``);
 3. ``_pod_spec``: the portal as ``schedulerName``, ``restartPolicy: Never``, no service account token,
    the restricted pod security context, the job's tolerations, node selector, affinity and topology
    spread constraints (``affinity.pod_fields``: what the engine applied, so the kubelet's admission
-   checks the same node affinity);
+   checks the same node affinity); a training worker's ``hostname`` and ``subdomain`` (its stable name);
 4. the metadata: the derived name, the team's namespace, ``_pod_labels`` and the annotations.
 
 Every pod meets the "restricted" Pod Security Standard (``pod_security.pod_spec_violations`` checks
@@ -41,7 +42,10 @@ from scheduling.adapters.k8s.pods import (
     user_labels,
 )
 from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from scheduling.adapters.k8s.training import pod_dns_fields, rendezvous_env
 from scheduling.engine.model import PlacementRules, ReplicaPlacement
+
+TRAINING = "training"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,9 @@ class PodJob:
     node_selector: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()  # the job's own (project, cost center), for cluster-side tools
     rules: PlacementRules | None = None  # affinity, anti-affinity, spread, one-domain level
+    kind: str = "batch"  # a training job's pods get the rendezvous variables and stable names
+    procs_per_node: int = 1  # training: processes per worker (``training.procs_per_node``)
+    checkpoint_path: str = ""  # CHECKPOINT_PATH in every pod when set
 
 
 def pod_manifest(
@@ -71,18 +78,23 @@ def pod_manifest(
 
     GPUs: whole devices are requested as ``nvidia.com/gpu`` and a MIG slice as
     ``nvidia.com/mig-<profile>`` so the device plugin enforces them; a fractional share requests no
-    device (several pods share one) and is pinned with ``NVIDIA_VISIBLE_DEVICES``. The devices the
-    engine chose are in annotations and ``PORTAL_GPU_*`` variables either way.
+    device (``nvidia.com/gpu: 0``: several pods share one) and is pinned with ``NVIDIA_VISIBLE_DEVICES``.
+    The devices the engine chose are in annotations and ``PORTAL_GPU_*`` variables either way.
     """
     devices = ",".join(str(d) for d in placement.gpu_indices)
     # 1. the devices
     fields = _device_fields(placement, devices)
     # 2. the container
-    limits = {"cpu": f"{job.cpu_milli}m", "memory": f"{job.memory_mib}Mi", **fields.resources}
-    env = [*_portal_env(job, replica, devices), *fields.env]
+    # nvidia.com/gpu is always set ("0" without whole devices): the team namespace's LimitRange gives
+    # containers that leave it out a default GPU, which would turn a CPU, MIG or shared pod into one
+    # that takes a whole device (k8s/namespaces.py).
+    limits = {"cpu": f"{job.cpu_milli}m", "memory": f"{job.memory_mib}Mi", GPU_RESOURCE: "0", **fields.resources}
+    env = [*_portal_env(job, replica, devices), *fields.env, *_workload_env(job, replica)]
     container = _container(job, env, limits)
     # 3. the pod spec
     spec = _pod_spec(job, container, scheduler_name=scheduler_name, run_as_user=run_as_user)
+    if job.kind == TRAINING:
+        spec.update(pod_dns_fields(job.job_id, replica))
     # 4. the metadata
     annotations = {ANN_NODE: placement.node, ANN_DEVICES: devices, **fields.annotations}
     if job.rules is not None and job.rules.required_topology:
@@ -144,6 +156,20 @@ def _portal_env(job: PodJob, replica: int, devices: str) -> list[dict[str, str]]
         {"name": "PORTAL_REPLICAS", "value": str(job.replicas)},
         {"name": "PORTAL_GPU_DEVICES", "value": devices},
     ]
+
+
+def _workload_env(job: PodJob, replica: int) -> list[dict[str, str]]:
+    """The checkpoint path, and a training worker's rendezvous variables (``training``)."""
+    env = [{"name": "CHECKPOINT_PATH", "value": job.checkpoint_path}] if job.checkpoint_path else []
+    if job.kind == TRAINING:
+        env += rendezvous_env(
+            job_id=job.job_id,
+            namespace=job.namespace,
+            replica=replica,
+            replicas=job.replicas,
+            procs=job.procs_per_node,
+        )
+    return env
 
 
 def _container(job: PodJob, env: list[dict[str, str]], limits: dict[str, str]) -> dict:

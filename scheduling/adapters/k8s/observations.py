@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from portal.jobs.states import JobState
-from scheduling.adapters.contract import Observation
+from scheduling.adapters.contract import Observation, Reclaim, node_lost_observation
 from scheduling.adapters.k8s.pods import object_meta, pod_job_attempt, pod_phase
 
 # Pod-level failure reasons that mean the cluster took the pod away, not that the program failed.
@@ -39,6 +39,8 @@ class ActiveJob:
     replicas: int  # pods the attempt has (its placements)
     gang_size: int
     requeue: bool  # restart policy: requeue when evicted
+    spot: bool = False  # admitted on spot capacity: a lost node is a spot reclaim, always requeued
+    resume_hint: str = ""  # "; resume from checkpoint ..." for a job with a checkpoint path
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -99,12 +101,19 @@ def _exit_text(pod: Mapping) -> str:
 
 
 def job_observations(
-    jobs: Iterable[ActiveJob], pods: Iterable[Mapping], node_names: set[str], *, now: datetime
+    jobs: Iterable[ActiveJob],
+    pods: Iterable[Mapping],
+    node_names: set[str],
+    *,
+    now: datetime,
+    reclaims: Mapping[str, Reclaim] | None = None,
 ) -> list[Observation]:
     """What the pods of each active job attempt say happened, with the cluster's timestamps.
 
     - a replica evicted, rejected by its node, lost with its node, or gone from a running job:
-      requeued (Pending) or Failed by the job's restart policy;
+      requeued (Pending) or Failed by the job's restart policy; a node with a termination notice
+      (``reclaims``) is lost from the notice's time on, and a spot job that loses its node is
+      requeued whatever its restart policy ("interrupted by spot reclaim");
     - a replica that exited non-zero: Failed at its finish time;
     - the gang running: Running at the latest start among the pods;
     - every replica succeeded: Succeeded at the latest finish (Running first if never seen running).
@@ -122,7 +131,7 @@ def job_observations(
         if job.state == JobState.ADMITTED and not mine:
             continue
         # 1. a disruption
-        disruption = _disruption(job, mine, node_names, now=now)
+        disruption = _disruption(job, mine, node_names, now=now, reclaims=reclaims or {})
         if disruption is not None:
             observations.append(disruption)
             continue
@@ -136,22 +145,24 @@ def job_observations(
     return observations
 
 
-def _disruption(job: ActiveJob, mine: Sequence[Mapping], node_names: set[str], *, now: datetime) -> Observation | None:
+def _disruption(
+    job: ActiveJob, mine: Sequence[Mapping], node_names: set[str], *, now: datetime, reclaims: Mapping[str, Reclaim]
+) -> Observation | None:
     """Step 1: the cluster took a replica away; the job is requeued or failed by its restart policy."""
     lost = [
         p
         for p in mine
         if p["spec"].get("nodeName")
-        and p["spec"]["nodeName"] not in node_names
+        and (p["spec"]["nodeName"] not in node_names or p["spec"]["nodeName"] in reclaims)
         and pod_phase(p) not in ("Succeeded", "Failed")
     ]
+    if lost:
+        return _node_lost(job, lost[0]["spec"]["nodeName"], now=now, reclaims=reclaims)
     missing = job.state == JobState.RUNNING and len(mine) < job.replicas
     disrupted = [p for p in mine if pod_phase(p) == "Failed" and pod_disrupted(p)]
-    if not (lost or missing or disrupted):
+    if not (missing or disrupted):
         return None
-    if lost:
-        why = f"node {lost[0]['spec']['nodeName']} lost"
-    elif disrupted:
+    if disrupted:
         why = f"pod {object_meta(disrupted[0]).get('name')} {pod_disrupted(disrupted[0])}"
     else:
         why = f"{job.replicas - len(mine)} of {job.replicas} pods gone"
@@ -162,12 +173,25 @@ def _disruption(job: ActiveJob, mine: Sequence[Mapping], node_names: set[str], *
     return Observation(job.job_id, job.attempt, target, at, f"{verb}: {why}")
 
 
+def _node_lost(job: ActiveJob, node: str, *, now: datetime, reclaims: Mapping[str, Reclaim]) -> Observation:
+    return node_lost_observation(
+        job_id=job.job_id,
+        attempt=job.attempt,
+        node=node,
+        notice=reclaims.get(node),
+        now=now,
+        requeue=job.requeue,
+        spot=job.spot,
+        resume_hint=job.resume_hint,
+    )
+
+
 def _failure(job: ActiveJob, failed: Sequence[Mapping], *, now: datetime) -> Observation:
     """Step 2: a replica's program failed; the job fails at the latest finish."""
     stamps = [t for t in (pod_finished_at(p) for p in failed) if t]
     at = max(stamps) if stamps else now
     why = f"pod {object_meta(failed[0]).get('name')} {_exit_text(failed[0])}"
-    return Observation(job.job_id, job.attempt, JobState.FAILED, at, why)
+    return Observation(job.job_id, job.attempt, JobState.FAILED, at, why, worker_failed=True)
 
 
 def _progress(job: ActiveJob, mine: Sequence[Mapping], *, now: datetime) -> list[Observation]:

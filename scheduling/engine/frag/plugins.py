@@ -47,6 +47,13 @@ def workload_mix(snapshot: Snapshot, policy: Policy) -> tuple[Shape4, ...]:
     pools = {pool.placement for pool in snapshot.pools if pool.placement}
     if not {policy.placement, *(name for _, name in policy.pool_placement), *pools} - _MIX_FREE:
         return ()
+    return replica_shapes(snapshot)
+
+
+def replica_shapes(snapshot: Snapshot) -> tuple[Shape4, ...]:
+    """Every replica shape of the snapshot's workloads (pending, admitted and running), one entry per
+    replica, in FGD's terms: the job mix its fragmentation is measured against (see
+    :func:`workload_mix` for how GPU-memory and MIG requests are counted)."""
     memory = dict(snapshot.gpu_memory_gib)
     for node in snapshot.nodes:
         if node.gpu_model and node.gpu_memory_gib:

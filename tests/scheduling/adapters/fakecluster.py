@@ -28,6 +28,8 @@ class FakeCluster:
     pods: dict[tuple[str, str], dict] = field(default_factory=dict)
     events: list[dict] = field(default_factory=list)
     denied: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource) access reviews refuse
+    # Other namespaced objects by kind ("Service", "RayJob", ...): {(namespace, name): object}
+    objects: dict[str, dict[tuple[str, str], dict]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rv = 1000
@@ -109,6 +111,13 @@ class FakeCluster:
         with self.cond:
             node = self.nodes.pop(name)
             self._write("Node", "DELETED", node)
+
+    def taint_node(self, name: str, taint: dict) -> None:
+        """Add a taint (a termination notice, a cordon's) to a node, as a controller would."""
+        with self.cond:
+            node = self.nodes[name]
+            node["spec"].setdefault("taints", []).append(taint)
+            self._write("Node", "MODIFIED", node)
 
     def add_foreign_pod(
         self, namespace: str, name: str, node: str, *, gpus: int = 0, cpu: str = "1", memory: str = "1Gi"
@@ -236,4 +245,8 @@ class FakeCluster:
         return True
 
     def _store(self, kind: str) -> dict:
-        return self.nodes if kind == "Node" else self.pods
+        if kind == "Node":
+            return self.nodes
+        if kind == "Pod":
+            return self.pods
+        return self.objects.setdefault(kind, {})

@@ -189,6 +189,43 @@ def test_preemption_deletes_the_victims_pods_with_a_grace_period_and_requeues_it
     assert "gracePeriodSeconds=17" in deletes[0]
 
 
+def test_a_priority_class_minimum_runtime_protects_a_victim_until_it_has_run_that_long(kworld, kube, backend):
+    low = kworld.priorities["low"]
+    low.min_runtime_s = 600
+    low.save()
+    kube.add_node("a100-0", gpus=8)
+    victim = kworld.submit(gpu=8, priority_class=low)
+    cycle(backend, kube, now=T1)
+    (pod,) = pods_of(kube, victim)
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube, now=T1 + timedelta(seconds=30))
+    urgent = kworld.submit(gpu=8, priority_class=kworld.priorities["critical"])
+    cycle(backend, kube, now=T1 + timedelta(seconds=590))  # ran 590 of its 600 protected seconds
+    victim.refresh_from_db()
+    assert victim.state == JobState.RUNNING
+    cycle(backend, kube, now=T1 + timedelta(seconds=610))
+    victim.refresh_from_db()
+    assert victim.state == JobState.PENDING
+    reason = JobTransition.objects.get(job=victim, to_state=JobState.PREEMPTED).reason
+    assert reason.startswith(f"priority: {urgent.pk} (priority 10000) outranks it (priority 100); rule: least-work")
+    assert reason.endswith("it loses 4880 GPU-seconds")  # 8 GPUs x 610 s
+
+
+def test_on_fixed_mig_partitions_jobs_take_only_the_slices_the_device_plugin_advertises(kworld, kube, backend):
+    kube.add_node("a100-mig", gpus=1, mig={"3g.40gb": 2})
+    a100 = (kworld.models["A100-80GB"],)
+    jobs = [kworld.submit(gpu=0, mig_profile="3g.40gb", allowed_gpu_models=a100) for _ in range(3)]
+    cycle(backend, kube)
+    for job in jobs:
+        job.refresh_from_db()
+    assert [j.state for j in jobs] == [JobState.ADMITTED, JobState.ADMITTED, JobState.PENDING]
+    pods = [pod for job in jobs[:2] for pod in pods_of(kube, job)]
+    limits = [pod["spec"]["containers"][0]["resources"]["limits"] for pod in pods]
+    assert all(limit.get("nvidia.com/mig-3g.40gb") == "1" for limit in limits)
+    assert jobs[2].pending_reason["waits"]  # both slices in use: waiting helps
+    assert "no free MIG slice for 3g.40gb" in jobs[2].pending_reason["message"]
+
+
 def test_cancelling_deletes_the_pods(kworld, kube, backend, settings, django_capture_on_commit_callbacks):
     settings.CLUSTER_BACKEND = "kubernetes"
     KubernetesBackend._instances = {os.getpid(): backend}  # the process's backend is the test's
@@ -215,6 +252,38 @@ def test_a_retried_create_that_gets_409_counts_as_success(kworld, kube, backend)
     creates = [path for method, path in kube.requests if method == "POST" and path.endswith("/pods")]
     bindings = [path for method, path in kube.requests if method == "POST" and f"job-{job.pk}" in path]
     assert (len(creates), len(bindings)) == (6, 6)  # the retries' creates and bindings got 409, taken as done
+
+
+def test_a_cycle_that_admits_many_jobs_creates_and_binds_their_pods_concurrently(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.add_node("a100-1", gpus=8)
+    jobs = [kworld.submit(gpu=1, replicas=2) for _ in range(6)]
+    kube.fail("POST", r"/binding$", status=0, delay_s=0.2, times=12)  # slow bindings overlap if concurrent
+    cycle(backend, kube)
+    for job in jobs:
+        pods = pods_of(kube, job)
+        assert [p["metadata"]["name"] for p in pods] == [f"job-{job.pk}-a1-r0", f"job-{job.pk}-a1-r1"]
+        placements = {p.replica: p.node for p in job.placements.all()}
+        assert {p["spec"]["nodeName"] for p in pods} == set(placements.values())
+    assert kube.in_flight_max > 1  # several pods were created or bound at once
+    assert backend.options.start_threads > 1
+
+
+def test_one_jobs_pods_failing_to_start_leave_the_others_started_and_fail_the_cycle(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    first = kworld.submit(gpu=1)
+    others = [kworld.submit(gpu=1) for _ in range(3)]
+    kube.fail("POST", rf"/pods/job-{first.pk}-a1-r0/binding$", status=500, times=100)
+    settle(backend, kube)
+    with pytest.raises(ClusterApiError), TestCase.captureOnCommitCallbacks(execute=True):
+        cycle_run(now=timezone.now(), backend=backend)
+    settle(backend, kube)
+    for job in others:
+        assert [p["spec"].get("nodeName") for p in pods_of(kube, job)] == ["a100-0"]
+    assert [p["spec"].get("nodeName") for p in pods_of(kube, first)] == [None]  # created, bind retried later
+    kube.faults.clear()
+    cycle(backend, kube)
+    assert [p["spec"].get("nodeName") for p in pods_of(kube, first)] == ["a100-0"]
 
 
 def test_an_api_that_stays_down_fails_the_cycle_and_the_next_one_converges(kworld, kube, backend):
@@ -259,6 +328,9 @@ def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube,
             return getattr(backend, attr)
 
         def start(self, *, job_id: int) -> None:
+            pass
+
+        def start_many(self, *, job_ids: list[int]) -> None:
             pass
 
     job = kworld.submit(gpu=1)
@@ -392,3 +464,118 @@ def test_a_one_rack_gang_is_bound_into_one_rack_and_its_pods_say_so(kworld, kube
     pods = pods_of(kube, job)
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["n1", "n2"]
     assert {p["metadata"]["annotations"]["gpu-portal.io/required-topology"] for p in pods} == {"rack"}
+
+
+# -- distributed training ---------------------------------------------------------------------------
+
+
+def training_cluster(kube) -> None:
+    """Two racks: r1 with two 8-GPU nodes, r2 with one (listed first, so order alone would pick it)."""
+    kube.add_node("a-r2", gpus=8, labels={"topology.kubernetes.io/rack": "r2"})
+    kube.add_node("b-r1", gpus=8, labels={"topology.kubernetes.io/rack": "r1"})
+    kube.add_node("c-r1", gpus=8, labels={"topology.kubernetes.io/rack": "r1"})
+
+
+def test_a_training_gang_lands_in_one_rack_with_rendezvous_variables_and_a_headless_service(kworld, kube, backend):
+    training_cluster(kube)
+    job = kworld.submit(kind="training", replicas=2, gpu=8, checkpoint_path="s3://ckpt/llm")
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    pods = pods_of(kube, job)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["b-r1", "c-r1"]  # the rack that holds both
+    for rank, pod in enumerate(pods):
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert env["MASTER_ADDR"] == f"job-{job.pk}-r0.job-{job.pk}.team-vision.svc"
+        assert (env["NNODES"], env["NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("2", "8", "16")
+        assert (env["NODE_RANK"], env["RANK"]) == (str(rank), str(rank * 8))
+        assert env["CHECKPOINT_PATH"] == "s3://ckpt/llm"
+        assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (f"job-{job.pk}-r{rank}", f"job-{job.pk}")
+    service = kube.objects["Service"][("team-vision", f"job-{job.pk}")]
+    assert service["spec"]["clusterIP"] == "None"
+
+
+def test_one_failed_worker_restarts_the_whole_gang_until_the_limit_then_fails(kworld, kube, backend):
+    training_cluster(kube)
+    job = kworld.submit(kind="training", replicas=2, gpu=8, max_restarts=1, checkpoint_path="/ckpt/a")
+    cycle(backend, kube)
+    first, second = pods_of(kube, job)
+    for pod in (first, second):
+        kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube)
+    kube.exit("team-vision", second["metadata"]["name"], code=137, at=T2)
+    cycle(backend, kube)  # the failure requeues the gang; the same cycle admits it again
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.restarts) == (JobState.ADMITTED, 2, 1)
+    restart = JobTransition.objects.get(job=job, from_state=JobState.RUNNING, to_state=JobState.PENDING)
+    assert restart.at == T2
+    assert "whole gang restarted (1 of 1)" in restart.reason
+    assert "exit code 137" in restart.reason
+    assert "resume from checkpoint /ckpt/a" in restart.reason
+    # The healthy worker of attempt 1 was deleted with the failed one: the gang restarts whole.
+    assert ("team-vision", first["metadata"]["name"]) not in kube.pods
+    assert sorted(p["metadata"]["name"] for p in pods_of(kube, job)) == [
+        f"job-{job.pk}-a1-r1",  # the failed pod is kept for its logs
+        f"job-{job.pk}-a2-r0",
+        f"job-{job.pk}-a2-r1",
+    ]
+    again = [p for p in pods_of(kube, job) if "-a2-" in p["metadata"]["name"]]
+    kube.run("team-vision", again[0]["metadata"]["name"])
+    kube.exit("team-vision", again[0]["metadata"]["name"], code=1)
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert "restart limit 1 reached after 1 gang restart" in job.message
+    assert ("team-vision", f"job-{job.pk}") not in kube.objects.get("Service", {})  # removed with the job
+
+
+def test_a_batch_job_with_a_failed_replica_still_just_fails(kworld, kube, backend):
+    training_cluster(kube)
+    job = kworld.submit(replicas=2, gpu=8, max_restarts=3)
+    cycle(backend, kube)
+    pod = pods_of(kube, job)[0]
+    kube.run("team-vision", pod["metadata"]["name"])
+    kube.exit("team-vision", pod["metadata"]["name"], code=1)
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert (job.state, job.restarts) == (JobState.FAILED, 0)
+    assert not kube.objects.get("Service")  # only training jobs get one
+
+
+# -- spot ---------------------------------------------------------------------------------------------
+
+SPOT_LABELS = {"karpenter.sh/capacity-type": "spot"}
+SPOT_TAINT = {"key": "spot", "value": "true", "effect": "NoSchedule"}
+
+
+def test_a_spot_job_tolerates_the_spot_taint_and_a_termination_notice_requeues_it_at_the_notice(kworld, kube, backend):
+    kube.add_node("spot-0", gpus=8, labels=SPOT_LABELS, taints=[SPOT_TAINT])
+    job = kworld.submit(gpu=8, spot=True, checkpoint_path="/ckpt/x", restart_policy="never")
+    cycle(backend, kube)
+    (pod,) = pods_of(kube, job)
+    assert {"key": "spot", "operator": "Exists"} in pod["spec"]["tolerations"]
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube)
+    notice = T1 + timedelta(minutes=10)
+    kube.taint_node(
+        "spot-0", {"key": "karpenter.sh/disrupted", "effect": "NoSchedule", "timeAdded": notice.isoformat()}
+    )
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING  # requeued whatever its restart policy
+    assert job.message == (
+        "interrupted by spot reclaim: node spot-0 reclaimed (karpenter.sh/disrupted); requeued; "
+        "resume from checkpoint /ckpt/x"
+    )
+    assert job.attempts.get().ended_at == notice  # billed up to the notice
+    assert not pods_of(kube, job)  # its pod on the reclaimed node was deleted
+
+
+def test_a_job_that_did_not_opt_in_never_lands_on_a_spot_node(kworld, kube, backend, settings):
+    settings.QUEUE_NEVER_FITTING_JOBS = True
+    kube.add_node("spot-0", gpus=8, labels=SPOT_LABELS, taints=[SPOT_TAINT])
+    job = kworld.submit(gpu=8)
+    cycle(backend, kube)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert not pods_of(kube, job)
