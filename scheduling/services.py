@@ -41,7 +41,7 @@ from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.namespaces import namespace_manifest
 from scheduling.engine.cycle import run_cycle
 from scheduling.models import CycleRun, NamespaceObject
-from scheduling.selectors import namespace_objects_wanted, policy_from_settings
+from scheduling.selectors import namespace_objects_wanted, policy_from_settings, snapshot_for_cycle
 
 logger = logging.getLogger(__name__)
 
@@ -393,7 +393,7 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         steps = StepClock()
         cluster_sync(backend=backend, now=now)
         steps.lap("sync")
-        snapshot = orm.snapshot_load(backend=backend, teams_blocked=teams_blocked(), now=now)
+        snapshot = snapshot_for_cycle(backend=backend, now=now)
         steps.lap("snapshot")
         plan = run_cycle(snapshot, policy_from_settings(), now.timestamp())
         steps.lap("engine")

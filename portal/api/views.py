@@ -28,10 +28,11 @@ from portal.api.serializers import (
     PriorityClassSerializer,
     QuotaUpdateSerializer,
     TeamSerializer,
+    check_data,
 )
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, PriorityClass
 from portal.jobs.selectors import cluster_queue_list, job_list, local_queue_list
-from portal.jobs.services import idempotent_submit, job_cancel, job_submit, queue_quota_update
+from portal.jobs.services import idempotent_submit, job_cancel, job_check_spec, job_submit, queue_quota_update
 from portal.jobs.states import JobState
 from portal.ops.selectors import cluster_view, queue_overview, queue_standings_now
 from portal.ops.selectors.governance import below_use_warnings
@@ -136,8 +137,27 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def _submit(self, request) -> tuple[int, dict]:
         serializer = JobCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
-        job = job_submit(owner=request.user, spec=serializer.to_spec())
-        return status.HTTP_201_CREATED, self.job_one(job.pk)
+        spec = serializer.to_spec()
+        # The dry run of the spec just before it is queued (what the check endpoint answers then);
+        # a spec the check refuses is refused by the submission too, with the same 400.
+        check = job_check_spec(spec=spec)
+        job = job_submit(owner=request.user, spec=spec)
+        body = self.job_one(job.pk)
+        body["check"] = check_data(check, user=request.user)
+        return status.HTTP_201_CREATED, body
+
+    @extend_schema(request=JobCreateSerializer, responses={200: dict})
+    @action(detail=False, methods=["post"])
+    def check(self, request):
+        """Dry run: the same body as a submission; nothing is submitted. Answers what the next
+        scheduling cycle decides for it on the current state (``runs_now`` with the node and GPU choice,
+        ``waits`` with its position, the blocking resource with its numbers, estimated start P50 and
+        P90 and whom it would preempt, or ``never`` with the limit), its estimated cost from the price
+        book, and the smallest changes that start it sooner."""
+        serializer = JobCreateSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        result = job_check_spec(spec=serializer.to_spec())
+        return Response(check_data(result, user=request.user))
 
     @extend_schema(responses={200: JobCostSerializer})
     @action(detail=True, methods=["get"])
