@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from portal.jobs.models import GpuModel, Job
+from portal.jobs.states import JobState
+from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
@@ -168,3 +170,37 @@ def runtime_speedup() -> float:
     if settings.CLUSTER_BACKEND == "simulated":
         return float(settings.SIM_SPEEDUP)
     return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityWanted:
+    """Nodes of one pool and GPU model that jobs waiting for capacity asked for (the last cycle's
+    ``engine.provisioning`` requests, from their pending reasons). ``nodes`` sums each job's own
+    request (an upper bound: jobs that could share a node are counted apart); ``largest`` is the
+    biggest single request, the nodes the largest waiting job needs to start at all."""
+
+    pool: str
+    gpu_model: str
+    jobs: int
+    nodes: int
+    largest: int
+
+
+def capacity_wanted(*, user=None) -> list[CapacityWanted]:
+    """The capacity signal by pool and GPU model, over pending jobs: all of them (``user`` None: the
+    /metrics scrape, platform admins), else those of the teams ``user`` may see."""
+    rows = Job.objects.filter(state=JobState.PENDING, pending_reason__details__has_key="provision_nodes")
+    if user is not None and not user.is_staff:
+        rows = rows.filter(team__in=team_list_for_user(user=user))
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for reason in rows.values_list("pending_reason", flat=True):
+        details = (reason or {}).get("details") or {}
+        try:
+            nodes = int(details["provision_nodes"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        entry = totals[(str(details.get("provision_pool") or ""), str(details.get("provision_gpu_model") or ""))]
+        entry[0] += 1
+        entry[1] += nodes
+        entry[2] = max(entry[2], nodes)
+    return [CapacityWanted(pool, model, *entry) for (pool, model), entry in sorted(totals.items())]

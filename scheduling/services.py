@@ -39,6 +39,7 @@ from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, Observation
 from scheduling.adapters.factory import cluster_backend
 from scheduling.engine.cycle import run_cycle
+from scheduling.engine.provisioning import capacity_requests, with_capacity_requests
 from scheduling.models import CycleRun
 from scheduling.selectors import policy_from_settings
 
@@ -355,8 +356,12 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         steps.lap("sync")
         snapshot = orm.snapshot_load(backend=backend, teams_blocked=teams_blocked(), now=now)
         steps.lap("snapshot")
-        plan = run_cycle(snapshot, policy_from_settings(), now.timestamp())
+        policy = policy_from_settings()
+        plan = run_cycle(snapshot, policy, now.timestamp())
         steps.lap("engine")
+        # The capacity signal: the nodes that would let each job waiting for capacity start.
+        plan = with_capacity_requests(plan, capacity_requests(snapshot, plan, policy))
+        steps.lap("provisioning")
         counts = orm.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held)
         job_events_notify(job_ids=[int(p.workload_id) for p in plan.preemptions])  # committed: enqueued now
         steps.lap("apply")  # the plan's transaction, then its pods created and bound (after commit)

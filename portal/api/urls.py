@@ -12,6 +12,7 @@ router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
 
 urlpatterns = [
+    path("capacity/", views.CapacityWantedView.as_view(), name="capacity-wanted"),
     path("cluster-queues/", views.ClusterQueueListView.as_view(), name="cluster-queue-list"),
     path("cluster-queues/<str:name>/", views.ClusterQueueDetailView.as_view(), name="cluster-queue-detail"),
     *router.urls,

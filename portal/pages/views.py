@@ -31,7 +31,7 @@ from portal.pages import charts
 from portal.pages.forms import JobForm, mig_profile_choices
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.factory import cluster_backend
-from scheduling.selectors import node_pool_list, node_pools_of, runtime_speedup, topology_level_labels
+from scheduling.selectors import capacity_wanted, node_pool_list, node_pools_of, runtime_speedup, topology_level_labels
 
 
 def healthz(request):
@@ -227,6 +227,7 @@ def queue_list(request):
             "local_queues": selectors.local_queue_list(user=request.user),
             "cluster_queues": selectors.cluster_queue_list(),
             "node_pools": node_pool_list(),
+            "capacity_wanted": capacity_wanted(user=request.user),
             "quota_changes": changes,
         },
     )

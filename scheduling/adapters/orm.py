@@ -26,6 +26,7 @@ from portal.jobs.transitions import job_transition
 from portal.tenants.selectors import team_toleration_allowlist
 from portal.tenants.tolerations import as_grant
 from scheduling.adapters.contract import (
+    SPOT,
     ClusterBackend,
     ClusterView,
     job_tolerations,
@@ -91,6 +92,9 @@ def workload_from_job(
             )
             for t in job_tolerations(job.tolerations, spot=job.spot)
         ),
+        # A spot job prefers spot nodes (the cheaper capacity it opted in to), as kube-scheduler's
+        # preferred node affinity would, and may still run on-demand.
+        preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if job.spot else (),
         rules=job_rules(job) if isinstance(rules, EllipsisType) else rules,
         runtime_s=float(job.runtime_s),
         state=ENGINE_STATE[JobState(job.state)],
