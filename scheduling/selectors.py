@@ -21,6 +21,7 @@ from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
+from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
 from scheduling.adapters.orm import queues_load, workload_from_job
 from scheduling.engine.filters import topology_levels
 from scheduling.engine.model import GpuNode, Policy, Reason, Snapshot
@@ -204,3 +205,26 @@ def capacity_wanted(*, user=None) -> list[CapacityWanted]:
         entry[1] += nodes
         entry[2] = max(entry[2], nodes)
     return [CapacityWanted(pool, model, *entry) for (pool, model), entry in sorted(totals.items())]
+
+
+MAX_WORKERS_SHOWN = 8
+
+
+def training_environment(*, job: Job) -> list[dict[str, str]]:
+    """The rendezvous variables each worker of a training job gets (the pods' own, the same on the
+    simulated cluster, which has no pods): one mapping per worker, the first ``MAX_WORKERS_SHOWN``."""
+    if job.kind != Job.Kind.TRAINING:
+        return []
+    return [
+        {
+            e["name"]: e["value"]
+            for e in rendezvous_env(
+                job_id=job.pk,
+                namespace=job.team.namespace,
+                replica=worker,
+                replicas=job.replicas,
+                procs=procs_per_node(gpu=job.gpu),
+            )
+        }
+        for worker in range(min(job.replicas, MAX_WORKERS_SHOWN))
+    ]
