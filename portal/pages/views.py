@@ -34,10 +34,10 @@ from scheduling.adapters.factory import cluster_backend
 from scheduling.selectors import (
     capacity_wanted,
     node_pool_list,
-    training_environment,
     node_pools_of,
     runtime_speedup,
     topology_level_labels,
+    training_environment,
 )
 
 
