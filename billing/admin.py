@@ -2,6 +2,10 @@ from django.contrib import admin
 from django.utils import timezone
 
 from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry, UsageRecord
+from portal.ops.models import AuditEntry
+from portal.ops.services import audit_record
+
+PRICE_FIELDS = ("resource", "gpu_model", "capacity_type", "usd_per_hour", "effective_from", "note")
 
 
 @admin.register(PriceBookEntry)
@@ -25,6 +29,33 @@ class PriceBookEntryAdmin(admin.ModelAdmin):
         if obj is not None and obj.effective_from <= timezone.now():
             return False
         return super().has_delete_permission(request, obj)
+
+    # Every price added, corrected or withdrawn goes into the audit trail with the job actions.
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change:
+            audit_record(by=request.user, action=AuditEntry.Action.PRICE_ADD, target_type="price", target_id=obj.pk,
+                         target=str(obj), field="usd_per_hour", new=obj.usd_per_hour)  # fmt: skip
+            return
+        for name in form.changed_data:
+            if name in PRICE_FIELDS:
+                audit_record(by=request.user, action=AuditEntry.Action.PRICE_CHANGE, target_type="price",
+                             target_id=obj.pk, target=str(obj), field=name, old=form.initial.get(name),
+                             new=form.cleaned_data.get(name))  # fmt: skip
+
+    def delete_model(self, request, obj):
+        self._record_deletion(request, obj)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self._record_deletion(request, obj)
+        super().delete_queryset(request, queryset)
+
+    @staticmethod
+    def _record_deletion(request, obj) -> None:
+        audit_record(by=request.user, action=AuditEntry.Action.PRICE_DELETE, target_type="price", target_id=obj.pk,
+                     target=str(obj), field="usd_per_hour", old=obj.usd_per_hour)  # fmt: skip
 
 
 @admin.register(Budget)

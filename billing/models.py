@@ -20,6 +20,7 @@ class CapacityType(models.TextChoices):
     ON_DEMAND = "on-demand"
     SPOT = "spot"
     RESERVED = "reserved"
+    OFF_PEAK = "off-peak"  # a price tier, not a kind of node: jobs that start only in the off-peak hours
 
 
 class UsageRecord(models.Model):

@@ -13,6 +13,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from scheduling.engine.windows import parse_span, zone_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -50,6 +51,9 @@ INSTALLED_APPS = [
     "portal.jobs",
     "portal.tokens",
     "portal.notifications",
+    "portal.schedules",
+    "portal.whatif",
+    "portal.ops",
     "scheduling",
     "billing",
 ]
@@ -189,7 +193,7 @@ CELERY_BEAT_SCHEDULE = {
 CLUSTER_BACKEND = env_choice("CLUSTER_BACKEND", "simulated", {"simulated", "kubernetes"})
 # Simulated cluster: a job "runs" for runtime / SIM_SPEEDUP wall seconds.
 SIM_SPEEDUP = env_float("SIM_SPEEDUP", 60.0)
-PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "binpack")
+PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "portal")  # fragmentation-aware (docs/simulator.md)
 # A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
 # any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
 # limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a
@@ -303,6 +307,26 @@ CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
     "schedule": NOTIFY_SWEEP_INTERVAL_S,
 }
 
+# --- Job schedules (README, Scheduled and off-peak jobs) -----------------------------------------
+# Beat looks for due schedules this often; a run is started only within the starting deadline of its
+# instant (a beat that was down longer counts the older instants as missed instead of starting them).
+SCHEDULE_FIRE_INTERVAL_S = env_float("SCHEDULE_FIRE_INTERVAL_S", 20.0)
+SCHEDULE_STARTING_DEADLINE_S = env_float("SCHEDULE_STARTING_DEADLINE_S", 600.0)
+# Off-peak jobs start only in these local hours (a span wrapping midnight is fine) and are billed at
+# the price book's off-peak prices (capacity type "off-peak"; the seed prices them at 70 % of on-demand).
+OFFPEAK_HOURS = env_str("OFFPEAK_HOURS", "20:00-08:00")
+OFFPEAK_TIMEZONE = env_str("OFFPEAK_TIMEZONE", "UTC")
+try:
+    _offpeak = parse_span(OFFPEAK_HOURS)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"OFFPEAK_HOURS: {exc}") from None
+if _problem := zone_problem(OFFPEAK_TIMEZONE):
+    raise ImproperlyConfigured(f"OFFPEAK_TIMEZONE: {_problem}")
+CELERY_BEAT_SCHEDULE["schedules-fire"] = {
+    "task": "portal.schedules.tasks.schedules_fire",
+    "schedule": SCHEDULE_FIRE_INTERVAL_S,
+}
+
 # --- Security (README, Security settings) -------------------------------------------------------
 # Behind a TLS-terminating proxy set SECURE_PROXY_SSL_HEADER=1: the proxy's X-Forwarded-Proto then
 # tells Django the request was HTTPS (set it only when the proxy overwrites that header).
@@ -379,3 +403,8 @@ CYCLE_BATCH_S = env_float("CYCLE_BATCH_S", 1.0)
 ADMITTED_REQUEUE_LIMIT = env_int("ADMITTED_REQUEUE_LIMIT", 3)
 ADMITTED_BACKOFF_BASE_S = env_float("ADMITTED_BACKOFF_BASE_S", 60.0)
 ADMITTED_BACKOFF_MAX_S = env_float("ADMITTED_BACKOFF_MAX_S", 3600.0)
+
+# Queues page: every ClusterQueue's quota, use and pending demand per GPU model is sampled this often
+# (the charts of usage against quota and pending demand over time are drawn from the samples).
+QUEUE_SAMPLE_INTERVAL_S = env_float("QUEUE_SAMPLE_INTERVAL_S", 300.0)
+CELERY_BEAT_SCHEDULE["queue-sample"] = {"task": "portal.ops.tasks.queue_sample", "schedule": QUEUE_SAMPLE_INTERVAL_S}

@@ -5,8 +5,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from portal.api.docs import ApiDocsPermission
 from portal.notifications import views as notifications
+from portal.pages import ops
 from portal.pages import views as pages
 from portal.tokens import views as tokens
+from portal.whatif import views as whatif
 
 handler500 = "portal.middleware.server_error"
 docs = {"permission_classes": [ApiDocsPermission]}
@@ -21,8 +23,13 @@ urlpatterns = [
     path("jobs/new/mig-profiles/", pages.job_mig_profiles, name="job-mig-profiles"),
     path("jobs/<int:pk>/", pages.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", pages.job_cancel, name="job-cancel"),
-    path("queues/", pages.queue_list, name="queue-list"),
+    path("queues/", ops.queue_list, name="queue-list"),
+    path("queues/fair-share/", ops.fair_share_formula, name="fair-share-formula"),
+    path("cluster/", ops.cluster, name="cluster"),
+    path("cluster/nodes/<str:name>/", ops.cluster_node, name="cluster-node"),
     path("dashboard/", pages.dashboard, name="dashboard"),
+    path("whatif/", whatif.whatif_index, name="whatif"),
+    path("whatif/<int:pk>/", whatif.whatif_run, name="whatif-run"),
     path("healthz", pages.healthz, name="healthz"),
     path("api/v1/", include("portal.api.urls")),
     path("account/tokens/", tokens.token_list, name="token-list"),

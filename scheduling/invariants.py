@@ -88,6 +88,7 @@ class _Tally:
     whole: Counter[tuple[str, int]] = field(default_factory=Counter)  # holders of the whole device
     mig_masks: dict[tuple[str, int], list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
     compute: Counter[tuple[str, int]] = field(default_factory=Counter)
+    compute_slices: dict[tuple[str, int], int] = field(default_factory=dict)  # the device's, per its MIG table
     holders: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
 
 
@@ -121,9 +122,12 @@ def capacity_findings(snapshot: Snapshot) -> list[Finding]:
                     Finding("capacity", f"{device[0]} GPU {device[1]}: MIG slice of job {owner} overlaps another")
                 )
             seen |= mask
-        if tally.compute[device] > COMPUTE_SLICES:
+        limit = tally.compute_slices.get(device, COMPUTE_SLICES)
+        if tally.compute[device] > limit:
             out.append(
-                Finding("capacity", f"{device[0]} GPU {device[1]}: {tally.compute[device]} MIG compute slices of 7")
+                Finding(
+                    "capacity", f"{device[0]} GPU {device[1]}: {tally.compute[device]} MIG compute slices of {limit}"
+                )
             )
     return out
 
@@ -163,6 +167,7 @@ def _tally(snapshot: Snapshot, nodes: dict[str, GpuNode], tally: _Tally) -> list
                     continue
                 tally.mig_masks[device].append((geometry.mask_at(p.mig_slot or 0), workload.id))
                 tally.compute[device] += geometry.compute
+                tally.compute_slices[device] = geometry.device_compute
     return out
 
 

@@ -151,6 +151,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("portal.tenants.tolerations", 0),
     ("portal.jobs.images", 0),
     ("portal.notifications.signing", 0),
+    ("portal.schedules.cron", 0),
     # 1: rows, the state table and its one write, settings helpers
     ("*.models", 1),
     ("portal.jobs.states", 1),
@@ -164,6 +165,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("scheduling.adapters.*", 2),
     ("*.selectors", 2),
     ("billing.selectors.*", 2),
+    ("portal.ops.selectors.*", 2),
     ("billing.sql", 2),
     ("scheduling.invariants", 2),
     ("billing.utilization", 2),

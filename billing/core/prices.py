@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from billing.core.units import decimal_units, epoch_hour
 
-CAPACITY_TYPES = ("on-demand", "spot", "reserved")
+CAPACITY_TYPES = ("on-demand", "spot", "reserved", "off-peak")
 
 # Public list prices per GPU-hour, on-demand (hyperscaler GPU instances divided by their GPU count,
 # rounded): H100 $10-12 (AWS p5, Azure ND H100 v5), A100-80GB ~$3.7 and A100-40GB ~$3.1 (GCP a2),
@@ -33,7 +33,14 @@ ON_DEMAND_GPU_USD = {
 }
 ON_DEMAND_CPU_CORE_USD = Decimal("0.031611")  # AWS/GCP general-purpose vCPU-hour
 ON_DEMAND_MEMORY_GIB_USD = Decimal("0.004237")  # per GiB-hour
-CAPACITY_TYPE_FACTOR = {"on-demand": Decimal("1"), "spot": Decimal("0.40"), "reserved": Decimal("0.65")}
+# Off-peak (jobs that start only in the off-peak hours, OFFPEAK_HOURS) at 70 %: the night discount of
+# on-premise chargeback schemes; the price book's admins set their own.
+CAPACITY_TYPE_FACTOR = {
+    "on-demand": Decimal("1"),
+    "spot": Decimal("0.40"),
+    "reserved": Decimal("0.65"),
+    "off-peak": Decimal("0.70"),
+}
 
 
 @dataclass(frozen=True, slots=True)

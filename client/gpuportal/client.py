@@ -15,7 +15,7 @@ from gpuportal.config import resolve
 from gpuportal.errors import Conflict, PortalError, ValidationError, WaitTimeout
 from gpuportal.http import Transport
 from gpuportal.progress import WaitProgress
-from gpuportal.types import Check, Job, JobCost, JobSpec
+from gpuportal.types import Check, Job, JobCost, JobSpec, Schedule, ScheduledRun
 
 JobRef = Job | int | str
 Spec = JobSpec | Mapping[str, Any]
@@ -182,6 +182,54 @@ class Portal:
                 return current
             raise
         return Job.from_api(body)
+
+    # -- schedules --------------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        spec: Spec,
+        *,
+        cron: str,
+        timezone: str = "UTC",
+        concurrency_policy: str = "allow",
+        enabled: bool = True,
+    ) -> Schedule:
+        """Submit ``spec`` at every instant of ``cron`` (five fields) read in ``timezone``; each
+        instant starts one job, however many beats run. ``ValidationError`` names a bad field
+        (``cron``, ``timezone``, ``job.<field>``)."""
+        body = {
+            "name": name,
+            "cron": cron,
+            "timezone": timezone,
+            "concurrency_policy": concurrency_policy,
+            "enabled": enabled,
+            "job": dict(spec),
+        }
+        answer, _ = self.http.request("POST", "schedules/", json=body)
+        return Schedule.from_api(answer)
+
+    def schedules(self) -> list[Schedule]:
+        """Schedules of your teams."""
+        body = self.http.get("schedules/", page_size=500)
+        results = body.get("results", []) if isinstance(body, Mapping) else body or []
+        return [Schedule.from_api(item) for item in results]
+
+    def schedule_runs(self, schedule: Schedule | int) -> list[ScheduledRun]:
+        """The schedule's latest runs, newest first."""
+        ident = schedule.id if isinstance(schedule, Schedule) else int(schedule)
+        return list(ScheduledRun.many(self.http.get(f"schedules/{ident}/runs/")))
+
+    def pause_schedule(self, schedule: Schedule | int, *, paused: bool = True) -> Schedule:
+        """Pause (or, with ``paused=False``, resume) a schedule; resuming fires nothing for the pause."""
+        ident = schedule.id if isinstance(schedule, Schedule) else int(schedule)
+        answer, _ = self.http.request("PATCH", f"schedules/{ident}/", json={"enabled": not paused}, retry_unsafe=True)
+        return Schedule.from_api(answer)
+
+    def delete_schedule(self, schedule: Schedule | int) -> None:
+        """Delete a schedule (the jobs it submitted stay)."""
+        ident = schedule.id if isinstance(schedule, Schedule) else int(schedule)
+        self.http.request("DELETE", f"schedules/{ident}/")
 
     def cost(self, job: JobRef) -> JobCost:
         """What the job cost so far: GPU-hours and GPU, CPU and memory cost of each run and in total,

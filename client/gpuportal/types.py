@@ -53,6 +53,10 @@ class JobSpec(TypedDict, total=False):
     checkpoint_path: str  # passed to the pods as CHECKPOINT_PATH; named in preemption and spot notices
     max_restarts: int  # training: whole-gang restarts after a worker fails, then the job fails
     spot: bool  # may run on spot nodes (spot price); requeued when the node is reclaimed
+    start_after: str  # ISO 8601: not admitted before this instant
+    start_window: str  # e.g. "20:00-08:00": admitted only between these local times
+    window_timezone: str  # IANA zone of start_window (default UTC)
+    off_peak: bool  # starts only in the portal's off-peak hours, billed at the off-peak price
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -435,3 +439,36 @@ class JobCost(ApiValue):
     def running(self) -> bool:
         """The job still runs: the figures grow until it ends."""
         return any(run.running for run in self.runs)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRun(ApiValue):
+    """One instant a schedule fired: submitted (``job`` is its id), skipped or refused (``message``)."""
+
+    run_at: datetime | None
+    fired_at: datetime | None
+    outcome: str
+    message: str
+    job: int | None
+    job_state: str | None
+    raw: Mapping[str, Any] = _raw()
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule(ApiValue):
+    """A job submitted at each instant of a cron expression in a time zone (``/api/v1/schedules/``)."""
+
+    id: int
+    name: str
+    team: str
+    queue: str
+    owner: str
+    cron: str
+    timezone: str
+    concurrency_policy: str
+    enabled: bool
+    next_run_at: datetime | None
+    missed_runs: int
+    job: Mapping[str, Any]
+    recent_runs: tuple[ScheduledRun, ...] = field(default=(), metadata={"parse": ScheduledRun.many})
+    raw: Mapping[str, Any] = _raw()

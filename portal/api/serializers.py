@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shlex
+from types import SimpleNamespace
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.jobs.errors import ServiceError
 from portal.jobs.models import GpuModel, Job, JobAttempt, JobTransition, LocalQueue, PriorityClass, ReplicaPlacement
 from portal.jobs.services import (
     MAX_ALLOWED_GPU_MODELS,
@@ -24,6 +26,7 @@ from portal.jobs.services import (
     MAX_TOLERATIONS,
     SPEC_FIELDS,
     JobSpec,
+    job_spec_validate,
 )
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
@@ -308,6 +311,23 @@ class JobCreateSerializer(serializers.Serializer):
         default=False,
         help_text="May run on spot nodes (at the price book's spot price); requeued if the node is reclaimed.",
     )
+    start_after = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="Not admitted before this instant (ISO 8601)."
+    )
+    start_window = serializers.CharField(
+        max_length=11,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Admitted only between these local times, e.g. 20:00-08:00 (wraps midnight).",
+    )
+    window_timezone = serializers.CharField(
+        max_length=64, required=False, default="UTC", help_text="IANA zone of start_window, e.g. Europe/Berlin."
+    )
+    off_peak = serializers.BooleanField(
+        default=False,
+        help_text="Start only in the off-peak hours (OFFPEAK_HOURS) and be billed at the off-peak price.",
+    )
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):
@@ -384,6 +404,36 @@ class JobCreateSerializer(serializers.Serializer):
         )
 
 
+def _first_field_error(errors) -> tuple[str | None, str]:
+    """The dotted field path and message of DRF's first (possibly nested) error."""
+    path: list[str] = []
+    while True:
+        if isinstance(errors, dict) and errors:
+            key, errors = next(iter(errors.items()))
+            if key != "non_field_errors":
+                path.append(str(key))
+        elif isinstance(errors, list) and errors:
+            nested = next((e for e in errors if e), errors[0])
+            if isinstance(nested, (dict, list)):
+                errors = nested
+                continue
+            return (".".join(path) or None), str(nested)
+        else:
+            return (".".join(path) or None), str(errors)
+
+
+def job_spec_from_body(user, body) -> JobSpec:
+    """A checked job spec from a submit body on behalf of ``user`` (schedules store bodies and submit
+    them later): exactly the API's checks, with a refusal as a ``ServiceError`` naming the field."""
+    serializer = JobCreateSerializer(data=body, context={"request": SimpleNamespace(user=user)})
+    if not serializer.is_valid():
+        field, message = _first_field_error(serializer.errors)
+        raise ServiceError(message, field=field)
+    spec = serializer.to_spec()
+    job_spec_validate(spec)
+    return spec
+
+
 def default_priority_class() -> PriorityClass | None:
     """The class named 'default' if there is one, else the lowest-valued class."""
     return PriorityClass.objects.filter(name="default").first() or PriorityClass.objects.order_by("value").first()
@@ -423,7 +473,7 @@ class GpuModelSerializer(serializers.ModelSerializer):
 class PriorityClassSerializer(serializers.ModelSerializer):
     class Meta:
         model = PriorityClass
-        fields = ["name", "value", "preemptible", "description"]
+        fields = ["name", "value", "preemptible", "min_runtime_s", "description"]
 
 
 class FlavorQuotaUpdateSerializer(StrictSerializer):

@@ -2,6 +2,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from portal.api import views
+from portal.schedules.api import ScheduleViewSet
 
 app_name = "api"
 router = DefaultRouter()
@@ -9,10 +10,13 @@ router.register("jobs", views.JobViewSet, basename="job")
 router.register("teams", views.TeamViewSet, basename="team")
 router.register("queues", views.LocalQueueViewSet, basename="queue")
 router.register("gpu-models", views.GpuModelViewSet, basename="gpu-model")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
 
 urlpatterns = [
     path("capacity/", views.CapacityWantedView.as_view(), name="capacity-wanted"),
+    path("cluster/", views.ClusterView.as_view(), name="cluster"),
+    path("fairness/", views.FairnessView.as_view(), name="fairness"),
     path("cluster-queues/", views.ClusterQueueListView.as_view(), name="cluster-queue-list"),
     path("cluster-queues/<str:name>/", views.ClusterQueueDetailView.as_view(), name="cluster-queue-detail"),
     *router.urls,

@@ -31,6 +31,8 @@ from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, Priority
 from portal.jobs.selectors import cluster_queue_list, job_list, local_queue_list
 from portal.jobs.services import idempotent_submit, job_cancel, job_submit, queue_quota_update
 from portal.jobs.states import JobState
+from portal.ops.selectors import cluster_view, queue_overview, queue_standings_now
+from portal.ops.selectors.governance import below_use_warnings
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
 from scheduling.selectors import capacity_wanted, runtime_speedup
@@ -228,4 +230,29 @@ class ClusterQueueDetailView(APIView):
             )
         row = next(r for r in cluster_queue_list() if r["name"] == name)
         row["changes"] = [str(c) for c in changes]
+        row["warnings"] = below_use_warnings(queue_standings_now(), cluster_queue=name)
         return Response(row)
+
+
+class ClusterView(APIView):
+    """Every node and GPU with what holds it, per GPU model totals and FGD fragmentation (the cluster
+    page's data). Filters: ``gpu_model``, ``pool``, ``rack``, ``state``. Another team's job is counted,
+    never named."""
+
+    @extend_schema(
+        responses={200: dict},
+        parameters=[OpenApiParameter(name, str, required=False) for name in ("gpu_model", "pool", "rack", "state")],
+    )
+    def get(self, request):
+        filters = {k: request.query_params.get(k, "").strip()[:253] for k in ("gpu_model", "pool", "rack", "state")}
+        return Response(cluster_view(user=request.user, **filters))
+
+
+class FairnessView(APIView):
+    """Per ClusterQueue and cohort: nominal, in use, borrowed, lent and pending demand per GPU model; each
+    queue's weighted DRF share; wait P50/P90 over 24 h and 7 d; the heads of the queues and why they wait;
+    quota warnings (the Queues page's data)."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request):
+        return Response(queue_overview(user=request.user, now=timezone.now()))

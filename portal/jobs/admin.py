@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from portal.jobs.models import (
     ClusterQueue,
@@ -15,7 +15,24 @@ from portal.jobs.models import (
     QuotaChange,
     ReplicaPlacement,
 )
-from portal.jobs.services import quota_changes_record, quota_state
+from portal.jobs.services import (
+    job_admin_cancel,
+    job_priority_update,
+    job_requeue,
+    jobs_bulk_apply,
+    quota_changes_record,
+    quota_state,
+)
+from portal.ops.admin import with_zone
+from portal.ops.models import AuditEntry
+from portal.ops.selectors import queue_standings_now, quota_warnings
+from portal.ops.selectors.governance import below_use_warnings
+from portal.ops.services import audit_record
+
+
+def warn(request, lines: list[str]) -> None:
+    for line in lines:
+        messages.warning(request, line)
 
 
 @admin.register(GpuModel)
@@ -26,7 +43,7 @@ class GpuModelAdmin(admin.ModelAdmin):
 
 @admin.register(PriorityClass)
 class PriorityClassAdmin(admin.ModelAdmin):
-    list_display = ["name", "value", "preemptible", "description"]
+    list_display = ["name", "value", "preemptible", "min_runtime_s", "description"]
     list_filter = ["preemptible"]
     search_fields = ["name"]
 
@@ -63,6 +80,13 @@ class ClusterQueueAdmin(admin.ModelAdmin):
         quota_changes_record(
             by=request.user, before=before, after=quota_state(form.instance), cluster_queue=form.instance
         )
+        standings = queue_standings_now()
+        warn(request, below_use_warnings(standings, cluster_queue=form.instance.name) + quota_warnings(standings))
+
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "GET":
+            warn(request, quota_warnings(queue_standings_now()))
+        return super().changelist_view(request, extra_context)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if request.method == "POST":
@@ -72,7 +96,9 @@ class ClusterQueueAdmin(admin.ModelAdmin):
 
 @admin.register(QuotaChange)
 class QuotaChangeAdmin(admin.ModelAdmin):
-    list_display = ["changed_at", "cluster_queue", "field", "old_value", "new_value", "changed_by"]
+    """Append-only: no add, change or delete here (nor on PostgreSQL at all, see the model)."""
+
+    list_display = ["when", "cluster_queue", "field", "old_value", "new_value", "changed_by"]
     list_filter = ["cluster_queue", "changed_by"]
     search_fields = ["cluster_queue__name", "field"]
     readonly_fields = ["changed_at", "cluster_queue", "field", "old_value", "new_value", "changed_by"]
@@ -82,6 +108,13 @@ class QuotaChangeAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="changed at", ordering="changed_at")
+    def when(self, obj):
+        return with_zone(obj.changed_at)
 
 
 @admin.register(LocalQueue)
@@ -131,7 +164,7 @@ class JobAdmin(admin.ModelAdmin):
         "kind",
         "gpu_model",
         "priority_class",
-        "created_at",
+        "created",
     ]
     list_filter = ["state", "kind", "team", "priority_class", "gpu_model"]
     search_fields = ["id", "name", "image", "owner__username", "team__name"]
@@ -141,3 +174,64 @@ class JobAdmin(admin.ModelAdmin):
         "gpu_model", "capacity_type", "pending_reason", "queue_position", "estimated_start", "message",
     ]  # fmt: skip
     inlines = [PlacementInline, TransitionInline]
+    actions = ["cancel_jobs", "requeue_jobs"]
+
+    @admin.display(description="created at", ordering="created_at")
+    def created(self, obj):
+        return with_zone(obj.created_at)
+
+    def get_actions(self, request):
+        """The bulk actions, plus one "set priority" per priority class (no intermediate page)."""
+        actions = super().get_actions(request)
+        for pc in PriorityClass.objects.all():
+            name = f"priority_{pc.pk}"
+            actions[name] = (_priority_action(pc), name, f"Set priority of selected jobs to {pc}")
+        return actions
+
+    @admin.action(description="Cancel selected jobs")
+    def cancel_jobs(self, request, queryset):
+        self._report(request, "cancelled", jobs_bulk_apply(
+            jobs=queryset, by=request.user, action=lambda job: job_admin_cancel(job=job, by=request.user)
+        ))  # fmt: skip
+
+    @admin.action(description="Requeue selected jobs (stop them and put them back in their queue)")
+    def requeue_jobs(self, request, queryset):
+        self._report(request, "requeued", jobs_bulk_apply(
+            jobs=queryset, by=request.user, action=lambda job: job_requeue(job=job, by=request.user)
+        ))  # fmt: skip
+
+    @staticmethod
+    def _report(request, verb: str, result) -> None:
+        if result.done:
+            messages.success(request, f"{len(result.done)} job(s) {verb}: {', '.join(map(str, result.done))}.")
+        for job_id, why in result.refused:
+            messages.warning(request, f"job {job_id}: {why}")
+
+    def delete_model(self, request, obj):
+        audit_record(by=request.user, action=AuditEntry.Action.JOB_DELETE, target_type="job", target_id=obj.pk,
+                     target=str(obj), field="state", old=obj.state)  # fmt: skip
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for job in queryset:
+            audit_record(by=request.user, action=AuditEntry.Action.JOB_DELETE, target_type="job", target_id=job.pk,
+                         target=str(job), field="state", old=job.state)  # fmt: skip
+        super().delete_queryset(request, queryset)
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change:
+            for name in form.changed_data:
+                audit_record(by=request.user, action=AuditEntry.Action.JOB_CHANGE, target_type="job",
+                             target_id=obj.pk, target=str(obj), field=name, old=form.initial.get(name),
+                             new=form.cleaned_data.get(name))  # fmt: skip
+
+
+def _priority_action(pc: PriorityClass):
+    def set_priority(modeladmin, request, queryset):
+        JobAdmin._report(request, f"moved to priority {pc.name}", jobs_bulk_apply(
+            jobs=queryset, by=request.user,
+            action=lambda job: job_priority_update(job=job, by=request.user, priority_class=pc),
+        ))  # fmt: skip
+
+    return set_priority

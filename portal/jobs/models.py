@@ -38,6 +38,11 @@ class PriorityClass(models.Model):
     name = models.CharField(max_length=64, unique=True)
     value = models.IntegerField(help_text="Higher runs first and may preempt lower.")
     preemptible = models.BooleanField(default=True)
+    min_runtime_s = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(30 * 24 * 3600)],
+        help_text="Seconds a job of this class runs before it may be preempted (KAI's preemption delay); 0 = none.",
+    )
     description = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -81,9 +86,11 @@ class FlavorQuota(models.Model):
 
 
 class QuotaChange(models.Model):
-    """Audit trail of every quota edit: who, when, old → new."""
+    """Audit trail of every quota edit: who, when, old → new. Append-only: the admin neither changes nor
+    deletes a record, a ClusterQueue with records cannot be deleted (PROTECT), and on PostgreSQL a
+    trigger refuses ``DELETE`` and ``UPDATE`` of the rows (migration 0008)."""
 
-    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.CASCADE, related_name="quota_changes")
+    cluster_queue = models.ForeignKey(ClusterQueue, on_delete=models.PROTECT, related_name="quota_changes")
     field = models.CharField(max_length=100, help_text="e.g. 'A100-80GB nominal_gpus' or 'cpu_quota_milli'.")
     old_value = models.CharField(max_length=100, blank=True)
     new_value = models.CharField(max_length=100, blank=True)
@@ -177,6 +184,16 @@ class Job(models.Model):
     )
     spot = models.BooleanField(
         default=False, help_text="May run on spot nodes (tolerates their taint); requeued when reclaimed."
+    )
+    # Start windows (scheduling.engine.windows): admitted only while open; a running job is not stopped.
+    start_after = models.DateTimeField(null=True, blank=True, help_text="Not admitted before this instant.")
+    start_window = models.CharField(
+        max_length=11, blank=True, help_text="Admitted only between these local times, e.g. 20:00-08:00."
+    )
+    window_timezone = models.CharField(max_length=64, default="UTC", help_text="IANA zone of start_window.")
+    off_peak = models.BooleanField(
+        default=False,
+        help_text="Starts only in the off-peak hours (OFFPEAK_HOURS) and is billed at the off-peak price.",
     )
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, db_index=True)
@@ -328,7 +345,7 @@ class JobAttempt(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField(help_text="1 for the first admission, then 2, 3, ...")
     queued_at = models.DateTimeField(help_text="When the wait for this admission began.")
-    admitted_at = models.DateTimeField()
+    admitted_at = models.DateTimeField(db_index=True)  # wait percentiles per window (the Queues page)
     started_at = models.DateTimeField(null=True, blank=True, help_text="Pods running (cluster time).")
     ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
     outcome = models.CharField(

@@ -29,8 +29,10 @@ from portal.jobs.models import (
     PriorityClass,
     QuotaChange,
 )
-from portal.jobs.states import CANCELLABLE_STATES, IllegalTransition, JobState
+from portal.jobs.states import ACTIVE_STATES, CANCELLABLE_STATES, FINAL_STATES, IllegalTransition, JobState
 from portal.jobs.transitions import job_transition
+from portal.ops.models import AuditEntry
+from portal.ops.services import audit_record
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_toleration_allowlist, user_is_team_admin
 from portal.tenants.tolerations import toleration_allowed, toleration_text
@@ -41,6 +43,7 @@ from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
 from scheduling.engine.model import Reason
+from scheduling.engine.windows import parse_span, zone_problem
 from scheduling.selectors import job_never_fits
 from scheduling.services import cycle_request_claim
 from scheduling.tasks import scheduling_cycle_task
@@ -159,6 +162,10 @@ class JobSpec:
     checkpoint_path: str = ""
     max_restarts: int = 3
     spot: bool = False
+    start_after: datetime | None = None
+    start_window: str = ""
+    window_timezone: str = "UTC"
+    off_peak: bool = False
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], **objects: Any) -> JobSpec:
@@ -233,7 +240,24 @@ def job_spec_validate(spec: JobSpec) -> None:
         raise ServiceError(f"at most {MAX_ALLOWED_GPU_MODELS} GPU models", field="allowed_gpu_models")
     tolerations_validate(spec)
     placement_rules_validate(spec)
+    start_window_validate(spec)
     kind_validate(spec)
+
+
+def start_window_validate(spec: JobSpec) -> None:
+    """A daily span like 20:00-08:00 in a known zone, or the off-peak hours, not both."""
+    if spec.off_peak and spec.start_window:
+        raise ServiceError(
+            f"an off-peak job starts in the off-peak hours ({settings.OFFPEAK_HOURS}); leave start_window empty",
+            field="start_window",
+        )
+    if spec.start_window:
+        try:
+            parse_span(spec.start_window)
+        except ValueError as exc:
+            raise ServiceError(str(exc), field="start_window") from None
+    if problem := zone_problem(spec.window_timezone):
+        raise ServiceError(problem, field="window_timezone")
 
 
 def kind_validate(spec: JobSpec) -> None:
@@ -477,6 +501,90 @@ def job_cancel(*, job: Job, by, at: datetime | None = None) -> Job:
     return job
 
 
+REQUEUABLE_STATES = frozenset(s for s in (*ACTIVE_STATES, JobState.PREEMPTED))
+
+
+def _staff_only(by, what: str) -> None:
+    if not getattr(by, "is_staff", False):
+        raise ServiceError(f"only platform admins {what}", status_code=403)
+
+
+def job_admin_cancel(*, job: Job, by, at: datetime | None = None) -> Job:
+    """A platform admin cancels a job (as :func:`job_cancel`), recorded in the audit trail."""
+    _staff_only(by, "cancel other teams' jobs from the admin")
+    with transaction.atomic():
+        before = job.state
+        job = job_cancel(job=job, by=by, at=at)
+        audit_record(
+            by=by, action=AuditEntry.Action.JOB_CANCEL, target_type="job", target_id=job.pk, target=str(job),
+            field="state", old=before, new=job.state, at=at,
+        )  # fmt: skip
+    return job
+
+
+def job_requeue(*, job: Job, by, at: datetime | None = None) -> Job:
+    """Send an admitted, running or preempted job back to its queue (its pods are stopped; its next
+    admission is a new attempt). Platform admins only; recorded in the audit trail."""
+    _staff_only(by, "requeue jobs")
+    now = at or timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)  # orders this after a racing cancel or admission
+        if job.state not in REQUEUABLE_STATES:
+            raise ServiceError(f"a {job.state} job cannot be requeued", field="state", status_code=409)
+        before = job.state
+        held_capacity = job.holds_capacity
+        job_transition(job=job, to_state=JobState.PENDING, at=now, reason="requeued by an admin", actor=by.username)
+        audit_record(
+            by=by, action=AuditEntry.Action.JOB_REQUEUE, target_type="job", target_id=job.pk, target=str(job),
+            field="state", old=before, new=job.state, at=now,
+        )  # fmt: skip
+        if held_capacity:
+            transaction.on_commit(partial(_stop_pods, job_id=job.pk), robust=True)
+        transaction.on_commit(_request_cycle)
+    return job
+
+
+def job_priority_update(*, job: Job, by, priority_class: PriorityClass, at: datetime | None = None) -> Job:
+    """Move a job that has not finished to another priority class (it is ranked by it from the next
+    cycle on). Platform admins only; recorded in the audit trail like a quota change."""
+    _staff_only(by, "change job priorities")
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("priority_class").get(pk=job.pk)
+        if job.state in FINAL_STATES:
+            raise ServiceError(f"a {job.state} job keeps its priority", field="state", status_code=409)
+        before = job.priority_class
+        if before.pk == priority_class.pk:
+            return job
+        job.priority_class = priority_class
+        job.save(update_fields=["priority_class", "updated_at"])
+        audit_record(
+            by=by, action=AuditEntry.Action.JOB_PRIORITY, target_type="job", target_id=job.pk, target=str(job),
+            field="priority_class", old=before, new=priority_class, at=at,
+        )  # fmt: skip
+        transaction.on_commit(_request_cycle)
+    return job
+
+
+@dataclass
+class BulkResult:
+    done: list[int] = field(default_factory=list)
+    refused: list[tuple[int, str]] = field(default_factory=list)  # (job id, why)
+
+
+def jobs_bulk_apply(*, jobs, by, action: Callable[[Job], object]) -> BulkResult:
+    """Apply ``action`` (one of the services above, bound to ``by``) to each job in its own
+    transaction: one job that cannot take it is reported, the others still do."""
+    result = BulkResult()
+    for job in jobs:
+        try:
+            action(job)
+        except ServiceError as exc:
+            result.refused.append((job.pk, exc.message))
+        else:
+            result.done.append(job.pk)
+    return result
+
+
 def _stop_pods(*, job_id: int) -> None:
     cluster_backend().stop(job_id=job_id, grace_s=30)
 
@@ -541,6 +649,11 @@ def quota_changes_record(*, by, before: dict[str, object], after: dict[str, obje
         if before.get(key) != after.get(key)
     ]
     QuotaChange.objects.bulk_create(rows)
+    for row in rows:
+        audit_record(
+            by=by, action=AuditEntry.Action.QUOTA_CHANGE, target_type="cluster queue", target_id=cluster_queue.pk,
+            target=cluster_queue.name, field=row.field, old=row.old_value, new=row.new_value,
+        )  # fmt: skip
     return rows
 
 

@@ -70,3 +70,15 @@ def day_labels(now: datetime, days: int) -> list[str]:
 
 def figure_html(fig: go.Figure) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+
+
+def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> go.Figure:
+    """One ClusterQueue over time, per GPU model: GPUs in use and pending demand against the nominal quota."""
+    fig = go.Figure()
+    for model, s in sorted(series.items()):
+        fig.add_trace(go.Scatter(x=s["at"], y=s["used"], name=f"{model} in use", mode="lines"))
+        pending = go.Scatter(x=s["at"], y=s["pending"], name=f"{model} pending", mode="lines", line={"dash": "dot"})
+        fig.add_trace(pending)
+        fig.add_trace(go.Scatter(x=s["at"], y=s["nominal"], name=f"{model} quota", mode="lines", line={"dash": "dash"}))
+    fig.update_layout(title=f"{name}: use and pending demand vs quota (hourly means)", yaxis_title="GPUs", **LAYOUT)
+    return fig

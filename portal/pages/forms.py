@@ -120,6 +120,25 @@ class JobForm(forms.Form):
     spot = forms.BooleanField(
         required=False, label="May run on spot nodes", help_text="cheaper; requeued if the node is reclaimed"
     )
+    start_after = forms.DateTimeField(
+        required=False,
+        label="Start after (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        help_text="not admitted before this time",
+    )
+    start_window = forms.CharField(
+        max_length=11,
+        required=False,
+        label="Only start between",
+        widget=forms.TextInput(attrs={"placeholder": "20:00-08:00"}),
+        help_text="local times, e.g. 20:00-08:00 (a span may wrap midnight); a running job is not stopped",
+    )
+    window_timezone = forms.CharField(max_length=64, required=False, initial="UTC", label="Time zone of the window")
+    off_peak = forms.BooleanField(
+        required=False,
+        label="Off-peak",
+        help_text="start only in the off-peak hours and pay the price book's off-peak price",
+    )
 
     def __init__(self, *args, queues: list[LocalQueue], **kwargs):
         super().__init__(*args, **kwargs)
@@ -141,6 +160,10 @@ class JobForm(forms.Form):
         self.choice_field("priority_class").choices = [(p.name, f"{p.name} ({p.value})") for p in priorities]
         default = next((p.name for p in priorities if p.name == "default"), priorities[0].name if priorities else None)
         self.fields["priority_class"].initial = default
+        self.fields["off_peak"].help_text = (
+            f"start only between {settings.OFFPEAK_HOURS.replace('-', ' and ')} {settings.OFFPEAK_TIMEZONE} "
+            "and pay the price book's off-peak price"
+        )
 
     def choice_field(self, name: str) -> forms.ChoiceField:
         field = self.fields[name]

@@ -25,20 +25,13 @@ from billing.selectors import (
 from portal.api.serializers import JobCreateSerializer
 from portal.jobs import selectors, services
 from portal.jobs.errors import ServiceError
-from portal.jobs.models import GpuModel, QuotaChange
+from portal.jobs.models import GpuModel
 from portal.jobs.states import CANCELLABLE_STATES, FINAL_STATES, JobState
 from portal.pages import charts
 from portal.pages.forms import JobForm, mig_profile_choices
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.factory import cluster_backend
-from scheduling.selectors import (
-    capacity_wanted,
-    node_pool_list,
-    node_pools_of,
-    runtime_speedup,
-    topology_level_labels,
-    training_environment,
-)
+from scheduling.selectors import node_pools_of, runtime_speedup, topology_level_labels, training_environment
 
 
 def healthz(request):
@@ -223,22 +216,6 @@ def job_cancel(request, pk: int):
         messages.error(request, f"A {job.state} job cannot be cancelled.")
         return redirect("job-detail", pk=job.pk)
     return render(request, "portal/job_cancel.html", job_live_context(job, now=timezone.now()))
-
-
-@login_required
-def queue_list(request):
-    changes = QuotaChange.objects.select_related("cluster_queue", "changed_by")[:50]
-    return render(
-        request,
-        "portal/queue_list.html",
-        {
-            "local_queues": selectors.local_queue_list(user=request.user),
-            "cluster_queues": selectors.cluster_queue_list(),
-            "node_pools": node_pool_list(),
-            "capacity_wanted": capacity_wanted(user=request.user),
-            "quota_changes": changes,
-        },
-    )
 
 
 def running_intervals(*, since, now) -> list[tuple]:

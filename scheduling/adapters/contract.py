@@ -64,12 +64,22 @@ class ClusterBackend(ClusterView, Protocol):
 
 
 ON_DEMAND = "on-demand"
+OFF_PEAK = "off-peak"
 SPOT = "spot"
 
 
 def node_capacity_type(node: GpuNode) -> str:
     """``on-demand``, ``spot`` or ``reserved``: the node's ``CAPACITY_TYPE_LABEL`` (on-demand when absent)."""
     return dict(node.labels).get(settings.CAPACITY_TYPE_LABEL) or ON_DEMAND
+
+
+def billed_capacity_type(capacity_type: str, *, off_peak: bool) -> str:
+    """The price-book capacity type an admission is recorded (and so metered and billed) at.
+
+    An off-peak job (it starts only in the off-peak hours) on on-demand capacity is billed at the
+    off-peak price for its whole run; on spot or reserved capacity it keeps that type (the seed prices
+    both below off-peak)."""
+    return OFF_PEAK if off_peak and capacity_type == ON_DEMAND else capacity_type
 
 
 def spot_toleration() -> dict[str, str]:

@@ -29,6 +29,7 @@ from scheduling.adapters.contract import (
     SPOT,
     ClusterBackend,
     ClusterView,
+    billed_capacity_type,
     job_tolerations,
     node_capacity_type,
     spot_toleration,
@@ -37,6 +38,7 @@ from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.engine import model as m
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.shares import billed_gpus, placement_billed_units
+from scheduling.engine.windows import StartWindow, parse_span
 from scheduling.models import NodePool
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ def workload_from_job(
         team=job.team.slug,
         priority=job.priority_class.value,
         preemptible=job.priority_class.preemptible,
+        min_runtime_s=float(job.priority_class.min_runtime_s),
         created_at=job.created_at.timestamp(),
         resources=m.Resources(
             gpu=job.gpu,
@@ -97,10 +100,30 @@ def workload_from_job(
         preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if job.spot else (),
         rules=job_rules(job) if isinstance(rules, EllipsisType) else rules,
         runtime_s=float(job.runtime_s),
+        start_window=job_start_window(job),
         state=ENGINE_STATE[JobState(job.state)],
         gpu_model=job.gpu_model.name if job.gpu_model else None,
         placements=tuple(p.engine_placement() for p in placements),
         started_at=_ts(job.started_at or job.admitted_at),
+    )
+
+
+def job_start_window(job: Job) -> StartWindow | None:
+    """A job's start window as the engine's value: its start-after instant and its daily span (the
+    off-peak hours for an off-peak job). ``None`` for a job that may start at any time."""
+    span, zone = "", job.window_timezone or "UTC"
+    if job.off_peak:
+        span, zone = settings.OFFPEAK_HOURS, settings.OFFPEAK_TIMEZONE
+    elif job.start_window:
+        span = job.start_window
+    if not span and job.start_after is None:
+        return None
+    start, end = parse_span(span) if span else (None, None)
+    return StartWindow(
+        not_before_s=_ts(job.start_after),
+        daily_start_minute=start,
+        daily_end_minute=end,
+        zone=zone,
     )
 
 
@@ -341,7 +364,7 @@ def admission_apply(
     if job is None or job.state != JobState.PENDING:
         return False
     first_node = nodes.get(admission.placements[0].node) if admission.placements else None
-    capacity_type = node_capacity_type(first_node) if first_node else ""
+    capacity_type = billed_capacity_type(node_capacity_type(first_node), off_peak=job.off_peak) if first_node else ""
     job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
     job.capacity_type = capacity_type
     job.save(update_fields=["gpu_model", "capacity_type"])

@@ -29,6 +29,27 @@ def lq_order_key(workload: Workload) -> tuple[int, float, str]:
     return (-workload.priority, workload.created_at, workload.id)
 
 
+def dominant_resource(usage: dict[str, int], pool: dict[str, int], capacity: dict[str, int]) -> tuple[str, float]:
+    """``(resource key, usage / pool)`` of the resource with the largest share of its pool ("" and 0.0
+    when nothing is used). A resource the pool has no quota for is measured against ``capacity`` (the
+    cluster's); one with neither is left out. Ties go to the smaller key."""
+    best_key, best = "", 0.0
+    for key in sorted(usage):
+        used = usage[key]
+        denominator = pool.get(key) or capacity.get(key) or 0
+        if denominator > 0 and used > 0 and used / denominator > best:
+            best_key, best = key, used / denominator
+    return best_key, best
+
+
+def weighted_dominant_share(
+    usage: dict[str, int], pool: dict[str, int], capacity: dict[str, int], weight: float
+) -> float:
+    """The weighted DRF share that orders admission (docs/engine.md, "Fair share"):
+    ``max_r(usage_r / pool_r) / weight``, ``pool_r`` falling back to ``capacity_r``; a weight of 0 counts as 1."""
+    return dominant_resource(usage, pool, capacity)[1] / (weight or 1.0)
+
+
 class FairShare:
     """Usage per ClusterQueue and LocalQueue and the weighted dominant shares derived from it."""
 
@@ -68,12 +89,7 @@ class FairShare:
         self._lq_cache.pop(lq, None)
 
     def _share(self, usage: dict[str, int], pool: dict[str, int], weight: float) -> float:
-        best = 0.0
-        for key, used in usage.items():
-            denominator = pool.get(key) or self.capacity.get(key) or 0
-            if denominator > 0 and used > 0:
-                best = max(best, used / denominator)
-        return best / weight
+        return weighted_dominant_share(usage, pool, self.capacity, weight)
 
     def cq_share(self, cq: str) -> float:
         share = self._cq_cache.get(cq)

@@ -10,6 +10,8 @@ Steps (each is one call in :meth:`_Cycle.run`):
    (``verdict.Feasibility``: an invalid request, no quota for its models, more than its queue's
    ceiling, a replica bigger than any node, a GPU model or MIG profile no node offers, a gang bigger
    than all its nodes): its reason says so (``Reason.waits`` false) and it gets no estimated start.
+   A workload outside its start window (``windows``: start after, daily hours) waits with reason
+   ``window``; its estimated start is the window's next opening.
 3. Walk pending workloads in admission order (``admission.AdmissionOrder``: priority, fair share,
    submission time), twice: first only jobs that fit their ClusterQueue's nominal quota, then the
    ones that need to borrow (Kueue's rule; without it a job preempted to reclaim lent quota would
@@ -34,9 +36,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .admission import AdmissionOrder, FairShare, lq_order_key
-from .capacity import FULL, Cluster, Statement
+from .capacity import Cluster, Statement
 from .estimate import estimate_starts
-from .explain import gang_reason, invalid_reason, placement_reason, quota_reason
+from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
 from .fit import Shape
 from .frag.plugins import workload_mix
 from .model import (
@@ -54,9 +56,11 @@ from .model import (
 from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
 from .placement import Placer
 from .preemption import Holder, Victim, VictimIndex, select_victims
-from .quota import CPU, MEMORY, QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .standing import capacity_totals
 from .taints import allowed_tolerations
 from .verdict import Feasibility
+from .windows import opens_at
 
 
 def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
@@ -158,11 +162,7 @@ class _Cycle:
         return {cq: {key: limit.nominal for key, limit in limits.items()} for cq, limits in self.quota.limits.items()}
 
     def _capacity(self) -> dict[str, int]:
-        c = self.cluster
-        capacity = {CPU: int(c.cpu_total.sum()), MEMORY: int(c.mem_total.sum())}
-        for model, code in c.model_code.items():
-            capacity[gpu_key(model)] = int(c.gpu_count[c.node_model == code].sum()) * FULL
-        return capacity
+        return capacity_totals(self.cluster)
 
     def _load_running(self) -> None:
         for usage in self.snapshot.foreign:
@@ -207,6 +207,9 @@ class _Cycle:
             never = self.feasibility.never_fits(w)
             if never is not None:
                 self.pending[w.id] = (never, None)
+                continue
+            if w.start_window is not None and (opens := opens_at(w.start_window, self.now)) > self.now:
+                self.pending[w.id] = (window_reason(w.start_window, opens), opens)
                 continue
             by_lq.setdefault(w.local_queue, []).append(w)
         return by_lq
@@ -422,6 +425,7 @@ class _Cycle:
             taken=self.taken,
             quota=self.quota,
             cluster=self.cluster,
+            now=self.now,
             fits=fits,
             on_useful_node=on_useful_node,
             frees_a_node=frees_a_node,
@@ -440,6 +444,10 @@ class _Cycle:
                     f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "
                     f"that queue {victim.holder.cq} borrowed"
                 )
+            why += (
+                f"; rule: least-work minimal victim set (lowest priority, then fewest GPU-seconds lost, then "
+                f"youngest; {len(victims)} victim(s)); it loses {victim.lost_gpu_milli_s / 1000:.0f} GPU-seconds"
+            )
             self.preemptions.append(Preemption(w.id, job.id, why))
         message = f"preempting: waiting for {len(victims)} job(s) to stop: {', '.join(names)}"
         self.pending[job.id] = (

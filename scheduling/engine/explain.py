@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -11,6 +12,8 @@ from .filters import CPU, FIT, GPUS, MEMORY
 from .fit import Shape, gpu_fits
 from .mig import COMPUTE_SLICES
 from .model import Reason, ReasonKind
+from .windows import StartWindow
+from .windows import describe as describe_window
 
 Details = tuple[tuple[str, int | float | str], ...]
 
@@ -324,3 +327,10 @@ def per_model_reason(reasons: list[tuple[str, Reason]]) -> Reason:
     message = f"{first.kind.value}: {NEVER}: " + "; ".join(parts)
     models = ",".join(model for model, _ in reasons)
     return Reason(first.kind, message, (*first.details, ("gpu_models", models)), waits=False)
+
+
+def window_reason(window: StartWindow, opens_s: float) -> Reason:
+    """A job outside its start window: when it opens (it waits; the estimated start is the opening)."""
+    opens = datetime.fromtimestamp(opens_s, UTC)
+    message = f"waits for its start window ({describe_window(window)}): opens at {opens:%Y-%m-%d %H:%M} UTC"
+    return Reason(ReasonKind.WINDOW, message, (("opens_at", opens_s), ("waits_for", "window")))

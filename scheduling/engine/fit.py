@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .capacity import FULL, Cluster
-from .mig import COMPUTE_SLICES, MigGeometry, devices_for_memory
+from .mig import MigGeometry, devices_for_memory, mig_start, mig_table
 from .model import Resources
 
 Nodes = np.ndarray | slice
@@ -81,9 +81,13 @@ def shape_of(
         supported = mig_profiles.get(model)
         if supported is not None and resources.mig_profile not in supported:
             return f"{model} does not offer MIG profile {resources.mig_profile}"
-        geometry = cluster.mig(resources.mig_profile, cluster.memory_of(model))
+        memory = cluster.memory_of(model)
+        geometry = cluster.mig(resources.mig_profile, memory)
         if geometry is None:
-            return f"MIG profile {resources.mig_profile} does not exist on {model}"
+            table = mig_table(memory)
+            if table is None:
+                return f"{model} is not a MIG GPU (no NVIDIA MIG table matches it)"
+            return f"MIG profile {resources.mig_profile} is not in NVIDIA's MIG table for {model}"
         return Shape(model, mig=geometry, cpu_milli=cpu, memory_mib=memory_mib)
     if resources.gpu_memory_gib:
         memory = cluster.memory_of(model)
@@ -121,7 +125,7 @@ def gpu_fits(cluster: Cluster, shape: Shape, nodes: Nodes, within: np.ndarray | 
 def _mig_fits(cluster: Cluster, geometry: MigGeometry, nodes: Nodes) -> np.ndarray:
     masks = cluster.mig_mask[nodes]
     exists = np.arange(cluster.width)[None, :] < cluster.gpu_count[nodes][:, None]
-    room = exists & (cluster.mig_compute[nodes] + geometry.compute <= COMPUTE_SLICES)
+    room = exists & (cluster.mig_compute[nodes] + geometry.compute <= geometry.device_compute)
     any_start = np.zeros(masks.shape, dtype=bool)
     for start in geometry.starts:
         any_start |= (masks & geometry.mask_at(start)) == 0
@@ -213,17 +217,6 @@ def contiguous(cluster: Cluster, gpus: int, nodes: Nodes) -> np.ndarray:
 
 
 # -- scalar ----------------------------------------------------------------------------------------
-
-
-def mig_start(used_mask: int, used_compute: int, geometry: MigGeometry) -> int | None:
-    """The first valid start of ``geometry`` on a device with these used memory slices and compute
-    slices, or ``None`` when the slice does not fit there."""
-    if used_compute + geometry.compute > COMPUTE_SLICES:
-        return None
-    for start in geometry.starts:
-        if used_mask & geometry.mask_at(start) == 0:
-            return start
-    return None
 
 
 def fits_node(cluster: Cluster, shape: Shape, i: int) -> bool:

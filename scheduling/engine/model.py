@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .windows import StartWindow
+
 Labels = tuple[tuple[str, str], ...]
 """Node labels / selectors as sorted ``(key, value)`` pairs, hashable and deterministic."""
 
@@ -35,6 +37,7 @@ class ReasonKind(StrEnum):
     ORDER = "order"  # blocked behind a higher-ranked job (strict FIFO head-of-line)
     INVALID = "invalid"
     PREEMPTING = "preempting"  # victims chosen; starts once they are gone
+    WINDOW = "window"  # outside its start window (start after / daily hours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,9 @@ class Workload:
     preferred_labels: tuple[tuple[str, str, int], ...] = ()  # (key, value, weight): key In [value]
     rules: PlacementRules | None = None  # affinity, anti-affinity, spread, one-domain gangs
     runtime_s: float = 3600.0  # requested runtime, for estimated start times
+    start_window: StartWindow | None = None  # admitted only while open (``windows``)
+    # Not preempted before it has run this long (its priority class's minimum runtime, KAI's preemption delay).
+    min_runtime_s: float = 0.0
     state: WorkloadState = WorkloadState.PENDING
     gpu_model: str | None = None  # the flavor it was admitted on (admitted/running)
     placements: tuple[ReplicaPlacement, ...] = ()  # admitted/running
@@ -285,7 +291,7 @@ class ForeignUsage:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    placement: str = "binpack"  # binpack | spread | fgd | random | dotprod | clustering | packing | bestfit | ...
+    placement: str = "portal"  # fragmentation-aware; binpack | spread | fgd | random | dotprod | bestfit | ...
     pool_label: str = ""  # node label naming pools; per-pool placement overrides below
     pool_placement: tuple[tuple[str, str], ...] = ()
     rack_label: str = "topology.kubernetes.io/rack"

@@ -2,19 +2,31 @@
 
 For a job that fits neither quota nor nodes as they are:
 
-1. Candidates are admitted or running, preemptible, not already chosen this cycle, and hold the GPU
-   model the job is trying (any job for CPU-only work). Two kinds:
+1. Candidates are admitted or running, preemptible, not already chosen this cycle, past their
+   priority class's minimum runtime (``Workload.min_runtime_s``, KAI's preemption delay), and hold
+   the GPU model the job is trying (any job for CPU-only work). Two kinds:
    - *priority*: same ClusterQueue, strictly lower priority;
    - *reclaim*: another ClusterQueue of the same cohort that is borrowing this resource, and only when
-     the job's own queue stays within its nominal quota after admission.
-2. Order: reclaim candidates first, then lowest priority, then youngest (latest start), then id.
-3. Remove candidates one by one (in a ``Statement``), in that order: first until the request fits the
-   queue's quota, then, among candidates on nodes the job could use, until a trial placement of the
-   whole gang succeeds (a full trial only runs when the removal made one of the victim's nodes fit a
-   replica). A reclaim candidate is skipped once its queue no longer borrows.
-4. Minimise: try to put each chosen victim back, latest first (the last 32); keep it out only if the
-   job no longer fits without removing it.
-5. Undo everything: victims keep their resources until they are gone, so nothing else can take the
+     the job's own queue stays within its nominal quota after admission. A reclaim candidate only
+     counts while its queue still borrows.
+2. Cost order of one victim (:func:`victim_cost`): lowest priority, then fewest GPU-seconds lost
+   (its GPUs times the seconds it has run), then youngest (latest start), then id. The order of
+   victim *sets* (:func:`set_cost`): the highest priority in the set, then the GPU-seconds the set
+   loses, then the start of its oldest member (later is better), then fewer victims, then ids. A
+   strict subset always costs less, so the cheapest set that lets the job fit is minimal.
+3. Greedy: remove candidates in cost order (in a ``Statement``), all of them if need be: first until
+   the request fits the queue's quota, then, among candidates on nodes the job could use, until a
+   trial placement of the whole gang succeeds (a full trial only runs when the removal made one of
+   the victim's nodes fit a replica).
+4. Minimise: put every chosen victim back, most costly first; keep it out only if the job no longer
+   fits without removing it. Afterwards no victim can be spared (the set is minimal), whatever the
+   number of candidates.
+5. Cheapest: a branch-and-bound search over the useful candidates (those that free quota the job
+   lacks or sit on nodes it could use) for a set cheaper than step 4's, pruning every partial set
+   that already costs as much as the best found, within ``MAX_TRIALS`` placement trials,
+   ``MAX_STEPS`` partial sets and ``MAX_DEPTH`` victims. It is exhaustive on small cases (a dozen
+   useful candidates); on large ones it keeps the cheapest minimal set found so far.
+6. Undo everything: victims keep their resources until they are gone, so nothing else can take the
    room in this cycle, and the preemptor is admitted by a later cycle.
 
 No loops: a priority victim has lower priority than its preemptor, so it can never preempt it back;
@@ -32,8 +44,14 @@ from .capacity import Cluster, Statement
 from .model import ReplicaPlacement, Workload
 from .quota import QuotaBook
 
-MAX_CANDIDATES = 256
-MAX_MINIMISE = 32
+GPU_PREFIX = "gpu/"  # quota keys of GPU models (``quota.gpu_key``)
+
+# Step 5's bounds per preemptor: placement trials, partial sets visited, victims in one partial set.
+MAX_TRIALS = 256
+MAX_STEPS = 4096
+MAX_DEPTH = 64
+
+SetCost = tuple[int, int, float, int, tuple[str, ...]]
 
 
 @dataclass(slots=True)
@@ -51,15 +69,42 @@ class Holder:
         w = self.workload
         return w.started_at if w.started_at is not None else w.created_at
 
+    @property
+    def gpu_milli(self) -> int:
+        """The GPU share it holds, in milli-GPU (every GPU model it holds)."""
+        return sum(amount for key, amount in self.request.items() if key.startswith(GPU_PREFIX))
+
+    def lost_gpu_milli_s(self, now: float) -> int:
+        """Work lost if it is evicted now: its GPU share times the seconds it has run (milli-GPU-s)."""
+        return round(self.gpu_milli * max(0.0, now - self.started))
+
 
 @dataclass(frozen=True, slots=True)
 class Victim:
     holder: Holder
     kind: str  # "priority" | "reclaim"
+    lost_gpu_milli_s: int = 0
+
+
+def victim_cost(victim: Victim) -> tuple[int, int, float, str]:
+    """Step 2, one victim: lowest priority, fewest GPU-seconds lost, youngest, id."""
+    w = victim.holder.workload
+    return (w.priority, victim.lost_gpu_milli_s, -victim.holder.started, w.id)
+
+
+def set_cost(victims: list[Victim]) -> SetCost:
+    """Step 2, a set: highest priority in it, GPU-seconds lost, oldest start (later is better), size."""
+    return (
+        max(v.holder.workload.priority for v in victims),
+        sum(v.lost_gpu_milli_s for v in victims),
+        -min(v.holder.started for v in victims),
+        len(victims),
+        tuple(sorted(v.holder.workload.id for v in victims)),
+    )
 
 
 class VictimIndex:
-    """Preemptible holders per ClusterQueue, each list in victim order (lowest priority, youngest).
+    """Preemptible holders per ClusterQueue, each list in priority order (lowest first).
 
     Built once per cycle from the workloads admitted or running before it (a job admitted in this
     cycle is never preempted in the same cycle).
@@ -78,11 +123,16 @@ class VictimIndex:
             group.sort(key=lambda h: (h.workload.priority, -h.started, h.workload.id))
 
     def holding(self, cq: str, key: str | None) -> list[Holder]:
-        """The queue's holders that hold ``key`` (all of them for ``None``), in victim order."""
+        """The queue's holders that hold ``key`` (all of them for ``None``), in priority order."""
         group = self.by_cq.get(cq, [])
         if key is None:
             return group
         return [h for h in group if h.request.get(key, 0) > 0]
+
+
+def protected(holder: Holder, now: float) -> bool:
+    """Whether it has not yet run its priority class's minimum runtime (it may not be preempted)."""
+    return now - holder.started < holder.workload.min_runtime_s
 
 
 def select_victims(
@@ -96,30 +146,36 @@ def select_victims(
     taken: set[str],
     quota: QuotaBook,
     cluster: Cluster,
+    now: float,
     fits: Callable[[], bool],
     on_useful_node: Callable[[Holder], bool],
     frees_a_node: Callable[[Holder], bool],
 ) -> list[Victim] | None:
-    """The smallest ordered set of victims after which ``fits()`` holds, or ``None``."""
+    """The cheapest minimal set of victims after which ``fits()`` holds (in cost order), or ``None``."""
     keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
-    # 1.-2. Candidates in victim order: reclaim first, then by priority.
-    candidates = _reclaim_candidates(cq, cohort, request, gpu_key, keys, index, taken, quota)
-    candidates += _priority_candidates(job, cq, gpu_key, index, taken)
+    # 1.-2. Candidates in cost order.
+    candidates = _reclaim_candidates(cq, cohort, request, gpu_key, keys, index, taken, quota, now)
+    candidates += _priority_candidates(job, cq, gpu_key, index, taken, now)
     if not candidates:
         return None
-    search = _VictimSearch(cq, request, keys, quota, Statement(cluster), fits)
+    candidates.sort(key=victim_cost)
+    search = _VictimSearch(cq, request, keys, quota, Statement(cluster), fits, frees_a_node)
+    quota_short = not quota.fits(cq, request)
     # 3. Remove candidates until the quota fits, then until a trial placement succeeds.
-    found = search.remove_until_fits(deque(candidates[:MAX_CANDIDATES]), on_useful_node, frees_a_node)
-    # 4. Put back every victim the job can do without.
+    found = search.remove_until_fits(deque(candidates), on_useful_node)
     if found:
+        # 4. Put back every victim the job can do without.
         search.minimise()
-    # 5. Undo: victims hold their resources until an adapter has evicted them.
+        # 5. Look for a cheaper minimal set among the useful candidates.
+        useful = [v for v in candidates if (quota_short and _frees_quota(v, keys)) or on_useful_node(v.holder)]
+        search.cheapest(useful)
+    # 6. Undo: victims hold their resources until an adapter has evicted them.
     search.undo()
-    return search.chosen if found else None
+    return sorted(search.best, key=victim_cost) if found else None
 
 
-def _victim_order(victim: Victim) -> tuple[int, float, str]:
-    return (victim.holder.workload.priority, -victim.holder.started, victim.holder.workload.id)
+def _frees_quota(victim: Victim, keys: list[str]) -> bool:
+    return any(victim.holder.request.get(k, 0) > 0 for k in keys)
 
 
 def _reclaim_candidates(
@@ -131,6 +187,7 @@ def _reclaim_candidates(
     index: VictimIndex,
     taken: set[str],
     quota: QuotaBook,
+    now: float,
 ) -> list[Victim]:
     """Holders in other queues of the cohort that borrow, when the job's queue stays within nominal."""
     if not cohort or quota.would_borrow(cq, request):
@@ -139,13 +196,16 @@ def _reclaim_candidates(
     for other in index.cohort_members.get(cohort, []):
         if other == cq or not any(quota.borrowing(other, k) for k in keys):
             continue
-        reclaim.extend(Victim(h, "reclaim") for h in index.holding(other, gpu_key) if h.workload.id not in taken)
-    reclaim.sort(key=_victim_order)
+        reclaim.extend(
+            Victim(h, "reclaim", h.lost_gpu_milli_s(now))
+            for h in index.holding(other, gpu_key)
+            if h.workload.id not in taken and not protected(h, now)
+        )
     return reclaim
 
 
 def _priority_candidates(
-    job: Workload, cq: str, gpu_key: str | None, index: VictimIndex, taken: set[str]
+    job: Workload, cq: str, gpu_key: str | None, index: VictimIndex, taken: set[str], now: float
 ) -> list[Victim]:
     """Holders in the job's own queue with strictly lower priority (holding the GPU model it tries)."""
     own: list[Victim] = []
@@ -154,13 +214,13 @@ def _priority_candidates(
             break  # sorted by priority: nothing further is lower
         if gpu_key is not None and holder.request.get(gpu_key, 0) <= 0:
             continue
-        if holder.workload.id not in taken:
-            own.append(Victim(holder, "priority"))
+        if holder.workload.id not in taken and not protected(holder, now):
+            own.append(Victim(holder, "priority", holder.lost_gpu_milli_s(now)))
     return own
 
 
 class _VictimSearch:
-    """Steps 3-5: victims taken out of the quota book and (staged in ``stmt``) off their nodes."""
+    """Steps 3-6: victims taken out of the quota book and (staged in ``stmt``) off their nodes."""
 
     def __init__(
         self,
@@ -170,6 +230,7 @@ class _VictimSearch:
         quota: QuotaBook,
         stmt: Statement,
         fits: Callable[[], bool],
+        frees_a_node: Callable[[Holder], bool],
     ) -> None:
         self.cq = cq
         self.request = request
@@ -177,15 +238,15 @@ class _VictimSearch:
         self.quota = quota
         self.stmt = stmt
         self.fits = fits
+        self.frees_a_node = frees_a_node
         self.chosen: list[Victim] = []
         self.on_nodes: set[int] = set()  # ids of chosen victims whose placements are given back
+        self.best: list[Victim] = []
+        self.best_cost: SetCost | None = None
+        self.trials = 0
+        self.steps = 0
 
-    def remove_until_fits(
-        self,
-        remaining: deque[Victim],
-        on_useful_node: Callable[[Holder], bool],
-        frees_a_node: Callable[[Holder], bool],
-    ) -> bool:
+    def remove_until_fits(self, remaining: deque[Victim], on_useful_node: Callable[[Holder], bool]) -> bool:
         quota, cq, request = self.quota, self.cq, self.request
         # Quota first (cheap, no node changes): the fewest candidates, in order, that make the request fit.
         while not quota.fits(cq, request) and remaining:
@@ -202,21 +263,59 @@ class _VictimSearch:
                 continue
             self._remove(victim, nodes_too=True)
             self.chosen.append(victim)
-            found = frees_a_node(victim.holder) and self.fits()
+            found = self.frees_a_node(victim.holder) and self.fits()
         return found
 
     def minimise(self) -> None:
-        """Try each chosen victim but the last back, latest first; keep it out only if needed."""
-        for victim in reversed(self.chosen[:-1][-MAX_MINIMISE:]):
+        """Step 4: try each chosen victim back, most costly first; keep it out only if needed."""
+        for victim in sorted(self.chosen, key=victim_cost, reverse=True):
             self._restore(victim)
             if self.quota.fits(self.cq, self.request) and self.fits():
                 self.chosen = [v for v in self.chosen if v is not victim]
             else:
                 self._remove(victim, nodes_too=True)
+        self.best = list(self.chosen)
+        self.best_cost = set_cost(self.best)
+
+    def cheapest(self, candidates: list[Victim]) -> None:
+        """Step 5: branch and bound over ``candidates`` (in cost order) for a cheaper fitting set."""
+        for victim in list(self.chosen):  # start from nothing removed
+            self._restore(victim)
+        self.chosen = []
+        self._branch(candidates, 0, self.quota.fits(self.cq, self.request))
+
+    def _branch(self, candidates: list[Victim], start: int, quota_fitted: bool) -> None:
+        """Extend ``chosen`` by each candidate from ``start`` on (``quota_fitted``: whether the quota
+        fitted before; a trial runs when the quota fits now and either it did not before or the new
+        victim's nodes now fit a replica: otherwise the placement is no better than its parent's)."""
+        assert self.best_cost is not None
+        for j in range(start, len(candidates)):
+            if self.trials >= MAX_TRIALS or self.steps >= MAX_STEPS:
+                return
+            self.steps += 1
+            victim = candidates[j]
+            if not self._still_useful(victim):
+                continue
+            cost = set_cost([*self.chosen, victim])
+            if cost >= self.best_cost:
+                continue  # any superset costs at least as much
+            self._remove(victim, nodes_too=True)
+            self.chosen.append(victim)
+            quota_fits = self.quota.fits(self.cq, self.request)
+            if quota_fits and (not quota_fitted or self.frees_a_node(victim.holder)):
+                self.trials += 1
+                if self.fits():
+                    self.best, self.best_cost = list(self.chosen), cost
+                    self._restore(self.chosen.pop())
+                    continue  # supersets cost more
+            if len(self.chosen) < MAX_DEPTH:
+                self._branch(candidates, j + 1, quota_fits)
+            self._restore(self.chosen.pop())
 
     def undo(self) -> None:
         for victim in self.chosen:
             self.quota.add(victim.holder.cq, victim.holder.request, 1)
+        self.chosen = []
         self.stmt.discard()
 
     def _remove(self, victim: Victim, nodes_too: bool) -> None:
@@ -230,9 +329,10 @@ class _VictimSearch:
         self.on_nodes.add(id(victim))
 
     def _restore(self, victim: Victim) -> None:
-        for p in victim.holder.placements:
-            self.stmt.take(p)
-        self.on_nodes.discard(id(victim))
+        if id(victim) in self.on_nodes:
+            for p in victim.holder.placements:
+                self.stmt.take(p)
+            self.on_nodes.discard(id(victim))
         self.quota.add(victim.holder.cq, victim.holder.request, 1)
 
     def _trial(self) -> bool:

@@ -22,7 +22,8 @@ from typing import Protocol
 import numpy as np
 
 from .capacity import Cluster
-from .fit import Nodes, Shape, mig_start
+from .fit import Nodes, Shape
+from .mig import MigGeometry, free_starts, slot_loss
 
 
 @dataclass(slots=True)
@@ -126,24 +127,14 @@ def pick_devices(cluster: Cluster, i: int, shape: Shape, spread: bool = False) -
 
     Whole GPUs: the lowest contiguous block of fully free devices if there is one (NVLink
     neighbours), else the lowest free ones. Fractions: best fit (least free share that fits), or worst
-    fit when ``spread``. MIG: the busiest device with room, at its lowest valid start.
+    fit when ``spread``. MIG: the device and start that cost the fewest instances of the largest
+    profiles (``mig.slot_loss``), then the busiest device, the lowest index and start.
     """
     count = int(cluster.gpu_count[i])
     if shape.kind == "cpu":
         return (), None
     if shape.mig is not None:
-        geometry = shape.mig
-        best: tuple[int, int, int] | None = None
-        for d in range(count):
-            mask = int(cluster.mig_mask[i, d])
-            start = mig_start(mask, int(cluster.mig_compute[i, d]), geometry)
-            if start is not None:
-                key = (-mask.bit_count(), d, start)
-                if best is None or key < best:
-                    best = key
-        if best is None:
-            return (), None
-        return (best[1],), best[2]
+        return _pick_mig_slot(cluster, i, shape.mig)
     row = cluster.dev_free[i, :count]
     if shape.gpus:
         cap = cluster.dev_cap[i]
@@ -160,3 +151,17 @@ def pick_devices(cluster: Cluster, i: int, shape: Shape, spread: bool = False) -
         return (), None
     chosen = max(fits, key=lambda d: (row[d], -d)) if spread else min(fits, key=lambda d: (row[d], d))
     return (chosen,), None
+
+
+def _pick_mig_slot(cluster: Cluster, i: int, geometry: MigGeometry) -> tuple[tuple[int, ...], int | None]:
+    """The (device, start) on node ``i`` whose loss of larger instances is least (see ``mig``)."""
+    best: tuple[tuple[int, ...], int, int, int] | None = None
+    for d in range(int(cluster.gpu_count[i])):
+        mask, compute = int(cluster.mig_mask[i, d]), int(cluster.mig_compute[i, d])
+        for start in free_starts(mask, compute, geometry):
+            key = (slot_loss(mask, compute, geometry, start), -mask.bit_count(), d, start)
+            if best is None or key < best:
+                best = key
+    if best is None:
+        return (), None
+    return (best[2],), best[3]

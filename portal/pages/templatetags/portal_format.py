@@ -51,3 +51,9 @@ def hours(value: Decimal | None) -> str:
         return "—"
     value = Decimal(value)
     return f"{_places(value, 2 if abs(value) >= 1 else 4):,}"
+
+
+@register.filter
+def get_item(mapping: dict, key: str):
+    """``mapping[key]`` in a template (``""`` when absent)."""
+    return mapping.get(key, "") if isinstance(mapping, dict) else ""

@@ -47,6 +47,13 @@ def workload_mix(snapshot: Snapshot, policy: Policy) -> tuple[Shape4, ...]:
     pools = {pool.placement for pool in snapshot.pools if pool.placement}
     if not {policy.placement, *(name for _, name in policy.pool_placement), *pools} - _MIX_FREE:
         return ()
+    return replica_shapes(snapshot)
+
+
+def replica_shapes(snapshot: Snapshot) -> tuple[Shape4, ...]:
+    """Every replica shape of the snapshot's workloads (pending, admitted and running), one entry per
+    replica, in FGD's terms: the job mix its fragmentation is measured against (see
+    :func:`workload_mix` for how GPU-memory and MIG requests are counted)."""
     memory = dict(snapshot.gpu_memory_gib)
     for node in snapshot.nodes:
         if node.gpu_model and node.gpu_memory_gib:
@@ -98,14 +105,37 @@ class FragPlugin:
         typical = typical_pods(setup.typical) if setup.typical else ()
         self.frag_policy = name if (typical or name not in ("fgd", "portal")) else None
         self.scorer: NodeScorer | None = None
+        self._arrays = NodeArrays.of(rows)
+        self._typical = typical
         if self.frag_policy is not None:
-            self.scorer = NodeScorer(NodeArrays.of(rows), self.frag_policy, typical=typical)
+            if self.frag_policy == "clustering":
+                # Its per-node pod counts by GPU count need every placement: mirror from the start.
+                self.scorer = NodeScorer(self._arrays, self.frag_policy, typical=typical)
             cluster.listeners.append(self._mirror)
         self._device: np.ndarray | None = None
         self._device_key: tuple[int, int, int] | None = None
 
+    def _ready(self) -> NodeScorer | None:
+        """The scorer, built on first use from the cluster's free capacity as it is then (one
+        vectorised load instead of a ``bind`` per running replica), then kept current by ``_mirror``."""
+        if self.scorer is None and self.frag_policy is not None:
+            scorer = NodeScorer(self._arrays, self.frag_policy, typical=self._typical)
+            c = self.cluster
+            width = scorer.gpu_free_milli.shape[1]
+            dev = np.full((c.n, width), -1, dtype=np.int64)
+            cols = min(width, c.width)
+            # A device's free share as the paper's model sees it (of ``FULL``): what an overcommitted pool
+            # adds beyond one device is not there for whole-GPU pods. MIG nodes have no devices here.
+            taken = (c.dev_cap[:, None] - c.dev_free[:, :cols]).astype(np.int64)
+            exists = np.arange(cols)[None, :] < scorer.nodes.gpu_count[:, None]  # 0 on MIG nodes
+            dev[:, :cols] = np.where(exists, np.clip(FULL - taken, 0, FULL), -1)
+            scorer.load(c.cpu_free, c.mem_free, dev)
+            self.scorer = scorer
+        return self.scorer
+
     def _mirror(self, i: int, placement: ReplicaPlacement, sign: int) -> None:
-        assert self.scorer is not None
+        if self.scorer is None:
+            return  # not built yet: it will load the cluster's state as it is then
         if placement.mig_profile is not None or self.cluster.mig_node[i]:
             if not placement.cpu_milli and not placement.memory_mib:
                 return
@@ -121,12 +151,13 @@ class FragPlugin:
             self.scorer.release(pod, choice)
 
     def score(self, ctx: ScoreContext) -> np.ndarray:
-        if self.scorer is None or ctx.shape.kind == "mig":
+        scorer = self._ready()
+        if scorer is None or ctx.shape.kind == "mig":
             return score_binpack(ctx)
         pod = _pod_of(ctx.shape)
         if self.frag_policy == "packing" and pod.gpu_milli <= 0:
             return np.zeros(len(ctx.idx))
-        scores, device = self.scorer.score_nodes(pod, ctx.idx)
+        scores, device = scorer.score_nodes(pod, ctx.idx)
         if self.frag_policy in ("fgd", "portal"):
             self._device = device
             self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)

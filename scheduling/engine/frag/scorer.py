@@ -28,7 +28,7 @@ import numpy as np
 
 from . import baselines
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
-from .measure import frag_and_stranded, frag_milli, sigmoid_score, stranded_milli
+from .measure import frag_and_stranded, frag_milli, sigmoid_score
 from .workload import TypicalArrays, TypicalPod
 
 _LEX = 1e9  # weight of the primary (integer) score in portal's lexicographic key
@@ -68,7 +68,8 @@ class NodeScorer:
     _model_row: np.ndarray = field(init=False)
     _table: TypicalArrays | None = field(init=False)  # the typical pods as arrays (FGD's table)
     _frag_cache: _ScoreCache | None = field(init=False)  # fgd/portal: the policy's measure per node now
-    _metric_node: np.ndarray = field(init=False)  # (N,) FGD fragmentation per node, kept current
+    _metric_node: np.ndarray = field(init=False)  # (N,) FGD fragmentation per node where _metric_fresh
+    _metric_fresh: np.ndarray = field(init=False)  # (N,) bool; stale entries are measured when read
     _metric_total: float = field(init=False)
     _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
     _gpu_max: np.ndarray = field(init=False)  # (N,) largest free milli on one device
@@ -99,6 +100,7 @@ class NodeScorer:
         self._table = TypicalArrays.build(self.typical, self.nodes.models) if self.typical else None
         self._frag_cache = None
         self._metric_node = np.zeros(n)
+        self._metric_fresh = np.ones(n, dtype=bool)
         self._metric_total = 0.0
         if self._table is not None:
             self._metric_node = frag_milli(self.cpu_free_milli, self.gpu_free_milli, self._model_row, self._table)
@@ -220,26 +222,57 @@ class NodeScorer:
         assert cache is not None
         stale = idx[cache.version[idx] != self._version[idx]]
         if stale.size:
-            measure = stranded_milli if self.policy == "portal" else frag_milli
-            cache.score[stale] = measure(
-                self.cpu_free_milli[stale], self.gpu_free_milli[stale], self._model_row[stale], table
-            )
+            state = (self.cpu_free_milli[stale], self.gpu_free_milli[stale], self._model_row[stale], table)
+            if self.policy == "portal":
+                frag, cache.score[stale] = frag_and_stranded(*state)
+            else:
+                frag = cache.score[stale] = frag_milli(*state)
             cache.version[stale] = self._version[stale]
+            # The same pass measured FGD's fragmentation of these nodes: keep the metric in step.
+            self._metric_total += float((frag - self._metric_node[stale]).sum())
+            self._metric_node[stale] = frag
+            self._metric_fresh[stale] = True
         return cache.score[idx]
+
+    def _refresh_metric(self) -> None:
+        """Measure the nodes whose FGD fragmentation went stale (changed without a known state)."""
+        stale = np.flatnonzero(~self._metric_fresh)
+        if stale.size == 0:
+            return
+        if stale.size == 1:
+            values = np.array([self._metric_of(int(stale[0]))])
+        else:
+            assert self._table is not None
+            values = frag_milli(
+                self.cpu_free_milli[stale], self.gpu_free_milli[stale], self._model_row[stale], self._table
+            )
+        self._metric_total += float((values - self._metric_node[stale]).sum())
+        self._metric_node[stale] = values
+        self._metric_fresh[stale] = True
 
     def invalidate(self) -> None:
         """Forget every cached score (call after changing the free-capacity arrays directly)."""
         self._score_caches.clear()
+        self._last = None
         if self._frag_cache is not None:
             self._frag_cache.version[:] = -1
         if self._table is not None:
-            self._metric_memo.clear()
-            for n in range(len(self.nodes)):
-                self._metric_node[n] = self._metric_of(n)
+            self._metric_node = frag_milli(self.cpu_free_milli, self.gpu_free_milli, self._model_row, self._table)
             self._metric_total = float(self._metric_node.sum())
+            self._metric_fresh[:] = True
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
+
+    def load(self, cpu_free_milli: np.ndarray, memory_free_mib: np.ndarray, gpu_free_milli: np.ndarray) -> None:
+        """Take a whole free-capacity state at once (``gpu_free_milli`` as ``self.gpu_free_milli``:
+        -1 pads absent devices), instead of one ``bind`` per pod. Clustering's per-node pod counts are
+        not part of the state: they come only from ``bind``."""
+        self.cpu_free_milli[:] = cpu_free_milli
+        self.memory_free_mib[:] = memory_free_mib
+        self.gpu_free_milli[:] = gpu_free_milli
+        self._version += 1
+        self.invalidate()
 
     # ------------------------------------------------------------------------------ state changes
     def bind(self, pod: PodShape, choice: Choice) -> None:
@@ -269,9 +302,13 @@ class NodeScorer:
             self._frag_cache.score[n] = known[0]
             self._frag_cache.version[n] = self._version[n]
         if self._table is not None:
-            value = self._metric_after(n, known)
+            value = self._metric_after(known)
+            if value is None:
+                self._metric_fresh[n] = False  # measured when next read (a stale node's score or frag_milli)
+                return
             self._metric_total += value - self._metric_node[n]
             self._metric_node[n] = value
+            self._metric_fresh[n] = True
             if self.policy == "fgd" and self._frag_cache is not None:  # fgd's measure is the metric
                 self._frag_cache.score[n] = value
                 self._frag_cache.version[n] = self._version[n]
@@ -291,12 +328,13 @@ class NodeScorer:
             return None
         return float(cache.after[n]), float(cache.after_primary[n])
 
-    def _metric_after(self, n: int, known: tuple[float, float] | None) -> float:
+    def _metric_after(self, known: tuple[float, float] | None) -> float | None:
+        """The node's FGD fragmentation after a change, if the last scoring pass measured it."""
         if known is not None and self.policy == "fgd":
             return known[0]  # fgd: the policy's measure is the metric
         if known is not None and not np.isnan(known[1]):
             return known[1]  # portal: its primary key is the metric
-        return self._metric_of(n)
+        return None
 
     def _metric_of(self, n: int) -> float:
         """FGD fragmentation of node ``n``, memoised by node state (states repeat a lot)."""
@@ -318,8 +356,10 @@ class NodeScorer:
 
         Always FGD's definition (0 without typical pods), whatever the policy.
         """
+        self._refresh_metric()
         return self._metric_total
 
     def node_frag_milli(self) -> np.ndarray:
         """Per-node fragmentation (milli-GPU), FGD's definition."""
+        self._refresh_metric()
         return self._metric_node.copy()

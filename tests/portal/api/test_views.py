@@ -232,6 +232,8 @@ def test_read_endpoints_for_notebooks(api, world):
     ]
     models = [m["name"] for m in alice.get("/api/v1/gpu-models/").json()["results"]]
     assert models == ["A100-80GB", "T4"]
+    classes = alice.get("/api/v1/priority-classes/").json()["results"]
+    assert {c["name"]: c["min_runtime_s"] for c in classes} == {"critical": 0, "default": 0, "low": 0}
     cqs = alice.get("/api/v1/cluster-queues/").json()["results"]
     assert {cq["name"] for cq in cqs} == {"cq-vision", "cq-nlp"}
     one = alice.get("/api/v1/cluster-queues/cq-nlp/").json()

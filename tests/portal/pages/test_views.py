@@ -509,3 +509,48 @@ def test_the_mig_profile_is_a_choice_from_the_catalogue_filtered_by_gpu_model(cl
     assert Job.objects.get().mig_profile == "3g.40gb"
     refused = client.post("/jobs/new/", {**FORM, "gpu": "0", "mig_profile": "9g.999gb"})
     assert refused.status_code == 400
+
+
+def test_the_form_submits_an_off_peak_job_and_a_night_window(client, world):
+    client.force_login(world.users["alice"])
+    page = client.get("/jobs/new/").content.decode()
+    assert "start only between 20:00 and 08:00 UTC" in page
+    created = client.post("/jobs/new/", {**FORM, "off_peak": "on", "start_after": "2030-01-02T03:04"})
+    assert created.status_code == 302, created.content.decode()[:2000]
+    job = Job.objects.get()
+    assert job.off_peak is True
+    assert job.start_after.isoformat() == "2030-01-02T03:04:00+00:00"
+    response = client.post("/jobs/new/", {**FORM, "start_window": "8pm-8am"})
+    assert response.status_code == 400
+    assert "is not a time like 20:00" in response.content.decode()
+
+
+def test_a_preempted_jobs_page_names_the_rule_that_chose_it_and_its_class_minimum_runtime(client, world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.adapters.simulated import SimulatedCluster
+    from scheduling.services import cycle_run
+
+    low = world.priorities["low"]
+    low.min_runtime_s = 600
+    low.save()
+    a100 = (world.models["A100-80GB"],)
+    start = timezone.now()
+    # A day of runtime: the simulated cluster (60x speed-up) does not finish them during the test.
+    victims = [
+        world.submit("vision", gpu=8, allowed_gpu_models=a100, priority_class=low, runtime_s=86_400) for _ in range(2)
+    ]
+    cycle_run(now=start, backend=SimulatedCluster())
+    urgent = world.submit("vision", gpu=8, allowed_gpu_models=a100, priority_class=world.priorities["critical"])
+    cycle_run(now=start + timedelta(seconds=60), backend=SimulatedCluster())  # both still protected
+    assert not Job.objects.filter(pk__in=[v.pk for v in victims], state="Preempted").exists()
+    assert all(v.transitions.filter(to_state="Preempted").count() == 0 for v in victims)
+    cycle_run(now=start + timedelta(seconds=700), backend=SimulatedCluster())
+    (preempted,) = [v for v in victims if v.transitions.filter(to_state="Preempted").exists()]
+    client.force_login(world.users["alice"])
+    page = client.get(f"/jobs/{preempted.pk}/").content.decode()
+    assert "low (100, not preempted in its first 600 s)" in page
+    rule = f"priority: {urgent.pk} (priority 10000) outranks it (priority 100); rule: least-work minimal victim set"
+    assert rule in page

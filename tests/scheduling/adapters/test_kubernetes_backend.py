@@ -189,6 +189,28 @@ def test_preemption_deletes_the_victims_pods_with_a_grace_period_and_requeues_it
     assert "gracePeriodSeconds=17" in deletes[0]
 
 
+def test_a_priority_class_minimum_runtime_protects_a_victim_until_it_has_run_that_long(kworld, kube, backend):
+    low = kworld.priorities["low"]
+    low.min_runtime_s = 600
+    low.save()
+    kube.add_node("a100-0", gpus=8)
+    victim = kworld.submit(gpu=8, priority_class=low)
+    cycle(backend, kube, now=T1)
+    (pod,) = pods_of(kube, victim)
+    kube.run("team-vision", pod["metadata"]["name"], at=T1)
+    cycle(backend, kube, now=T1 + timedelta(seconds=30))
+    urgent = kworld.submit(gpu=8, priority_class=kworld.priorities["critical"])
+    cycle(backend, kube, now=T1 + timedelta(seconds=590))  # ran 590 of its 600 protected seconds
+    victim.refresh_from_db()
+    assert victim.state == JobState.RUNNING
+    cycle(backend, kube, now=T1 + timedelta(seconds=610))
+    victim.refresh_from_db()
+    assert victim.state == JobState.PENDING
+    reason = JobTransition.objects.get(job=victim, to_state=JobState.PREEMPTED).reason
+    assert reason.startswith(f"priority: {urgent.pk} (priority 10000) outranks it (priority 100); rule: least-work")
+    assert reason.endswith("it loses 4880 GPU-seconds")  # 8 GPUs x 610 s
+
+
 def test_cancelling_deletes_the_pods(kworld, kube, backend, settings, django_capture_on_commit_callbacks):
     settings.CLUSTER_BACKEND = "kubernetes"
     KubernetesBackend._instances = {os.getpid(): backend}  # the process's backend is the test's

@@ -95,11 +95,12 @@ def test_whole_gpus_of_one_replica_are_on_one_node_and_contiguous():
 @pytest.mark.parametrize(
     ("requests", "placed_slots"),
     [
-        (["3g.40gb", "3g.40gb", "1g.10gb"], [0, 4, None]),
+        # Hand-derived from NVIDIA's A100-80GB placements and the slot rule (tests/.../test_mig.py).
+        (["3g.40gb", "3g.40gb", "1g.10gb"], [4, 0, None]),
         (["4g.40gb", "3g.40gb"], [0, 4]),
         (["7g.80gb", "1g.10gb"], [0, None]),
-        (["1g.10gb"] * 8, [0, 1, 2, 3, 4, 5, 6, None]),
-        (["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb", "1g.10gb"], [0, 2, 4, 6, None]),
+        (["1g.10gb"] * 8, [6, 4, 5, 0, 1, 2, 3, None]),
+        (["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb", "1g.10gb"], [4, 0, 2, 6, None]),
     ],
 )
 def test_mig_slices_follow_the_real_geometry(requests, placed_slots):
@@ -128,8 +129,8 @@ def test_mig_profiles_are_per_gpu_model_and_mig_nodes_take_no_fractions():
     # Never fits: a profile no model offers; a fraction on a cluster whose only nodes are in MIG mode.
     assert reason_of(plan, "unknown") == (
         "placement: never fits as configured: on A100-80GB: A100-80GB does not offer MIG profile 5g.50gb; "
-        "on H100-80GB: no node has GPU model H100-80GB (the cluster has A100-80GB); "
-        "on L40S: MIG profile 5g.50gb does not exist on L40S"
+        "on H100-80GB: MIG profile 5g.50gb is not in NVIDIA's MIG table for H100-80GB; "
+        "on L40S: L40S is not a MIG GPU (no NVIDIA MIG table matches it)"
     )
     assert reason_of(plan, "fraction").startswith(
         "placement: never fits as configured: on A100-80GB: none of the 1 A100-80GB node passes the job's filters: "

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from portal.jobs.models import Job
+from portal.whatif.models import WhatIfRun
+from scheduling.adapters.simulated import SimulatedCluster
+from scheduling.services import cycle_run
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(client, world, name):
+    client.force_login(world.users[name])
+    return client
+
+
+def busy_history(world, *, hours_ago: int = 3):
+    """Jobs submitted a few hours ago and scheduled by the real loop, one cycle a minute."""
+    start = timezone.now().replace(microsecond=0) - timedelta(hours=hours_ago)
+    backend = SimulatedCluster(speedup=1.0)
+    for minute in range(120):
+        now = start + timedelta(minutes=minute)
+        if minute % 10 == 0:
+            for team in ("vision", "nlp"):
+                job = world.submit(team, gpu=4, runtime_s=1200)
+                Job.objects.filter(pk=job.pk).update(created_at=now)
+        cycle_run(now=now, backend=backend)
+
+
+def test_a_member_who_is_no_admin_may_not_open_the_what_if_page(client, world):
+    assert logged_in(client, world, "bob").get("/whatif/").status_code == 403
+
+
+def test_the_form_shows_todays_quotas_to_an_admin_and_only_their_weight_to_a_team_admin(client, world):
+    page = logged_in(client, world, "admin").get("/whatif/").content.decode()
+    assert 'name="fq:cq-nlp:A100-80GB:nominal_gpus" value="8"' in page
+    assert 'name="lq:nlp/default:weight"' in page
+    client.logout()
+    page = logged_in(client, world, "alice").get("/whatif/").content.decode()
+    assert 'name="lq:vision/default:weight"' in page
+    assert 'name="lq:nlp/default:weight"' not in page
+    assert "fq:cq-nlp" not in page
+
+
+def test_an_admin_replays_a_quota_cut_and_sees_both_columns(client, world, django_capture_on_commit_callbacks):
+    busy_history(world)
+    c = logged_in(client, world, "admin")
+    form = {"days": "1", "fq:cq-nlp:A100-80GB:nominal_gpus": "2", "fq:cq-nlp:A100-80GB:borrowing_limit": "0"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = c.post("/whatif/", form)
+    assert response.status_code == 302
+    run = WhatIfRun.objects.get()
+    assert run.changes == {
+        "cluster_queues": {"cq-nlp": {"flavors": {"A100-80GB": {"nominal_gpus": 2, "borrowing_limit": 0}}}}
+    }
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    page = c.get(response["Location"]).content.decode()
+    assert "<strong>0</strong> differing" in page
+    assert page.count('class="muted">recorded</td>') == 2
+    assert page.count("what-if</td>") == 2
+    assert page.count("plotly-graph-div") == 4
+    assert run.result["whatif"]["nlp"]["wait_p90_s"] > run.result["recorded"]["nlp"]["wait_p90_s"]
+
+
+def test_a_team_admin_forging_another_teams_weight_gets_403_naming_it(client, world):
+    response = logged_in(client, world, "alice").post("/whatif/", {"days": "7", "lq:nlp/default:weight": "5"})
+    assert response.status_code == 403
+    assert "local_queues.nlp/default" in response.content.decode()
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"days": "7", "fq:cq-nlp:A100-80GB:nominal_gpus": "lots"}, "cluster_queues.cq-nlp.flavors.A100-80GB"),
+        ({"days": "7", "cq:cq-nlp:weight": "-1"}, "cluster_queues.cq-nlp.weight"),
+        ({"days": "365"}, "days"),
+        ({"days": "7", "placement": "nowhere"}, "placement"),
+    ],
+)
+def test_a_bad_form_is_a_400_naming_the_field(client, world, form, field):
+    response = logged_in(client, world, "admin").post("/whatif/", form)
+    assert response.status_code == 400
+    assert field in response.content.decode()
+
+
+def test_a_running_run_polls_its_progress_and_other_users_cannot_see_it(client, world):
+    run = WhatIfRun.objects.create(
+        created_by=world.users["alice"],
+        window_from=timezone.now() - timedelta(days=1),
+        window_to=timezone.now(),
+        status=WhatIfRun.Status.RUNNING,
+        progress=0.42,
+    )
+    c = logged_in(client, world, "alice")
+    fragment = c.get(f"/whatif/{run.pk}/", headers={"HX-Request": "true"}).content.decode()
+    assert re.search(r"Replaying… 42 %", fragment)
+    assert 'hx-trigger="every 1s"' in fragment
+    client.logout()
+    assert logged_in(client, world, "bob").get(f"/whatif/{run.pk}/").status_code == 404
