@@ -30,6 +30,9 @@ REQUIRED_ACCESS = (
     ("delete", "pods", "", True),
     ("create", "pods", "binding", True),
     ("create", "events", "", True),
+    ("list", "services", "", False),  # training jobs' headless Services
+    ("create", "services", "", True),
+    ("delete", "services", "", True),
 )
 
 
