@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_cycle import build  # noqa: E402
-from scheduling.engine.cycle import run_cycle  # noqa: E402
-from scheduling.engine.model import Policy  # noqa: E402
-from scheduling.engine.provisioning import capacity_requests, waiting_for_capacity  # noqa: E402
+from bench.bench_cycle import build
+from scheduling.engine.cycle import run_cycle
+from scheduling.engine.model import Policy
+from scheduling.engine.provisioning import capacity_requests, waiting_for_capacity
 
 
 def main() -> None:
