@@ -113,7 +113,7 @@ def _gpu_node(
         gpu_count=gpu_count,
         cpu_milli=cpu_milli,
         memory_mib=memory_mib,
-        gpu_memory_gib=memory_gib if model is not None else 0,
+        gpu_memory_gib=(memory_gib or 0) if model is not None else 0,
         labels=labels_of(labels),
         taints=tuple(
             Taint(key=t["key"], value=t.get("value", ""), effect=t.get("effect", "NoSchedule")) for t in taints
