@@ -38,7 +38,7 @@ from portal.ops.selectors import cluster_view, queue_overview, queue_standings_n
 from portal.ops.selectors.governance import below_use_warnings
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
-from scheduling.selectors import runtime_speedup
+from scheduling.selectors import capacity_wanted, runtime_speedup
 
 
 class JobFilter(django_filters.FilterSet):
@@ -213,6 +213,24 @@ class ClusterQueueListView(APIView):
     @extend_schema(responses={200: dict})
     def get(self, request):
         return Response({"results": cluster_queue_list()})
+
+
+class CapacityWantedView(APIView):
+    """The capacity signal: new nodes per pool and GPU model that would let the jobs waiting for
+    capacity (not quota) start, over the jobs of the caller's teams (all teams for platform admins).
+    ``nodes`` sums each job's own request (an upper bound); ``largest`` is the biggest single one."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request):
+        rows = capacity_wanted(user=request.user)
+        return Response(
+            {
+                "results": [
+                    {"pool": r.pool, "gpu_model": r.gpu_model, "jobs": r.jobs, "nodes": r.nodes, "largest": r.largest}
+                    for r in rows
+                ]
+            }
+        )
 
 
 class ClusterQueueDetailView(APIView):

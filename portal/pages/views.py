@@ -33,7 +33,7 @@ from portal.pages import charts
 from portal.pages.forms import JobForm, mig_profile_choices
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.factory import cluster_backend
-from scheduling.selectors import node_pools_of, runtime_speedup, topology_level_labels
+from scheduling.selectors import node_pools_of, runtime_speedup, topology_level_labels, training_environment
 
 
 def healthz(request):
@@ -233,6 +233,7 @@ def job_detail(request, pk: int):
         return render(request, "portal/_job_live.html", context)
     context["allowed_models"] = ", ".join(g.name for g in job.allowed_gpu_models.all()) or "any"
     context["rules"] = selectors.job_placement_rules(job=job, levels=topology_level_labels())
+    context["training_env"] = training_environment(job=job)
     return render(request, "portal/job_detail.html", context)
 
 

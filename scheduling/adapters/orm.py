@@ -27,6 +27,7 @@ from portal.jobs.transitions import job_transition
 from portal.tenants.selectors import team_toleration_allowlist
 from portal.tenants.tolerations import as_grant
 from scheduling.adapters.contract import (
+    SPOT,
     ClusterBackend,
     ClusterView,
     billed_capacity_type,
@@ -83,6 +84,7 @@ class JobSpecPart:
     tolerations: tuple[m.Toleration, ...]
     rules: m.PlacementRules | None
     start_window: StartWindow | None
+    preferred_labels: tuple[tuple[str, str, int], ...] = ()
 
 
 # The job columns ``spec_part`` reads besides the placement rules, in its arguments' order.
@@ -113,6 +115,9 @@ def spec_part(
         ),
         rules=rules,
         start_window=start_window_of(start_after, start_window, window_timezone, off_peak),
+        # A spot job prefers spot nodes (the cheaper capacity it opted in to), as kube-scheduler's
+        # preferred node affinity would, and may still run on-demand.
+        preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
     )
 
 
@@ -146,6 +151,7 @@ def workload_from_row(
         allowed_gpu_models=allowed_gpu_models,
         node_selector=spec.node_selector,
         tolerations=spec.tolerations,
+        preferred_labels=spec.preferred_labels,
         rules=spec.rules,
         runtime_s=float(runtime_s),
         start_window=spec.start_window,
