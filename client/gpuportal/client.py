@@ -15,7 +15,7 @@ from gpuportal.config import resolve
 from gpuportal.errors import Conflict, PortalError, ValidationError, WaitTimeout
 from gpuportal.http import Transport
 from gpuportal.progress import WaitProgress
-from gpuportal.types import Check, Job, JobCost, JobSpec, Schedule, ScheduledRun
+from gpuportal.types import Check, InferenceService, Job, JobCost, JobSpec, Schedule, ScheduledRun, ServiceSample
 
 JobRef = Job | int | str
 Spec = JobSpec | Mapping[str, Any]
@@ -231,10 +231,47 @@ class Portal:
         ident = schedule.id if isinstance(schedule, Schedule) else int(schedule)
         self.http.request("DELETE", f"schedules/{ident}/")
 
+    # -- inference services -------------------------------------------------------------------------
+
+    def create_service(self, spec: Mapping[str, Any]) -> InferenceService:
+        """Start an inference service (``POST /api/v1/services/``): ``name``, ``queue``, ``image``,
+        ``model_size_b`` (7, 13, 70 ...) or ``gpu_memory_gib``, ``min_replicas``/``max_replicas``,
+        ``metric`` (``concurrency`` or ``rps``) and ``target_per_replica``; ``ValidationError`` names a
+        bad field (``min_replicas`` above ``max_replicas``, a model no GPU can hold)."""
+        body, _ = self.http.request("POST", "services/", json=dict(spec))
+        return InferenceService.from_api(body)
+
+    def services(self) -> list[InferenceService]:
+        """Inference services of your teams, with their replica-hours and cost so far."""
+        body = self.http.get("services/", page_size=500)
+        results = body.get("results", []) if isinstance(body, Mapping) else body or []
+        return [InferenceService.from_api(item) for item in results]
+
+    def service(self, service: InferenceService | int) -> InferenceService:
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        return InferenceService.from_api(self.http.get(f"services/{ident}/"))
+
+    def service_samples(self, service: InferenceService | int) -> list[ServiceSample]:
+        """The autoscaler's history, oldest first: load, replicas running and desired."""
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        return list(ServiceSample.many(self.http.get(f"services/{ident}/samples/")))
+
+    def stop_service(self, service: InferenceService | int) -> InferenceService:
+        """Stop a service: its replicas are cancelled and their quota released at once."""
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        body, _ = self.http.request("POST", f"services/{ident}/stop/", retry_unsafe=True)
+        return InferenceService.from_api(body)
+
     def cost(self, job: JobRef) -> JobCost:
         """What the job cost so far: GPU-hours and GPU, CPU and memory cost of each run and in total,
         priced with the portal's price book (a running job up to now)."""
         return JobCost.from_api(self.http.get(f"jobs/{job_id(job)}/cost/"))
+
+    def capacity(self) -> list[dict[str, Any]]:
+        """The capacity signal for your teams' jobs: per pool and GPU model, the jobs waiting for
+        capacity, the new nodes that would let them start (a sum, an upper bound) and the largest
+        single request (``GET /api/v1/capacity/``)."""
+        return list(self.http.get("capacity/").get("results") or [])
 
     def wait(
         self,

@@ -16,7 +16,7 @@ from portal.jobs.models import QuotaChange
 from portal.ops.selectors import cluster_view, node_view, queue_overview
 from portal.ops.selectors.queues import sample_series
 from portal.pages import charts
-from scheduling.selectors import node_pool_list
+from scheduling.selectors import capacity_wanted, node_pool_list
 
 FILTERS = ("gpu_model", "pool", "rack", "state")
 FAIR_SHARE_SECTION = "## Admission order and fair share"
@@ -44,22 +44,28 @@ def cluster_node(request, name: str):
 def queue_list(request):
     now = timezone.now()
     overview = queue_overview(user=request.user, now=now)
-    figures = [
-        (name, charts.figure_html(charts.queue_history_figure(name, series)))
-        for name, series in sorted(sample_series(now=now).items())
-    ]
     return render(
         request,
         "portal/queue_list.html",
         {
             "overview": overview,
-            "figures": figures,
             "now": now,
             "local_queues": selectors.local_queue_list(user=request.user),
             "node_pools": node_pool_list(),
+            "capacity_wanted": capacity_wanted(user=request.user),
             "quota_changes": QuotaChange.objects.select_related("cluster_queue", "changed_by")[:50],
         },
     )
+
+
+@login_required
+def queue_charts(request):
+    """The Queues page's charts, which the page loads after it is shown (htmx): a week of samples."""
+    figures = [
+        (name, charts.figure_dict_html(charts.queue_history_figure(name, series)))
+        for name, series in sorted(sample_series(now=timezone.now()).items())
+    ]
+    return render(request, "portal/_queue_charts.html", {"figures": figures})
 
 
 @login_required

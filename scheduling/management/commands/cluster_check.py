@@ -30,6 +30,16 @@ REQUIRED_ACCESS = (
     ("delete", "pods", "", True),
     ("create", "pods", "binding", True),
     ("create", "events", "", True),
+    # The namespace sync (docs/kubernetes.md, Team namespaces).
+    ("get", "resourcequotas", "", True),
+    ("create", "resourcequotas", "", True),
+    ("update", "resourcequotas", "", True),
+    ("get", "limitranges", "", True),
+    ("create", "limitranges", "", True),
+    ("update", "limitranges", "", True),
+    ("list", "services", "", False),  # training jobs' headless Services
+    ("create", "services", "", True),
+    ("delete", "services", "", True),
 )
 
 

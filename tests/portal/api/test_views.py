@@ -511,3 +511,22 @@ def test_a_plus_me_profile_is_accepted_and_only_one_runs_per_gpu(api, world):
     assert (
         "no free MIG slice for 1g.10gb+me" in alice.get(f"/api/v1/jobs/{waiting}/").json()["pending_reason"]["message"]
     )
+
+
+def test_a_quota_cut_below_current_use_answers_with_a_warning(api, world):
+    from tests.portal.ops.placing import place
+
+    place(world.submit("vision", gpu=3), "a100-0", (0, 1, 2))
+    cut = api("admin").patch(
+        "/api/v1/cluster-queues/cq-vision/", {"flavors": {"A100-80GB": {"nominal_gpus": 2}}}, format="json"
+    )
+    assert cut.status_code == 200, cut.json()
+    expected = (
+        "cq-vision: the nominal quota of A100-80GB (2 GPUs) is below its current use (3); the excess is borrowed "
+        "from its cohort."
+    )
+    assert cut.json()["warnings"] == [expected]
+    fine = api("admin").patch(
+        "/api/v1/cluster-queues/cq-vision/", {"flavors": {"A100-80GB": {"nominal_gpus": 3}}}, format="json"
+    )
+    assert fine.json()["warnings"] == []

@@ -20,6 +20,18 @@ def test_seed_demo_loads_the_demo_and_a_second_run_changes_nothing(settings):
     assert models == {"H100-80GB", "A100-80GB", "A10", "T4"}
     states = set(Job.objects.values_list("state", flat=True))
     assert {"Succeeded", "Admitted", "Pending"} <= states
+    assert {"batch", "training"} <= set(Job.objects.values_list("kind", flat=True))
+    spot = Job.objects.get(name="augment-spot")
+    assert (spot.state, spot.capacity_type) == ("Admitted", "spot")  # on the tainted spot node
+    # A 2 x 8-GPU gang that must stay in one rack of two A100 nodes, one of them partly busy: two
+    # new A100 nodes of the training pool (a rack of their own) would let it start.
+    gang = Job.objects.get(name="pretrain")
+    details = gang.pending_reason["details"]
+    assert (details["provision_pool"], details["provision_gpu_model"], details["provision_nodes"]) == (
+        "training",
+        "A100-80GB",
+        2,
+    )
     before = (sorted(Job.objects.values_list("id", flat=True)), sorted(SimNode.objects.values_list("name", flat=True)))
     out = StringIO()
     call_command("seed_demo", stdout=out)
@@ -88,3 +100,20 @@ def test_the_demo_has_node_pools_and_jobs_with_placement_rules(settings):
     pretrain = Job.objects.get(name="pretrain")
     racks = {SimNode.objects.get(name=p.node).labels["topology.kubernetes.io/rack"] for p in pretrain.placements.all()}
     assert len(racks) <= 1
+
+
+def test_the_demo_has_every_workload_kind_of_issue_13(settings):
+    from portal.schedules.models import JobSchedule
+    from portal.serving.models import InferenceService
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    call_command("seed_demo", stdout=StringIO())
+    assert Job.objects.get(name="nightly-eval").off_peak is True
+    assert Job.objects.get(name="after-release").start_after is not None
+    schedule = JobSchedule.objects.get(name="nightly-finetune")
+    assert (schedule.cron, schedule.timezone, schedule.job["off_peak"]) == ("0 2 * * *", "Europe/Berlin", True)
+    service = InferenceService.objects.get(name="llama-13b-chat")
+    assert (service.gpu_memory_gib, service.state) == (26, "running")
+    assert Job.objects.filter(service_replica__service=service, kind="inference").count() == 1
+    call_command("seed_demo", stdout=StringIO())
+    assert InferenceService.objects.count() == JobSchedule.objects.count() == 1

@@ -254,6 +254,38 @@ def test_a_retried_create_that_gets_409_counts_as_success(kworld, kube, backend)
     assert (len(creates), len(bindings)) == (6, 6)  # the retries' creates and bindings got 409, taken as done
 
 
+def test_a_cycle_that_admits_many_jobs_creates_and_binds_their_pods_concurrently(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.add_node("a100-1", gpus=8)
+    jobs = [kworld.submit(gpu=1, replicas=2) for _ in range(6)]
+    kube.fail("POST", r"/binding$", status=0, delay_s=0.2, times=12)  # slow bindings overlap if concurrent
+    cycle(backend, kube)
+    for job in jobs:
+        pods = pods_of(kube, job)
+        assert [p["metadata"]["name"] for p in pods] == [f"job-{job.pk}-a1-r0", f"job-{job.pk}-a1-r1"]
+        placements = {p.replica: p.node for p in job.placements.all()}
+        assert {p["spec"]["nodeName"] for p in pods} == set(placements.values())
+    assert kube.in_flight_max > 1  # several pods were created or bound at once
+    assert backend.options.start_threads > 1
+
+
+def test_one_jobs_pods_failing_to_start_leave_the_others_started_and_fail_the_cycle(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    first = kworld.submit(gpu=1)
+    others = [kworld.submit(gpu=1) for _ in range(3)]
+    kube.fail("POST", rf"/pods/job-{first.pk}-a1-r0/binding$", status=500, times=100)
+    settle(backend, kube)
+    with pytest.raises(ClusterApiError), TestCase.captureOnCommitCallbacks(execute=True):
+        cycle_run(now=timezone.now(), backend=backend)
+    settle(backend, kube)
+    for job in others:
+        assert [p["spec"].get("nodeName") for p in pods_of(kube, job)] == ["a100-0"]
+    assert [p["spec"].get("nodeName") for p in pods_of(kube, first)] == [None]  # created, bind retried later
+    kube.faults.clear()
+    cycle(backend, kube)
+    assert [p["spec"].get("nodeName") for p in pods_of(kube, first)] == ["a100-0"]
+
+
 def test_an_api_that_stays_down_fails_the_cycle_and_the_next_one_converges(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     kube.fail("POST", r"/pods$", status=500, times=100)
@@ -296,6 +328,9 @@ def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube,
             return getattr(backend, attr)
 
         def start(self, *, job_id: int) -> None:
+            pass
+
+        def start_many(self, *, job_ids: list[int]) -> None:
             pass
 
     job = kworld.submit(gpu=1)

@@ -86,6 +86,7 @@ class Command(BaseCommand):
             queues = self.seed_queues(models, teams)
             self.seed_budgets(teams)
             created = self.seed_jobs(teams, users, queues, models) if not Job.objects.exists() else 0
+            created += self.seed_workloads(teams, users, queues, models)
         from billing.services import budget_check, capacity_record, metering_run, price_book_seed_defaults
         from scheduling.services import cycle_run
 
@@ -284,7 +285,24 @@ class Command(BaseCommand):
             ),
             ("vision", "detector-finetune", {"gpu": 8}, "high", 8 * 3600, ["H100-80GB"]),
             ("vision", "notebook-share", {"gpu_milli": 250}, "low", 2 * 3600, ["T4"]),
-            ("vision", "big-gang", {"gpu": 8, "replicas": 2}, "default", 12 * 3600, ["H100-80GB"]),
+            # A distributed training gang: it waits for H100 capacity and says how many nodes would start it.
+            (
+                "vision",
+                "big-gang",
+                {"kind": "training", "gpu": 8, "replicas": 2, "checkpoint_path": "s3://vision-ckpt/big-gang"},
+                "default",
+                12 * 3600,
+                ["H100-80GB"],
+            ),
+            # Opted in to spot capacity (the tainted a100-spot node, at the spot price).
+            (
+                "vision",
+                "augment-spot",
+                {"gpu": 4, "spot": True, "checkpoint_path": "s3://vision-ckpt/augment"},
+                "low",
+                6 * 3600,
+                ["A100-80GB"],
+            ),
             (
                 "nlp",
                 "llama-70b-serve",
@@ -297,7 +315,14 @@ class Command(BaseCommand):
             (
                 "nlp",
                 "pretrain",
-                {"gpu": 8, "replicas": 2, "required_topology": "rack"},
+                {
+                    "kind": "training",
+                    "gpu": 8,
+                    "replicas": 2,
+                    "required_topology": "rack",
+                    "checkpoint_path": "s3://nlp-ckpt/pretrain",
+                    "max_restarts": 2,
+                },
                 "default",
                 24 * 3600,
                 ["A100-80GB"],
@@ -319,6 +344,77 @@ class Command(BaseCommand):
                     memory_mib=65536,
                     allowed_gpu_models=tuple(models[m] for m in allowed),
                     **shape,
+                ),
+            )
+            count += 1
+        return count
+
+    def seed_workloads(self, teams, users, queues, models) -> int:
+        """The workloads of issue 13 once each: an off-peak job, a job that starts after a time, a
+        nightly schedule (cron in Berlin time) and a 13B chat service the autoscaler scales."""
+        from portal.api.serializers import job_spec_from_body
+        from portal.schedules.models import JobSchedule
+        from portal.schedules.services import schedule_create
+        from portal.serving.models import InferenceService
+        from portal.serving.services import ServiceSpec, service_create
+
+        count = 0
+        priorities = {p.name: p for p in PriorityClass.objects.all()}
+        image = "nvcr.io/nvidia/pytorch:24.08-py3"
+        if not Job.objects.filter(name="nightly-eval").exists():
+            for name, extra in (
+                ("nightly-eval", {"off_peak": True}),
+                ("after-release", {"start_after": timezone.now() + timedelta(hours=6)}),
+            ):
+                job_submit(
+                    owner=users["alice"],
+                    spec=JobSpec(
+                        team=teams["vision"],
+                        local_queue=queues["vision"],
+                        image=image,
+                        priority_class=priorities["low"],
+                        name=name,
+                        command=("python", f"{name}.py"),
+                        gpu=2,
+                        runtime_s=2 * 3600,
+                        allowed_gpu_models=(models["A100-80GB"],),
+                        **extra,
+                    ),
+                )
+                count += 1
+        if not JobSchedule.objects.filter(name="nightly-finetune").exists():
+            schedule_create(
+                owner=users["bob"],
+                name="nightly-finetune",
+                cron="0 2 * * *",
+                zone="Europe/Berlin",
+                job={
+                    "team": "nlp",
+                    "queue": queues["nlp"].name,
+                    "image": image,
+                    "gpu": 4,
+                    "runtime_s": 3 * 3600,
+                    "off_peak": True,
+                    "command": "python finetune.py",
+                },
+                spec_of=job_spec_from_body,
+            )
+        if not InferenceService.objects.filter(name="llama-13b-chat").exists():
+            service_create(
+                owner=users["bob"],
+                spec=ServiceSpec(
+                    name="llama-13b-chat",
+                    local_queue=queues["nlp"],
+                    priority_class=priorities["high"],
+                    image="vllm/vllm-openai:v0.6.0",
+                    command=("vllm", "serve", "meta-llama/Llama-2-13b-chat-hf"),
+                    model_family="llama",
+                    model_size_b=13,
+                    min_replicas=1,
+                    max_replicas=3,
+                    metric="rps",
+                    target_per_replica=20.0,
+                    allowed_gpu_models=(models["A100-80GB"], models["H100-80GB"]),
                 ),
             )
             count += 1
