@@ -308,6 +308,7 @@ def main() -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
     from django.contrib.auth import get_user_model
+    from django.db import connection
     from django.test import Client
 
     from portal.jobs.models import Job
@@ -323,11 +324,19 @@ def main() -> None:
     print(f"{Job.objects.count()} jobs; {args.repeat} requests per page after one warm-up")
     load = os.getloadavg()[0]
     print(f"load average {load:.1f} on {os.cpu_count()} cores: wall times grow with it; CPU is this process's")
-    print(f"{'page':<28} {'median ms':>10} {'worst ms':>9} {'CPU ms med':>11}  within {TARGET_MS:.0f} ms")
+    header = f"{'page':<28} {'median ms':>10} {'worst ms':>9} {'CPU ms med':>11} {'queries':>8}"
+    print(f"{header}  within {TARGET_MS:.0f} ms")
     worst_median = 0.0
     for name, url, role in PAGES:
         client = clients[role]
-        response = client.get(url, secure=True)
+        queries: list[str] = []  # the warm-up request's SQL statements, counted
+
+        def count(execute, sql, params, many, context, queries=queries):
+            queries.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(count):
+            response = client.get(url, secure=True)
         if response.status_code != 200:
             sys.exit(f"{name}: {url} answered {response.status_code}")
         timings, cpu = [], []
@@ -341,8 +350,8 @@ def main() -> None:
         median = statistics.median(timings)
         worst_median = max(worst_median, median)
         print(
-            f"{name:<28} {median:>10.1f} {max(timings):>9.1f} {statistics.median(cpu):>11.1f}  "
-            f"{'yes' if median <= TARGET_MS else 'NO'}"
+            f"{name:<28} {median:>10.1f} {max(timings):>9.1f} {statistics.median(cpu):>11.1f} "
+            f"{len(queries):>8}  {'yes' if median <= TARGET_MS else 'NO'}"
         )
     print(f"slowest median: {worst_median:.1f} ms (target {TARGET_MS:.0f} ms)")
 

@@ -197,6 +197,9 @@ CLUSTER_BACKEND = env_choice("CLUSTER_BACKEND", "simulated", {"simulated", "kube
 # Simulated cluster: a job "runs" for runtime / SIM_SPEEDUP wall seconds.
 SIM_SPEEDUP = env_float("SIM_SPEEDUP", 60.0)
 PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "portal")  # fragmentation-aware (docs/simulator.md)
+# Decisions the forecast of estimated starts may take per run, twice a cycle (P50 and P90): pending
+# jobs it does not reach get no estimate (Slurm's bf_max_job_test). See bench/bench_dryrun.py.
+FORECAST_DECISIONS = env_int("FORECAST_DECISIONS", 3000)
 # A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
 # any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
 # limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a

@@ -23,6 +23,7 @@ urlpatterns = [
     path("jobs/", pages.job_list, name="job-list"),
     path("jobs/new/", pages.job_create, name="job-create"),
     path("jobs/new/mig-profiles/", pages.job_mig_profiles, name="job-mig-profiles"),
+    path("jobs/new/check/", pages.job_check, name="job-check"),
     path("jobs/<int:pk>/", pages.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", pages.job_cancel, name="job-cancel"),
     path("queues/", ops.queue_list, name="queue-list"),

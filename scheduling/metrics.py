@@ -13,6 +13,9 @@ worker processes report the same figures without a multiprocess registry:
   ``portal_cluster_gpus``;
 - ``portal_namespace_object_in_sync{namespace, kind}`` and ``portal_namespace_object_repairs_total``:
   team namespaces' ResourceQuota and LimitRange at the last namespace sync.
+- ``portal_capacity_wanted_nodes{pool, gpu_model}`` (and ``_largest_nodes``,
+  ``portal_capacity_waiting_workloads``): the capacity signal, new nodes that would let the jobs
+  waiting for capacity start.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from scheduling.engine.mig import default_device_memory_gib
 from scheduling.engine.model import ReplicaPlacement
 from scheduling.engine.shares import QUOTA_MILLI_PER_GPU, placement_quota_milli
 from scheduling.models import CycleRun
-from scheduling.selectors import namespace_objects
+from scheduling.selectors import capacity_wanted, namespace_objects
 
 WAIT_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 CYCLE_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -80,6 +83,7 @@ class PortalCollector:
         yield self.admitted_workloads()
         yield from self.pods_ready_timeouts()
         yield from self.namespace_objects()
+        yield from self.capacity_wanted()
         total = GaugeMetricFamily("portal_cluster_gpus", "GPUs in the cluster at the last cycle.")
         total.add_metric([], runs[0][1] if runs else 0)
         yield total
@@ -227,6 +231,30 @@ class PortalCollector:
             in_sync.add_metric([row.namespace, row.kind], 1 if row.in_sync else 0)
             repairs.add_metric([row.namespace, row.kind], row.repairs)
         return in_sync, repairs
+
+    def capacity_wanted(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        """The capacity signal (``scheduling.engine.provisioning``): what a node autoscaler reads."""
+        nodes = GaugeMetricFamily(
+            "portal_capacity_wanted_nodes",
+            "New nodes of a pool (and GPU model) that would let the jobs waiting for capacity start: the "
+            "sum of each job's own request, an upper bound.",
+            labels=["pool", "gpu_model"],
+        )
+        largest = GaugeMetricFamily(
+            "portal_capacity_wanted_largest_nodes",
+            "The nodes of a pool the largest job waiting for capacity needs to start.",
+            labels=["pool", "gpu_model"],
+        )
+        jobs = GaugeMetricFamily(
+            "portal_capacity_waiting_workloads",
+            "Jobs waiting for capacity that new nodes of a pool would let start.",
+            labels=["pool", "gpu_model"],
+        )
+        for row in capacity_wanted():
+            nodes.add_metric([row.pool, row.gpu_model], row.nodes)
+            largest.add_metric([row.pool, row.gpu_model], row.largest)
+            jobs.add_metric([row.pool, row.gpu_model], row.jobs)
+        return nodes, largest, jobs
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

@@ -40,8 +40,9 @@ from scheduling.adapters.contract import ClusterBackend, Observation
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.namespaces import namespace_manifest
 from scheduling.engine.cycle import run_cycle
+from scheduling.engine.provisioning import capacity_requests, with_capacity_requests
 from scheduling.models import CycleRun, NamespaceObject
-from scheduling.selectors import namespace_objects_wanted, policy_from_settings
+from scheduling.selectors import namespace_objects_wanted, policy_from_settings, snapshot_for_cycle
 
 logger = logging.getLogger(__name__)
 
@@ -393,10 +394,14 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         steps = StepClock()
         cluster_sync(backend=backend, now=now)
         steps.lap("sync")
-        snapshot = orm.snapshot_load(backend=backend, teams_blocked=teams_blocked(), now=now)
+        snapshot = snapshot_for_cycle(backend=backend, now=now)
         steps.lap("snapshot")
-        plan = run_cycle(snapshot, policy_from_settings(), now.timestamp())
+        policy = policy_from_settings()
+        plan = run_cycle(snapshot, policy, now.timestamp())
         steps.lap("engine")
+        # The capacity signal: the nodes that would let each job waiting for capacity start.
+        plan = with_capacity_requests(plan, capacity_requests(snapshot, plan, policy))
+        steps.lap("provisioning")
         counts = orm.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held)
         job_events_notify(job_ids=[int(p.workload_id) for p in plan.preemptions])  # committed: enqueued now
         steps.lap("apply")  # the plan's transaction, then its pods created and bound (after commit)

@@ -104,3 +104,21 @@ def test_a_deleted_spot_node_requeues_its_job_even_with_restart_policy_never(api
     job = alice.get(f"/api/v1/jobs/{job_id}/").json()
     assert job["state"] == "Pending"
     assert job["message"] == "interrupted by spot reclaim: node spot-0 lost; requeued"
+
+
+def test_a_spot_job_prefers_the_spot_node_and_a_plain_job_the_on_demand_one(api, spot_world):
+    SimNode.objects.create(
+        name="a-on-demand",  # first in node order, so order alone would pick it
+        gpu_model=spot_world.models["A100-80GB"],
+        gpu_count=8,
+        cpu_milli=96_000,
+        memory_mib=1024 * 1024,
+        labels={"karpenter.sh/capacity-type": "on-demand"},
+    )
+    alice = api("alice")
+    body = {"queue": "default", "image": "pytorch:2.4", "gpu": 2}
+    spot = alice.post("/api/v1/jobs/", {**body, "spot": True}, format="json").json()["id"]
+    plain = alice.post("/api/v1/jobs/", body, format="json").json()["id"]
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    assert alice.get(f"/api/v1/jobs/{spot}/").json()["placements"][0]["node"] == "spot-0"
+    assert alice.get(f"/api/v1/jobs/{plain}/").json()["placements"][0]["node"] == "a-on-demand"

@@ -267,6 +267,12 @@ class Portal:
         priced with the portal's price book (a running job up to now)."""
         return JobCost.from_api(self.http.get(f"jobs/{job_id(job)}/cost/"))
 
+    def capacity(self) -> list[dict[str, Any]]:
+        """The capacity signal for your teams' jobs: per pool and GPU model, the jobs waiting for
+        capacity, the new nodes that would let them start (a sum, an upper bound) and the largest
+        single request (``GET /api/v1/capacity/``)."""
+        return list(self.http.get("capacity/").get("results") or [])
+
     def wait(
         self,
         job: JobRef,

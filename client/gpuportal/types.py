@@ -257,6 +257,10 @@ class Job(ApiValue):
     attempt: int = 0
     gpu_model: str | None = None
     capacity_type: str = ""
+    checkpoint_path: str = ""
+    spot: bool = False
+    max_restarts: int = 0
+    restarts: int = 0  # whole-gang restarts of a training job so far
     pending_reason: Reason | None = field(default=None, metadata={"parse": Reason.optional})
     queue_position: int | None = None
     estimated_start: datetime | None = None  # P50

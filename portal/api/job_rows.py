@@ -120,14 +120,14 @@ def jobs_render(rows: Sequence[dict[str, Any]], *, now: datetime, speedup: float
     for job_id, name in through.order_by("gpumodel__name").values_list("job_id", "gpumodel__name"):
         allowed[job_id].append(name)
     placements: dict[int, list[dict]] = defaultdict(list)
-    for row in ReplicaPlacement.objects.filter(job_id__in=ids).order_by("job_id", "replica").values():
-        placements[row["job_id"]].append(row)
+    for placement in ReplicaPlacement.objects.filter(job_id__in=ids).order_by("job_id", "replica").values():
+        placements[placement["job_id"]].append(dict(placement))
     transitions: dict[int, list[dict]] = defaultdict(list)
-    for row in JobTransition.objects.filter(job_id__in=ids).order_by("at", "id").values():
-        transitions[row["job_id"]].append(row)
+    for transition in JobTransition.objects.filter(job_id__in=ids).order_by("at", "id").values():
+        transitions[transition["job_id"]].append(dict(transition))
     attempts: dict[int, list[dict]] = defaultdict(list)
-    for row in JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number").values(*_ATTEMPT_VALUES):
-        attempts[row["job_id"]].append(row)
+    for attempt in JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number").values(*_ATTEMPT_VALUES):
+        attempts[attempt["job_id"]].append(attempt)
     # 2. Costs, from unsaved jobs carrying the fields ``job_costs`` reads.
     cost_jobs = [Job(**{name: row[name] for name in _COST_FIELDS}) for row in rows]
     costs = job_costs(jobs=cost_jobs, now=now, speedup=speedup)

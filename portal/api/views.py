@@ -28,16 +28,17 @@ from portal.api.serializers import (
     PriorityClassSerializer,
     QuotaUpdateSerializer,
     TeamSerializer,
+    check_data,
 )
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, PriorityClass
 from portal.jobs.selectors import cluster_queue_list, job_list, local_queue_list
-from portal.jobs.services import idempotent_submit, job_cancel, job_submit, queue_quota_update
+from portal.jobs.services import idempotent_submit, job_cancel, job_check_spec, job_submit, queue_quota_update
 from portal.jobs.states import JobState
 from portal.ops.selectors import cluster_view, queue_overview, queue_standings_now
 from portal.ops.selectors.governance import below_use_warnings
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
-from scheduling.selectors import runtime_speedup
+from scheduling.selectors import capacity_wanted, runtime_speedup
 
 
 class JobFilter(django_filters.FilterSet):
@@ -136,8 +137,27 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def _submit(self, request) -> tuple[int, dict]:
         serializer = JobCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
-        job = job_submit(owner=request.user, spec=serializer.to_spec())
-        return status.HTTP_201_CREATED, self.job_one(job.pk)
+        spec = serializer.to_spec()
+        # The dry run of the spec just before it is queued (what the check endpoint answers then);
+        # a spec the check refuses is refused by the submission too, with the same 400.
+        check = job_check_spec(spec=spec)
+        job = job_submit(owner=request.user, spec=spec)
+        body = self.job_one(job.pk)
+        body["check"] = check_data(check, user=request.user)
+        return status.HTTP_201_CREATED, body
+
+    @extend_schema(request=JobCreateSerializer, responses={200: dict})
+    @action(detail=False, methods=["post"])
+    def check(self, request):
+        """Dry run: the same body as a submission; nothing is submitted. Answers what the next
+        scheduling cycle decides for it on the current state (``runs_now`` with the node and GPU choice,
+        ``waits`` with its position, the blocking resource with its numbers, estimated start P50 and
+        P90 and whom it would preempt, or ``never`` with the limit), its estimated cost from the price
+        book, and the smallest changes that start it sooner."""
+        serializer = JobCreateSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        result = job_check_spec(spec=serializer.to_spec())
+        return Response(check_data(result, user=request.user))
 
     @extend_schema(responses={200: JobCostSerializer})
     @action(detail=True, methods=["get"])
@@ -193,6 +213,24 @@ class ClusterQueueListView(APIView):
     @extend_schema(responses={200: dict})
     def get(self, request):
         return Response({"results": cluster_queue_list()})
+
+
+class CapacityWantedView(APIView):
+    """The capacity signal: new nodes per pool and GPU model that would let the jobs waiting for
+    capacity (not quota) start, over the jobs of the caller's teams (all teams for platform admins).
+    ``nodes`` sums each job's own request (an upper bound); ``largest`` is the biggest single one."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request):
+        rows = capacity_wanted(user=request.user)
+        return Response(
+            {
+                "results": [
+                    {"pool": r.pool, "gpu_model": r.gpu_model, "jobs": r.jobs, "nodes": r.nodes, "largest": r.largest}
+                    for r in rows
+                ]
+            }
+        )
 
 
 class ClusterQueueDetailView(APIView):

@@ -210,7 +210,8 @@ class Job(models.Model):
     capacity_type = models.CharField(max_length=20, blank=True, help_text="on-demand, spot or reserved")
     pending_reason = models.JSONField(default=dict, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
-    estimated_start = models.DateTimeField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True, help_text="P50 of the forecast.")
+    estimated_start_p90 = models.DateTimeField(null=True, blank=True, help_text="P90 of the forecast.")
     message = models.CharField(max_length=500, blank=True, help_text="Last event in words.")
     # Admissions whose pods never ran (Kueue's waitForPodsReady): each one requeues the job after a
     # back-off doubling per failure, up to ADMITTED_REQUEUE_LIMIT requeues, then the job fails.

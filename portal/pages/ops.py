@@ -16,7 +16,7 @@ from portal.jobs.models import QuotaChange
 from portal.ops.selectors import cluster_view, node_view, queue_overview
 from portal.ops.selectors.queues import sample_series
 from portal.pages import charts
-from scheduling.selectors import node_pool_list
+from scheduling.selectors import capacity_wanted, node_pool_list
 
 FILTERS = ("gpu_model", "pool", "rack", "state")
 FAIR_SHARE_SECTION = "## Admission order and fair share"
@@ -52,6 +52,7 @@ def queue_list(request):
             "now": now,
             "local_queues": selectors.local_queue_list(user=request.user),
             "node_pools": node_pool_list(),
+            "capacity_wanted": capacity_wanted(user=request.user),
             "quota_changes": QuotaChange.objects.select_related("cluster_queue", "changed_by")[:50],
         },
     )

@@ -27,6 +27,7 @@ from portal.jobs.transitions import job_transition
 from portal.tenants.selectors import team_toleration_allowlist
 from portal.tenants.tolerations import as_grant
 from scheduling.adapters.contract import (
+    SPOT,
     ClusterBackend,
     ClusterView,
     billed_capacity_type,
@@ -83,6 +84,7 @@ class JobSpecPart:
     tolerations: tuple[m.Toleration, ...]
     rules: m.PlacementRules | None
     start_window: StartWindow | None
+    preferred_labels: tuple[tuple[str, str, int], ...] = ()
 
 
 # The job columns ``spec_part`` reads besides the placement rules, in its arguments' order.
@@ -113,6 +115,9 @@ def spec_part(
         ),
         rules=rules,
         start_window=start_window_of(start_after, start_window, window_timezone, off_peak),
+        # A spot job prefers spot nodes (the cheaper capacity it opted in to), as kube-scheduler's
+        # preferred node affinity would, and may still run on-demand.
+        preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
     )
 
 
@@ -146,6 +151,7 @@ def workload_from_row(
         allowed_gpu_models=allowed_gpu_models,
         node_selector=spec.node_selector,
         tolerations=spec.tolerations,
+        preferred_labels=spec.preferred_labels,
         rules=spec.rules,
         runtime_s=float(runtime_s),
         start_window=spec.start_window,
@@ -160,18 +166,45 @@ def workload_from_job(
     job: Job, placements: list[ReplicaPlacement], rules: m.PlacementRules | EllipsisType | None = ...
 ) -> m.Workload:
     """The engine's view of a job row (``rules``: its placement rules when the caller has them)."""
+    return _workload_of(
+        job,
+        pk=job.pk,
+        created_at=job.created_at,
+        allowed_gpu_models=tuple(sorted(g.name for g in job.allowed_gpu_models.all())),
+        rules=job_rules(job) if rules is ... else rules,
+        placements=tuple(p.engine_placement() for p in placements),
+    )
+
+
+def workload_from_request(job: Job, *, pk: str, now: datetime, allowed_gpu_models: tuple[str, ...]) -> m.Workload:
+    """The engine's view of a job request that is not saved (a dry run): ``job`` is an unsaved row
+    with the request's columns, submitted ``now``."""
+    return _workload_of(
+        job, pk=pk, created_at=now, allowed_gpu_models=tuple(sorted(allowed_gpu_models)), rules=job_rules(job)
+    )
+
+
+def _workload_of(
+    job: Job,
+    *,
+    pk: object,
+    created_at: datetime,
+    allowed_gpu_models: tuple[str, ...],
+    rules: m.PlacementRules | None,
+    placements: tuple[m.ReplicaPlacement, ...] = (),
+) -> m.Workload:
     row = (
-        job.pk, job.local_queue.team.slug, job.local_queue.name, job.team.slug, job.priority_class.value,
-        job.priority_class.preemptible, job.priority_class.min_runtime_s, job.created_at, job.gpu, job.gpu_milli,
+        pk, job.local_queue.team.slug, job.local_queue.name, job.team.slug, job.priority_class.value,
+        job.priority_class.preemptible, job.priority_class.min_runtime_s, created_at, job.gpu, job.gpu_milli,
         job.mig_profile, job.gpu_memory_gib, job.cpu_milli, job.memory_mib, job.replicas, job.min_available,
         job.runtime_s,
         job.state, job.gpu_model.name if job.gpu_model else None, job.started_at, job.admitted_at, job.updated_at,
     )  # fmt: skip
     return workload_from_row(
         row,
-        allowed_gpu_models=tuple(sorted(g.name for g in job.allowed_gpu_models.all())),
-        spec=spec_part(*(getattr(job, name) for name in SPEC_COLUMNS), rules=job_rules(job) if rules is ... else rules),
-        placements=tuple(p.engine_placement() for p in placements),
+        allowed_gpu_models=allowed_gpu_models,
+        spec=spec_part(*(getattr(job, name) for name in SPEC_COLUMNS), rules=rules),
+        placements=placements,
     )
 
 
@@ -425,8 +458,9 @@ def placement_gpus(placements: tuple[m.ReplicaPlacement, ...]) -> Decimal:
     return billed_gpus(sum(placement_billed_units(p) for p in placements))
 
 
-def pending_update(rows: list[tuple[int, dict, int, datetime | None]]) -> None:
-    """Write (id, pending reason, queue position, estimated start) for pending jobs, only those rows.
+def pending_update(rows: list[tuple[int, dict, int, datetime | None, datetime | None]]) -> None:
+    """Write (id, pending reason, queue position, estimated start P50, P90) for pending jobs, only those
+    rows.
 
     PostgreSQL: one ``UPDATE ... FROM (VALUES ...)`` per thousand rows, an order of magnitude faster
     than ``bulk_update``'s CASE expressions for the thousands of pending jobs a cycle explains.
@@ -435,22 +469,30 @@ def pending_update(rows: list[tuple[int, dict, int, datetime | None]]) -> None:
         return
     if connection.vendor != "postgresql":
         jobs = []
-        for job_id, reason, position, estimate in rows:
-            job = Job(pk=job_id, pending_reason=reason, queue_position=position, estimated_start=estimate)
+        for job_id, reason, position, estimate, late in rows:
+            job = Job(
+                pk=job_id,
+                pending_reason=reason,
+                queue_position=position,
+                estimated_start=estimate,
+                estimated_start_p90=late,
+            )
             jobs.append(job)
-        Job.objects.bulk_update(jobs, ["pending_reason", "queue_position", "estimated_start"], batch_size=500)
+        fields = ["pending_reason", "queue_position", "estimated_start", "estimated_start_p90"]
+        Job.objects.bulk_update(jobs, fields, batch_size=500)
         return
     table = Job._meta.db_table
     with connection.cursor() as cursor:
         for start in range(0, len(rows), 1000):
             chunk = rows[start : start + 1000]
-            values = ", ".join(["(%s, %s::jsonb, %s, %s::timestamptz)"] * len(chunk))
+            values = ", ".join(["(%s, %s::jsonb, %s, %s::timestamptz, %s::timestamptz)"] * len(chunk))
             params: list = []
-            for job_id, reason, position, estimate in chunk:
-                params += [job_id, json.dumps(reason), position, estimate]
+            for job_id, reason, position, estimate, late in chunk:
+                params += [job_id, json.dumps(reason), position, estimate, late]
             cursor.execute(
                 f"UPDATE {table} AS j SET pending_reason = v.reason, queue_position = v.position, "
-                f"estimated_start = v.estimate FROM (VALUES {values}) AS v(id, reason, position, estimate) "
+                "estimated_start = v.estimate, estimated_start_p90 = v.late "
+                f"FROM (VALUES {values}) AS v(id, reason, position, estimate, late) "
                 "WHERE j.id = v.id AND j.state = %s",
                 [*params, JobState.PENDING],
             )
@@ -553,16 +595,21 @@ def admission_apply(
 
 
 def pending_apply(pending: tuple[m.PendingInfo, ...]) -> None:
-    """Store each pending job's reason, position and estimate, writing only the rows that changed."""
+    """Store each pending job's reason, position and estimates, writing only the rows that changed."""
     rows = []
     infos = {int(info.workload_id): info for info in pending}
     current = Job.objects.filter(pk__in=infos, state=JobState.PENDING).values_list(
-        "id", "pending_reason", "queue_position", "estimated_start"
+        "id", "pending_reason", "queue_position", "estimated_start", "estimated_start_p90"
     )
-    for job_id, old_reason, old_position, old_estimate in current:
+    for job_id, old_reason, old_position, old_estimate, old_late in current:
         info = infos[job_id]
         reason = reason_to_json(info.reason)
-        estimate = datetime.fromtimestamp(info.estimated_start, tz=UTC) if info.estimated_start is not None else None
-        if (reason, info.position, estimate) != (old_reason, old_position, old_estimate):
-            rows.append((job_id, reason, info.position, estimate))
+        estimate = _moment(info.estimated_start)
+        late = _moment(info.estimated_start_p90)
+        if (reason, info.position, estimate, late) != (old_reason, old_position, old_estimate, old_late):
+            rows.append((job_id, reason, info.position, estimate, late))
     pending_update(rows)
+
+
+def _moment(ts: float | None) -> datetime | None:
+    return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None

@@ -37,6 +37,9 @@ REQUIRED_ACCESS = (
     ("get", "limitranges", "", True),
     ("create", "limitranges", "", True),
     ("update", "limitranges", "", True),
+    ("list", "services", "", False),  # training jobs' headless Services
+    ("create", "services", "", True),
+    ("delete", "services", "", True),
 )
 
 

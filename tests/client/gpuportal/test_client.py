@@ -279,3 +279,28 @@ def test_a_spec_refused_because_it_never_fits_is_checks_never_answer_and_others_
     replies.append((400, {"detail": "invalid input: gpu_milli: ...", "errors": {"gpu_milli": ["..."]}}))
     with pytest.raises(ValidationError):
         portal.check({**SPEC, "gpu_milli": 250})
+
+
+def test_a_training_spec_round_trips_and_capacity_reports_the_waiting_gang(portal_url, key_of, world, settings):
+    from django.utils import timezone
+
+    from scheduling.adapters.simulated import SimulatedCluster
+    from scheduling.services import cycle_run
+
+    portal = Portal(portal_url, key_of("alice"))
+    # Two A100 nodes of 8 GPUs in the test world: a 3 x 8 gang needs three, so it waits for capacity.
+    spec = {**SPEC, "kind": "training", "replicas": 3, "gpu": 8, "max_restarts": 2, "checkpoint_path": "s3://c/r"}
+    settings.QUEUE_NEVER_FITTING_JOBS = True  # today's nodes cannot hold it; new ones could
+    world.cluster_queues["vision"].flavors.filter(gpu_model=world.models["A100-80GB"]).update(nominal_gpus=64)
+    job = portal.submit({**spec, "spot": True})
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    job = portal.job(job)
+    assert (job.kind, job.replicas, job.max_restarts, job.checkpoint_path, job.spot) == (
+        "training",
+        3,
+        2,
+        "s3://c/r",
+        True,
+    )
+    assert job.state == "Pending"
+    assert portal.capacity() == [{"pool": "", "gpu_model": "A100-80GB", "jobs": 1, "nodes": 3, "largest": 3}]

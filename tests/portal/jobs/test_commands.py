@@ -20,6 +20,18 @@ def test_seed_demo_loads_the_demo_and_a_second_run_changes_nothing(settings):
     assert models == {"H100-80GB", "A100-80GB", "A10", "T4"}
     states = set(Job.objects.values_list("state", flat=True))
     assert {"Succeeded", "Admitted", "Pending"} <= states
+    assert {"batch", "training"} <= set(Job.objects.values_list("kind", flat=True))
+    spot = Job.objects.get(name="augment-spot")
+    assert (spot.state, spot.capacity_type) == ("Admitted", "spot")  # on the tainted spot node
+    # A 2 x 8-GPU gang that must stay in one rack of two A100 nodes, one of them partly busy: two
+    # new A100 nodes of the training pool (a rack of their own) would let it start.
+    gang = Job.objects.get(name="pretrain")
+    details = gang.pending_reason["details"]
+    assert (details["provision_pool"], details["provision_gpu_model"], details["provision_nodes"]) == (
+        "training",
+        "A100-80GB",
+        2,
+    )
     before = (sorted(Job.objects.values_list("id", flat=True)), sorted(SimNode.objects.values_list("name", flat=True)))
     out = StringIO()
     call_command("seed_demo", stdout=out)

@@ -122,3 +122,16 @@ def test_a_change_reads_in_words():
         "cq-nlp A100-80GB: nominal GPUs 2, borrowing limit no limit",
         "vision/default: fair-share weight 3",
     ]
+
+
+def test_a_failed_run_says_why_and_stops_polling(client, world):
+    run = WhatIfRun.objects.create(
+        created_by=world.users["admin"],
+        window_from=timezone.now() - timedelta(days=1),
+        window_to=timezone.now(),
+        status=WhatIfRun.Status.FAILED,
+        error="no nodes",
+    )
+    page = logged_in(client, world, "admin").get(f"/whatif/{run.pk}/").content.decode()
+    assert "The replay failed: no nodes" in page
+    assert "hx-trigger" not in page.split('id="progress"')[1].split(">")[0]

@@ -285,7 +285,24 @@ class Command(BaseCommand):
             ),
             ("vision", "detector-finetune", {"gpu": 8}, "high", 8 * 3600, ["H100-80GB"]),
             ("vision", "notebook-share", {"gpu_milli": 250}, "low", 2 * 3600, ["T4"]),
-            ("vision", "big-gang", {"gpu": 8, "replicas": 2}, "default", 12 * 3600, ["H100-80GB"]),
+            # A distributed training gang: it waits for H100 capacity and says how many nodes would start it.
+            (
+                "vision",
+                "big-gang",
+                {"kind": "training", "gpu": 8, "replicas": 2, "checkpoint_path": "s3://vision-ckpt/big-gang"},
+                "default",
+                12 * 3600,
+                ["H100-80GB"],
+            ),
+            # Opted in to spot capacity (the tainted a100-spot node, at the spot price).
+            (
+                "vision",
+                "augment-spot",
+                {"gpu": 4, "spot": True, "checkpoint_path": "s3://vision-ckpt/augment"},
+                "low",
+                6 * 3600,
+                ["A100-80GB"],
+            ),
             (
                 "nlp",
                 "llama-70b-serve",
@@ -298,7 +315,14 @@ class Command(BaseCommand):
             (
                 "nlp",
                 "pretrain",
-                {"gpu": 8, "replicas": 2, "required_topology": "rack"},
+                {
+                    "kind": "training",
+                    "gpu": 8,
+                    "replicas": 2,
+                    "required_topology": "rack",
+                    "checkpoint_path": "s3://nlp-ckpt/pretrain",
+                    "max_restarts": 2,
+                },
                 "default",
                 24 * 3600,
                 ["A100-80GB"],
