@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.utils import timezone
 
-from billing.models import Budget, BudgetAlert, CapacitySnapshot, PriceBookEntry, UsageRecord
+from billing.models import Budget, BudgetAlert, CapacitySnapshot, IdleFlag, IdlePolicy, PriceBookEntry, UsageRecord
 from portal.ops.models import AuditEntry
 from portal.ops.services import audit_record
 
@@ -85,3 +85,23 @@ class UsageRecordAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False  # usage is metered, never edited
+
+
+@admin.register(IdlePolicy)
+class IdlePolicyAdmin(admin.ModelAdmin):
+    list_display = ("cluster_queue", "below_pct", "minutes", "action", "enabled")
+    list_editable = ("below_pct", "minutes", "action", "enabled")
+
+
+@admin.register(IdleFlag)
+class IdleFlagAdmin(admin.ModelAdmin):
+    """Flags are the check's record: read only."""
+
+    list_display = ("job", "attempt", "flagged_at", "peak_util_pct", "below_pct", "minutes", "stopped")
+    list_filter = ("stopped",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

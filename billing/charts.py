@@ -5,13 +5,12 @@ Figures are chart data: amounts become floats here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 
 import plotly.graph_objects as go
 
 from billing.core.advice import HIGH_UTILIZATION_PCT, LOW_UTILIZATION_PCT
-from billing.core.allocation import IDLE, ZERO, Allocation, Figures
+from billing.core.allocation import IDLE, Allocation
 
 LAYOUT = {"margin": {"l": 55, "r": 20, "t": 40, "b": 40}, "height": 340, "legend": {"orientation": "h"}}
 TOP_GROUPS = 12  # charts show the costliest groups and one "other" series: 100 stacked series are unreadable
@@ -72,23 +71,16 @@ def series_over_steps(allocation: Allocation, attribute: str, *, skip: tuple[str
 
 
 def cost_dashboard_figures(by_namespace: Allocation, by_model: Allocation) -> dict[str, go.Figure]:
-    """The cost page's charts: GPU-hours and cost per namespace over time, GPU models (with idle for
-    admins), efficiency per namespace, and idle against allocated capacity when idle is shown."""
+    """The cost page's charts: GPU-hours and cost per namespace over time, GPU-hours and cost per GPU
+    model (two charts: one unit per axis), efficiency per namespace, and idle against allocated
+    capacity when idle is shown (platform admins)."""
     times = [s for s, _, _ in by_namespace.steps]
     namespaces = by_namespace.group_totals()
-    idle_models = by_namespace.idle_by_model  # admins only (empty for tenants)
-    model_names = sorted(set(by_model.totals) | set(idle_models))
-
-    def per_model(totals: Mapping[str, Figures], attribute: str) -> list[float]:
-        return [float(getattr(totals.get(m, ZERO), attribute)) for m in model_names]
-
-    model_values = {
-        "GPU-hours": per_model(by_model.totals, "gpu_hours"),
-        "GPU cost (USD)": per_model(by_model.totals, "gpu_cost"),
-    }
-    if idle_models:
-        model_values["idle GPU-hours"] = per_model(idle_models, "gpu_hours")
-        model_values["idle cost (USD)"] = per_model(idle_models, "gpu_cost")
+    # One unit per axis: GPU-hours and USD are two charts. Idle capacity is not a model's use: it has
+    # its own chart (idle against allocated), where it cannot dwarf the teams' bars.
+    used_models = sorted(by_model.totals)
+    hours_by_model = {"GPU-hours": [float(by_model.totals[m].gpu_hours) for m in used_models]}
+    cost_by_model = {"GPU cost": [float(by_model.totals[m].gpu_cost) for m in used_models]}
     figures = {
         "gpu_hours": stacked_over_time(
             times, series_over_steps(by_namespace, "gpu_hours", skip=(IDLE,)),
@@ -98,7 +90,8 @@ def cost_dashboard_figures(by_namespace: Allocation, by_model: Allocation) -> di
             times, series_over_steps(by_namespace, "total_cost", skip=(IDLE,)),
             title="Cost per namespace (USD)", y_title="USD", bars=True,
         ),
-        "models": by_category(model_names, model_values, title="By GPU model", y_title="GPU-hours / USD"),
+        "models": by_category(used_models, hours_by_model, title="GPU-hours by GPU model", y_title="GPU-hours"),
+        "models_cost": by_category(used_models, cost_by_model, title="GPU cost by GPU model", y_title="USD"),
         "efficiency": efficiency_bars(
             list(namespaces),
             [None if f.gpu_efficiency is None else f.gpu_efficiency * 100 for f in namespaces.values()],

@@ -267,3 +267,58 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} {self.month:%Y-%m}: {self.threshold_pct} % (${self.spend_usd} of ${self.budget_usd})"
+
+
+class IdlePolicy(models.Model):
+    """A cluster queue's idle-GPU policy (dstack's utilization policy): a running job whose GPUs all
+    stay under ``below_pct`` utilization for ``minutes`` is flagged on its page and, with ``stop``, is
+    stopped (it fails with the reason) and its owner told (the failure notification)."""
+
+    class Action(models.TextChoices):
+        FLAG = "flag", "flag the job on its page"
+        STOP = "stop", "flag, stop the job and tell its owner"
+
+    cluster_queue = models.OneToOneField("jobs.ClusterQueue", on_delete=models.CASCADE, related_name="idle_policy")
+    below_pct = models.FloatField(
+        default=5.0,
+        validators=[MinValueValidator(0.0)],
+        help_text="Idle while every GPU sample of the job is under this utilization (%).",
+    )
+    minutes = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)], help_text="For this long, without a sample at or above it."
+    )
+    action = models.CharField(max_length=10, choices=Action.choices, default=Action.FLAG)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        verbose_name_plural = "idle policies"
+
+    def __str__(self) -> str:
+        return f"{self.cluster_queue}: under {self.below_pct:g} % for {self.minutes} min → {self.action}"
+
+
+class IdleFlag(models.Model):
+    """One attempt of a job found idle under its queue's policy (once per attempt)."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="idle_flags")
+    attempt = models.PositiveIntegerField()
+    flagged_at = models.DateTimeField()
+    peak_util_pct = models.FloatField(help_text="The highest GPU utilization sample in the window.")
+    below_pct = models.FloatField()
+    minutes = models.PositiveIntegerField()
+    stopped = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-flagged_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="uniq_idle_flag")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}: idle ({self.peak_util_pct:g} % peak)"
+
+    @property
+    def message(self) -> str:
+        return idle_message(peak_pct=self.peak_util_pct, below_pct=self.below_pct, minutes=self.minutes)
+
+
+def idle_message(*, peak_pct: float, below_pct: float, minutes: int) -> str:
+    return f"GPUs idle: at most {peak_pct:.1f} % utilization for {minutes} min (the queue's limit is {below_pct:g} %)"

@@ -247,13 +247,14 @@ GPU_ALLOCATION_SQL = (
 )
 
 TEAM_EFFICIENCY_SQL = """SELECT r.team_id, SUM(r.gpu_usage), SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
-    FROM billing_usagehourly r WHERE r.epoch_hour >= %s AND r.team_id IN ({placeholders})
+    FROM billing_usagehourly r WHERE r.epoch_hour >= %s AND r.epoch_hour < %s AND r.team_id IN ({placeholders})
     GROUP BY r.team_id"""
 
 
 def job_efficiency_sql(team_count: int) -> str:
     """Per job: GPU usage, utilization and framebuffer (weighted by GPU usage, over the measured part),
-    least efficient first. Parameters: the team ids, the earliest interval end, the limit."""
+    least efficient first. Parameters: the team ids, the window's start and end (intervals that overlap
+    it), the limit."""
     placeholders = ", ".join(["%s"] * team_count)
     usage = "CAST(u.gpu_usage AS DOUBLE PRECISION)"
     per_job = f"""
@@ -264,7 +265,7 @@ def job_efficiency_sql(team_count: int) -> str:
                 / NULLIF(SUM(CASE WHEN u.gpu_fb_used_mib IS NOT NULL THEN {usage} END), 0) AS fb,
             SUM(CASE WHEN u.gpu_util_pct IS NOT NULL THEN {usage} ELSE 0 END) AS measured
         FROM billing_usagerecord u
-        WHERE u.team_id IN ({placeholders}) AND u."end" > %s AND u.gpu_share_7000ths > 0
+        WHERE u.team_id IN ({placeholders}) AND u."end" > %s AND u.start < %s AND u.gpu_share_7000ths > 0
         GROUP BY u.job_id, u.team_id
     """
     return (

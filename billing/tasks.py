@@ -49,3 +49,17 @@ def budget_check_task() -> None:
     from billing import services
 
     services.budget_check()
+
+
+@shared_task(
+    name="billing.tasks.idle_check",
+    ignore_result=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    max_retries=3,
+)
+def idle_check_task() -> None:
+    """Flag (and stop, per queue policy) jobs whose GPUs stay idle (``billing.services.idle``)."""
+    from billing.services.idle import idle_check
+
+    idle_check()

@@ -34,6 +34,11 @@ class UtilizationSource(Protocol):
 
     def job_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> Utilization: ...
 
+    def job_peak_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> float | None:
+        """The highest GPU utilization sample (%) of any of the job's GPUs in the interval; None when
+        unmeasured (the idle-GPU policy never acts on an unknown)."""
+        ...
+
 
 class PrometheusError(Exception):
     pass
@@ -72,20 +77,34 @@ class PrometheusUtilization:
             raise PrometheusError(f"Prometheus answered {body.get('errorType')}: {body.get('error')}")
         return body["data"]["result"]
 
-    def _average(self, metric: str, *, selector: str, start: datetime, end: datetime) -> float | None:
+    def _samples(self, metric: str, *, selector: str, start: datetime, end: datetime) -> list[float]:
         # About 200 points per interval, never finer than Prometheus' usual 1 s resolution.
         step_s = max(1.0, math.ceil((end - start).total_seconds() / 200))
-        values = [
+        return [
             float(value)
             for series in self.query_range(query=f"{metric}{{{selector}}}", start=start, end=end, step_s=step_s)
             for _, value in series.get("values", [])
             if value not in ("NaN", "+Inf", "-Inf")
         ]
+
+    def _average(self, metric: str, *, selector: str, start: datetime, end: datetime) -> float | None:
+        values = self._samples(metric, selector=selector, start=start, end=end)
         return sum(values) / len(values) if values else None
 
-    def job_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> Utilization:
+    def _selector(self, job_id: int, namespace: str) -> str:
         pod = self.pod_regex.replace("{job_id}", str(job_id))
-        selector = f'namespace="{_escape(namespace)}",pod=~"{_escape(pod)}"'
+        return f'namespace="{_escape(namespace)}",pod=~"{_escape(pod)}"'
+
+    def job_peak_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> float | None:
+        try:
+            values = self._samples(GPU_UTIL_METRIC, selector=self._selector(job_id, namespace), start=start, end=end)
+        except PrometheusError as exc:
+            logger.warning("no utilization for job %s: %s", job_id, exc)
+            return None
+        return max(values) if values else None
+
+    def job_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> Utilization:
+        selector = self._selector(job_id, namespace)
         try:
             return Utilization(
                 self._average(GPU_UTIL_METRIC, selector=selector, start=start, end=end),
@@ -121,6 +140,14 @@ class SimulatedUtilization:
         util = 5 + digest[0] * 95 / 255
         return Utilization(round(util, 2), round(1024 + digest[1] * 300, 1))
 
+    def job_peak_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> float | None:
+        """The backend's own peak when it offers one (``gpu_peak_utilization``), else the job's steady
+        figure (the simulated cluster's utilization does not vary within a run)."""
+        own = getattr(self.backend, "gpu_peak_utilization", None)
+        if callable(own):
+            return own(job_id=job_id, start=start, end=end)
+        return self.job_utilization(job_id=job_id, namespace=namespace, start=start, end=end).gpu_util_pct
+
 
 class NoUtilization:
     """A real cluster without Prometheus: utilization is unknown, never invented."""
@@ -129,6 +156,9 @@ class NoUtilization:
 
     def job_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> Utilization:
         return UNKNOWN
+
+    def job_peak_utilization(self, *, job_id: int, namespace: str, start: datetime, end: datetime) -> float | None:
+        return None
 
 
 def utilization_source() -> UtilizationSource:

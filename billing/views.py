@@ -20,14 +20,10 @@ from billing.api.params import parse_window
 from billing.core.advice import CENTS
 from billing.core.allocation import IDLE
 from billing.core.windows import month_start, next_month
-from billing.selectors import (
-    AllocationQuery,
-    budget_alert_list,
-    budget_status_list,
-    cost_allocation,
-    team_efficiency_list,
-)
+from billing.selectors import AllocationQuery, cost_allocation, team_efficiency_list
+from billing.selectors.breakdown import cost_by_label, cost_by_quota_use, cost_by_user, label_keys
 from billing.selectors.efficiency import job_recommendation_list
+from billing.selectors.forecast import month_forecast_list
 from billing.selectors.invoices import Invoice, invoice_get
 from portal.pages.charts import figure_html
 from portal.tenants.models import Team
@@ -36,17 +32,25 @@ from portal.tenants.selectors import team_list_for_user
 WINDOWS = {"24h": 1, "7d": 24, "30d": 24, "month": 24, "lastmonth": 24}  # window → step in hours
 
 
-@login_required
-def cost_dashboard(request: HttpRequest) -> HttpResponse:
-    now = timezone.now()
+def _window_query(request: HttpRequest, now: datetime) -> tuple[str, AllocationQuery]:
     window_text = request.GET.get("window", "7d")
     if window_text not in WINDOWS:
         window_text = "7d"
     start, end = parse_window(window_text, now)
-    step_hours = WINDOWS[window_text]
     teams = team_list_for_user(user=request.user)
     team_ids = None if request.user.is_staff else frozenset(teams.values_list("pk", flat=True))
-    query = AllocationQuery(start=start, end=end, step_hours=step_hours, aggregate="namespace", team_ids=team_ids)
+    step_hours = WINDOWS[window_text]
+    return window_text, AllocationQuery(
+        start=start, end=end, step_hours=step_hours, aggregate="namespace", team_ids=team_ids
+    )
+
+
+@login_required
+def cost_dashboard(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    window_text, query = _window_query(request, now)
+    start, end, step_hours = query.start, query.end, query.step_hours
+    teams = team_list_for_user(user=request.user)
     by_namespace = cost_allocation(query, now=now)
     by_model = cost_allocation(replace(query, aggregate="gpu_model", show_idle=False), now=now)
     figures = charts.cost_dashboard_figures(by_namespace, by_model)
@@ -63,14 +67,40 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
             "charts": {name: figure_html(figure) for name, figure in figures.items()},
             "totals": by_namespace.group_totals(),
             "idle_total": by_namespace.totals.get(IDLE),
-            "budgets": budget_status_list(teams=teams, now=now),
-            "alerts": budget_alert_list(teams=teams, now=now),
-            "jobs": job_recommendation_list(teams=teams, since=start),
-            "team_efficiency": team_efficiency_list(teams=teams, since=start),
+            "months_ahead": month_forecast_list(teams=teams, now=now),
+            # The page's own "This month" card says each team's budget with today's figure: the
+            # site-wide banner (which names the threshold crossed) would only repeat it.
+            "budget_alerts": [],
+            "jobs": job_recommendation_list(teams=teams, since=start, until=end),
+            "team_efficiency": team_efficiency_list(teams=teams, since=start, until=end),
             "teams": teams,
             "months": [this_month, month_start(this_month - timedelta(days=1))],
             "csv_url": f"{reverse('billing:api-cost-allocation')}?{query_string}&format=csv",
             "api_url": f"{reverse('billing:api-cost-allocation')}?{query_string}",
+        },
+    )
+
+
+@login_required
+def cost_breakdown(request: HttpRequest) -> HttpResponse:
+    """The page's breakdowns over its window (an htmx fragment, loaded after the page): by user, by a
+    label, guaranteed vs borrowed quota."""
+    now = timezone.now()
+    window_text, query = _window_query(request, now)
+    keys = label_keys(start=query.start, end=query.end, team_ids=query.team_ids)
+    key = request.GET.get("label", "")
+    if key not in keys:
+        key = keys[0] if keys else ""
+    return render(
+        request,
+        "billing/_breakdown.html",
+        {
+            "window": window_text,
+            "by_user": cost_by_user(query, now=now),
+            "label_keys": keys,
+            "label": key,
+            "by_label": cost_by_label(query, key=key, now=now) if key else [],
+            "quota_use": cost_by_quota_use(start=query.start, end=query.end, now=now, team_ids=query.team_ids),
         },
     )
 

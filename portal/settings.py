@@ -13,6 +13,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from scheduling.adapters.k8s.resources import quantity
 from scheduling.engine.windows import parse_span, zone_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -52,6 +53,7 @@ INSTALLED_APPS = [
     "portal.tokens",
     "portal.notifications",
     "portal.schedules",
+    "portal.serving",
     "portal.whatif",
     "portal.ops",
     "scheduling",
@@ -187,6 +189,7 @@ CELERY_BEAT_SCHEDULE = {
         "kwargs": {"periodic": True},  # deduplicated per interval (scheduling.services.periodic_claim)
     },
     "metering": {"task": "billing.tasks.metering_run", "schedule": METERING_INTERVAL_S},
+    "idle-gpus": {"task": "billing.tasks.idle_check", "schedule": env_float("IDLE_CHECK_INTERVAL_S", 60.0)},
 }
 
 # --- Scheduling --------------------------------------------------------------------------------
@@ -194,6 +197,9 @@ CLUSTER_BACKEND = env_choice("CLUSTER_BACKEND", "simulated", {"simulated", "kube
 # Simulated cluster: a job "runs" for runtime / SIM_SPEEDUP wall seconds.
 SIM_SPEEDUP = env_float("SIM_SPEEDUP", 60.0)
 PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "portal")  # fragmentation-aware (docs/simulator.md)
+# Decisions the forecast of estimated starts may take per run, twice a cycle (P50 and P90): pending
+# jobs it does not reach get no estimate (Slurm's bf_max_job_test). See bench/bench_dryrun.py.
+FORECAST_DECISIONS = env_int("FORECAST_DECISIONS", 3000)
 # A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
 # any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
 # limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a
@@ -242,6 +248,7 @@ K8S_WATCH_TIMEOUT_S = env_int("K8S_WATCH_TIMEOUT_S", 60)  # one watch's length b
 K8S_SYNC_TIMEOUT_S = env_float("K8S_SYNC_TIMEOUT_S", 10.0)  # wait for the caches before a cycle
 K8S_API_RETRIES = env_int("K8S_API_RETRIES", 3)  # attempts per call on 5xx/429/timeouts
 K8S_API_BACKOFF_S = env_float("K8S_API_BACKOFF_S", 0.2)  # first retry delay, doubling
+K8S_START_THREADS = env_int("K8S_START_THREADS", 8)  # pods created and bound at once after a cycle
 K8S_POD_GRACE_S = env_int("K8S_POD_GRACE_S", 30)  # grace period when preempting or cancelling
 K8S_RUN_AS_USER = env_int("K8S_RUN_AS_USER", 1000)  # uid/gid of every pod (restricted PSS: non-root)
 # An admitted job whose pods are not running after this long is requeued by the sweeper.
@@ -250,6 +257,25 @@ CLUSTER_SYNC_INTERVAL_S = env_float("CLUSTER_SYNC_INTERVAL_S", 15.0)
 SWEEP_INTERVAL_S = env_float("SWEEP_INTERVAL_S", 60.0)
 # A task whose worker died unacknowledged is redelivered after this long (Redis visibility timeout).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 300)}
+# Team namespaces kept in step (docs/kubernetes.md): each team's namespace gets a ResourceQuota at its
+# queues' ceiling and a LimitRange with these container defaults (the seed's ai-limits); the cluster
+# sync task checks them every NAMESPACE_SYNC_INTERVAL_S and rewrites any that drifted.
+K8S_NAMESPACE_OBJECTS = env_bool("K8S_NAMESPACE_OBJECTS", True)
+NAMESPACE_SYNC_INTERVAL_S = env_float("NAMESPACE_SYNC_INTERVAL_S", 60.0)
+K8S_LIMIT_DEFAULT = env_list("K8S_LIMIT_DEFAULT", ["cpu=4", "memory=8Gi", "nvidia.com/gpu=1"])
+K8S_LIMIT_DEFAULT_REQUEST = env_list("K8S_LIMIT_DEFAULT_REQUEST", ["cpu=2", "memory=4Gi", "nvidia.com/gpu=1"])
+for _name, _items in (
+    ("K8S_LIMIT_DEFAULT", K8S_LIMIT_DEFAULT),
+    ("K8S_LIMIT_DEFAULT_REQUEST", K8S_LIMIT_DEFAULT_REQUEST),
+):
+    for _item in _items:
+        _resource, _, _amount = _item.partition("=")
+        try:
+            quantity(_amount)
+        except ValueError:
+            raise ImproperlyConfigured(f"{_name}: {_item!r} is not resource=quantity (e.g. memory=8Gi)") from None
+        if not _resource or not _amount:
+            raise ImproperlyConfigured(f"{_name}: {_item!r} is not resource=quantity (e.g. memory=8Gi)")
 CELERY_BEAT_SCHEDULE["cluster-sync"] = {
     "task": "scheduling.tasks.cluster_sync",
     "schedule": CLUSTER_SYNC_INTERVAL_S,
@@ -325,6 +351,22 @@ if _problem := zone_problem(OFFPEAK_TIMEZONE):
 CELERY_BEAT_SCHEDULE["schedules-fire"] = {
     "task": "portal.schedules.tasks.schedules_fire",
     "schedule": SCHEDULE_FIRE_INTERVAL_S,
+}
+
+# --- Inference services (README, Inference services) ---------------------------------------------
+# The autoscaler's pass; the load comes from Prometheus (PROMETHEUS_URL, these queries with {namespace}
+# and {service} filled in) or, without it, from the simulated cluster's wave of SERVING_SIM_PERIOD_S.
+SERVING_AUTOSCALE_INTERVAL_S = env_float("SERVING_AUTOSCALE_INTERVAL_S", 15.0)
+SERVING_SIM_PERIOD_S = env_float("SERVING_SIM_PERIOD_S", 3600.0)
+SERVING_RPS_QUERY = env_str(
+    "SERVING_RPS_QUERY", 'sum(rate(http_requests_total{namespace="{namespace}",service="{service}"}[1m]))'
+)
+SERVING_CONCURRENCY_QUERY = env_str(
+    "SERVING_CONCURRENCY_QUERY", 'sum(http_requests_in_flight{namespace="{namespace}",service="{service}"})'
+)
+CELERY_BEAT_SCHEDULE["services-autoscale"] = {
+    "task": "portal.serving.tasks.services_autoscale",
+    "schedule": SERVING_AUTOSCALE_INTERVAL_S,
 }
 
 # --- Security (README, Security settings) -------------------------------------------------------

@@ -14,6 +14,8 @@ worker processes report the same figures without a multiprocess registry:
 - ``portal_capacity_wanted_nodes{pool, gpu_model}`` (and ``_largest_nodes``,
   ``portal_capacity_waiting_workloads``): the capacity signal, new nodes that would let the jobs
   waiting for capacity start.
+- ``portal_namespace_object_in_sync{namespace, kind}`` and ``portal_namespace_object_repairs_total``:
+  team namespaces' ResourceQuota and LimitRange at the last namespace sync.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from scheduling.engine.mig import default_device_memory_gib
 from scheduling.engine.model import ReplicaPlacement
 from scheduling.engine.shares import QUOTA_MILLI_PER_GPU, placement_quota_milli
 from scheduling.models import CycleRun
-from scheduling.selectors import capacity_wanted
+from scheduling.selectors import capacity_wanted, namespace_objects
 
 WAIT_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 CYCLE_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -81,6 +83,7 @@ class PortalCollector:
         yield self.admitted_workloads()
         yield from self.pods_ready_timeouts()
         yield from self.capacity_wanted()
+        yield from self.namespace_objects()
         total = GaugeMetricFamily("portal_cluster_gpus", "GPUs in the cluster at the last cycle.")
         total.add_metric([], runs[0][1] if runs else 0)
         yield total
@@ -234,6 +237,24 @@ class PortalCollector:
             largest.add_metric([row.pool, row.gpu_model], row.largest)
             jobs.add_metric([row.pool, row.gpu_model], row.jobs)
         return nodes, largest, jobs
+
+    def namespace_objects(self):
+        """Team namespaces kept in step: whether each ResourceQuota and LimitRange matched at the last
+        namespace sync, and how often a sync found one drifted and rewrote it."""
+        in_sync = GaugeMetricFamily(
+            "portal_namespace_object_in_sync",
+            "1 when the namespace's ResourceQuota or LimitRange matched the portal's at the last sync.",
+            labels=["namespace", "kind"],
+        )
+        repairs = CounterMetricFamily(
+            "portal_namespace_object_repairs",
+            "Times the namespace sync found the object absent or drifted and rewrote it.",
+            labels=["namespace", "kind"],
+        )
+        for row in namespace_objects():
+            in_sync.add_metric([row.namespace, row.kind], 1 if row.in_sync else 0)
+            repairs.add_metric([row.namespace, row.kind], row.repairs)
+        return in_sync, repairs
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

@@ -86,3 +86,29 @@ class NodePool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class NamespaceObject(models.Model):
+    """A team namespace's ResourceQuota or LimitRange as the last namespace sync found it.
+
+    ``drift`` lists how the live object differed from the portal's (empty when it matched); the sync
+    repairs it in the same pass (``action``) and counts the repairs. The cluster page and /metrics
+    read these rows (``scheduling.selectors.namespace_objects``)."""
+
+    namespace = models.CharField(max_length=63)
+    kind = models.CharField(max_length=20, help_text="ResourceQuota or LimitRange")
+    name = models.CharField(max_length=253)
+    in_sync = models.BooleanField(default=True, help_text="Matched the portal's object when last checked.")
+    drift = models.JSONField(default=list, blank=True, help_text="How it differed, in words.")
+    action = models.CharField(max_length=300, blank=True, help_text="none, created, replaced or failed: why")
+    checked_at = models.DateTimeField()
+    repaired_at = models.DateTimeField(null=True, blank=True)
+    repairs = models.PositiveIntegerField(default=0, help_text="Times the sync found drift and rewrote it.")
+    wanted = models.JSONField(default=dict, blank=True, help_text="The object the portal wants.")
+
+    class Meta:
+        ordering = ["namespace", "kind"]
+        constraints = [models.UniqueConstraint(fields=["namespace", "kind"], name="uniq_namespace_object")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace} {self.kind}: {'in sync' if self.in_sync else 'drifted'}"

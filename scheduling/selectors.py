@@ -9,24 +9,37 @@ cache); callers pass ``backend`` when they already hold one.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from django.conf import settings
+from django.db.models import Max
+from django.utils import timezone
 
-from portal.jobs.models import GpuModel, Job
+from portal.jobs.models import GpuModel, Job, JobAttempt, LocalQueue
 from portal.jobs.states import JobState
-from portal.tenants.selectors import team_list_for_user
+from portal.tenants.models import Team
+from portal.tenants.selectors import team_holds, team_list_for_user
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
+from scheduling.adapters.k8s.namespaces import NamespaceObjects, cpu_quantity, memory_quantity
+from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
 from scheduling.adapters.orm import queues_load, workload_from_job
+from scheduling.engine.dryrun import Check, DryRun, Suggestion
+from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.filters import topology_levels
-from scheduling.engine.model import GpuNode, Policy, Reason, Snapshot
+from scheduling.engine.mig import mig_geometry
+from scheduling.engine.model import GpuNode, Policy, Reason, Snapshot, Workload
 from scheduling.engine.pools import pool_index, share_capacity_milli
+from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
 from scheduling.engine.verdict import never_fits
+from scheduling.models import CycleRun, NamespaceObject
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +47,7 @@ logger = logging.getLogger(__name__)
 def policy_from_settings() -> Policy:
     """The cycle's policy, from the settings (placement, seed, topology labels)."""
     return Policy(
+        forecast_decisions=settings.FORECAST_DECISIONS,
         placement=settings.PLACEMENT_POLICY,
         seed=settings.SCHEDULER_SEED,
         rack_label=settings.K8S_RACK_LABEL,
@@ -228,3 +242,167 @@ def training_environment(*, job: Job) -> list[dict[str, str]]:
         }
         for worker in range(min(job.replicas, MAX_WORKERS_SHOWN))
     ]
+
+
+# -- expected runtimes: what similar jobs of the team actually ran ----------------------------------
+
+HISTORY_RUNS = 200  # a team's latest finished runs that count
+
+
+def expected_runtimes(workloads: Iterable[Workload], *, speedup: float) -> tuple[tuple[str, float, float], ...]:
+    """(id, P50, P90) expected runtime of each workload in the cluster's seconds, from its team's latest
+    ``HISTORY_RUNS`` succeeded runs (``estimate.runtime_from_history``: runs of the same requested
+    runtime, else the team's ratio of run to request, else the request). One query."""
+    workloads = list(workloads)
+    teams = {w.team for w in workloads}
+    if not teams:
+        return ()
+    rows = (
+        JobAttempt.objects.filter(
+            outcome=JobState.SUCCEEDED, job__team__slug__in=teams, started_at__isnull=False, ended_at__isnull=False
+        )
+        .order_by("-ended_at")
+        .values_list("job__team__slug", "job__runtime_s", "started_at", "ended_at")[: HISTORY_RUNS * len(teams)]
+    )
+    runs: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for team, asked, started, ended in rows:
+        if len(runs[team]) < HISTORY_RUNS and started is not None and ended is not None:
+            runs[team].append((float(asked), max(0.0, (ended - started).total_seconds())))
+    memo: dict[tuple[str, float], tuple[float, float]] = {}
+    out: list[tuple[str, float, float]] = []
+    for w in workloads:
+        key = (w.team, w.runtime_s)
+        if key not in memo:
+            memo[key] = runtime_from_history(w.runtime_s, runs.get(w.team, ()), speedup)
+        p50, p90 = memo[key]
+        out.append((w.id, p50, max(p50, p90)))
+    return tuple(out)
+
+
+def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
+    """The snapshot a cycle plans from: rows, nodes, team holds and the expected runtimes."""
+    snapshot = orm.snapshot_load(backend=backend, teams_blocked=team_holds(), now=now)
+    return replace(snapshot, runtimes=expected_runtimes(snapshot.workloads, speedup=runtime_speedup()))
+
+
+# -- the dry run ------------------------------------------------------------------------------------
+
+DRY_RUN_TTL_S = 5.0  # a kept cycle state answers dry runs this long at most (nodes change without rows)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    key: tuple[object, ...]
+    built: float  # time.monotonic()
+    as_of: datetime
+    dry_run: DryRun
+
+
+_kept: dict[str, _Kept] = {}
+_kept_lock = threading.Lock()
+
+
+def _last_cycle_key() -> tuple[object, ...]:
+    """Changes with every scheduling cycle (one indexed query)."""
+    return (CycleRun.objects.aggregate(last=Max("id"))["last"], settings.CLUSTER_BACKEND)
+
+
+def dry_run_state(*, backend: ClusterBackend | None = None) -> tuple[DryRun, datetime]:
+    """The last cycle's state for dry runs, kept per process: one cycle over the snapshot, as the
+    scheduler runs it, rebuilt once a scheduling cycle has run since or after ``DRY_RUN_TTL_S`` (a job
+    submitted in between is seen by the next cycle, and by dry runs from then on)."""
+    key = _last_cycle_key()
+    with _kept_lock:
+        kept = _kept.get("state")
+        if kept is not None and kept.key == key and time.monotonic() - kept.built < DRY_RUN_TTL_S:
+            return kept.dry_run, kept.as_of
+        now = timezone.now()
+        snapshot = snapshot_for_cycle(backend=backend or cluster_backend(), now=now)
+        dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
+        _kept["state"] = _Kept(key, time.monotonic(), now, dry_run)
+        return dry_run, now
+
+
+def dry_run_forget() -> None:
+    """Drop the kept state (tests that change nodes without touching a job)."""
+    with _kept_lock:
+        _kept.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class JobCheck:
+    """A dry run's answer with what the caller needs to price and word it."""
+
+    check: Check
+    suggestions: tuple[Suggestion, ...]
+    as_of: datetime
+    capacity_type: str  # of the nodes it would run on (on-demand when they differ or none)
+
+
+def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> JobCheck:
+    """What the next cycle decides for ``workload`` (not submitted), when it would start, and the
+    smallest changes that start it sooner (``scheduling.engine.dryrun``)."""
+    dry_run, as_of = dry_run_state(backend=backend)
+    runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())}
+    check = dry_run.check(workload, runtimes.get(workload.id))
+    lq = dry_run.cycle.lq_by_name.get(workload.local_queue)
+    models = dry_run.cycle.quota.flavors.get(lq.cluster_queue, ()) if lq is not None else ()
+    suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
+    nodes = {n.name: n for n in dry_run.snapshot.nodes}
+    types = {node_capacity_type(nodes[p.node]) for p in check.placements if p.node in nodes}
+    return JobCheck(check, suggestions, as_of, types.pop() if len(types) == 1 else "on-demand")
+
+
+def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """``["cpu=4", "memory=8Gi"]`` (settings checked them) as sorted pairs."""
+    return tuple(sorted(tuple(item.split("=", 1)) for item in items))  # type: ignore[misc]
+
+
+def namespace_objects_wanted() -> list[NamespaceObjects]:
+    """Each team namespace's ResourceQuota and LimitRange as the portal wants them (the rules are in
+    ``scheduling.adapters.k8s.namespaces``): the ceilings of the ClusterQueues the team's local
+    queues point at, summed per resource, by ``QuotaBook.ceiling``."""
+    cluster_queues, _ = queues_load()
+    book = QuotaBook(cluster_queues)
+    by_name = {cq.name: cq for cq in cluster_queues}
+    models = {g.name: g for g in GpuModel.objects.all()}
+    queues_of: dict[str, set[str]] = defaultdict(set)
+    for namespace, cq_name in LocalQueue.objects.values_list("team__namespace", "cluster_queue__name"):
+        queues_of[namespace].add(cq_name)
+    default, default_request = _pairs(settings.K8S_LIMIT_DEFAULT), _pairs(settings.K8S_LIMIT_DEFAULT_REQUEST)
+    wanted = []
+    for namespace in sorted(Team.objects.values_list("namespace", flat=True)):
+        gpu_milli = 0
+        mig: dict[str, int] = defaultdict(int)
+        cpu: int | None = 0
+        memory: int | None = 0
+        for name in sorted(queues_of.get(namespace, ())):
+            for flavor in by_name[name].flavors:
+                ceiling = book.ceiling(name, gpu_key(flavor.gpu_model)) or 0
+                gpu_milli += ceiling
+                model = models.get(flavor.gpu_model)
+                for profile in (model.mig_profiles or []) if model else []:
+                    geometry = mig_geometry(profile, model.memory_gib) if model else None
+                    if geometry is not None and geometry.gpu_milli:
+                        mig[profile] += ceiling // geometry.gpu_milli
+            cpu_ceiling, memory_ceiling = book.ceiling(name, CPU), book.ceiling(name, MEMORY)
+            cpu = None if cpu is None or cpu_ceiling is None else cpu + cpu_ceiling
+            memory = None if memory is None or memory_ceiling is None else memory + memory_ceiling
+        hard = {f"requests.{GPU_RESOURCE}": str(gpu_milli // 1000)}
+        hard.update({f"requests.{MIG_RESOURCE_PREFIX}{profile}": str(count) for profile, count in mig.items()})
+        if cpu is not None and queues_of.get(namespace):
+            hard["requests.cpu"] = cpu_quantity(cpu)
+        if memory is not None and queues_of.get(namespace):
+            hard["requests.memory"] = memory_quantity(memory)
+        wanted.append(NamespaceObjects(namespace, tuple(sorted(hard.items())), default, default_request))
+    return wanted
+
+
+def namespace_objects(*, namespaces: Iterable[str] | None = None) -> list[NamespaceObject]:
+    """The last namespace sync's findings, one row per namespace and kind (ResourceQuota, LimitRange):
+    in sync or not, how it had drifted, what the sync did and how often it repaired it. ``namespaces``
+    limits them to some teams' namespaces (None: all, for platform admins and the cluster page)."""
+    rows = NamespaceObject.objects.all()
+    if namespaces is not None:
+        rows = rows.filter(namespace__in=list(namespaces))
+    return list(rows.order_by("namespace", "kind"))

@@ -38,10 +38,11 @@ from portal.tenants.selectors import team_holds
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, Observation
 from scheduling.adapters.factory import cluster_backend
+from scheduling.adapters.k8s.namespaces import namespace_manifest
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.provisioning import capacity_requests, with_capacity_requests
-from scheduling.models import CycleRun
-from scheduling.selectors import policy_from_settings
+from scheduling.models import CycleRun, NamespaceObject
+from scheduling.selectors import namespace_objects_wanted, policy_from_settings, snapshot_for_cycle
 
 logger = logging.getLogger(__name__)
 
@@ -262,6 +263,45 @@ def cluster_sync_run(*, now: datetime | None = None, backend: ClusterBackend | N
         return cluster_sync(backend=backend, now=now or timezone.now())
 
 
+def namespaces_sync_run(*, now: datetime | None = None, backend: ClusterBackend | None = None) -> list | None:
+    """Bring every team namespace's ResourceQuota and LimitRange in step with the queues (a backend
+    with namespaces only: Kubernetes), and record what each object looked like and what was done
+    (``NamespaceObject``: the cluster page and /metrics show it). None on a backend without them.
+
+    No cycle lock: it reads queues and writes only these objects and rows, so it never races a cycle.
+    """
+    backend = backend or cluster_backend()
+    hook = getattr(backend, "namespaces_sync", None)
+    if hook is None or not settings.K8S_NAMESPACE_OBJECTS:
+        return None
+    now = now or timezone.now()
+    wanted = namespace_objects_wanted()
+    reports = hook(wanted)
+    manifests = {o.namespace: o for o in wanted}
+    with transaction.atomic():
+        for report in reports:
+            repaired = report.action in ("created", "replaced")
+            row, _ = NamespaceObject.objects.select_for_update().get_or_create(
+                namespace=report.namespace, kind=report.kind, defaults={"name": report.name, "checked_at": now}
+            )
+            row.name, row.checked_at = report.name, now
+            row.in_sync, row.drift, row.action = not report.drift, list(report.drift), report.action
+            row.wanted = namespace_manifest(manifests[report.namespace], report.kind)
+            if repaired:
+                row.repairs += 1
+                row.repaired_at = now
+            row.save()
+        NamespaceObject.objects.exclude(namespace__in=list(manifests)).delete()
+    drifted = [r for r in reports if r.drift]
+    if drifted:
+        logger.warning(
+            "namespaces: %d object(s) out of step: %s",
+            len(drifted),
+            "; ".join(f"{r.namespace} {r.kind} {', '.join(r.drift)} -> {r.action}" for r in drifted)[:2000],
+        )
+    return reports
+
+
 def jobs_sweep(*, now: datetime | None = None, backend: ClusterBackend | None = None) -> int | None:
     """Requeue jobs admitted longer than ``ADMITTED_TIMEOUT_S`` ago whose pods never ran.
 
@@ -354,7 +394,7 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         steps = StepClock()
         cluster_sync(backend=backend, now=now)
         steps.lap("sync")
-        snapshot = orm.snapshot_load(backend=backend, teams_blocked=teams_blocked(), now=now)
+        snapshot = snapshot_for_cycle(backend=backend, now=now)
         steps.lap("snapshot")
         policy = policy_from_settings()
         plan = run_cycle(snapshot, policy, now.timestamp())

@@ -67,6 +67,9 @@ def cluster_sync_task(self, periodic: bool = False) -> None:
     from scheduling import services
 
     _run(self, "cluster-sync", settings.CLUSTER_SYNC_INTERVAL_S, periodic, services.cluster_sync_run)
+    # Team namespaces' ResourceQuota and LimitRange, at most once per NAMESPACE_SYNC_INTERVAL_S.
+    if services.periodic_claim("namespace-sync", settings.NAMESPACE_SYNC_INTERVAL_S):
+        _run(self, "namespace-sync", settings.NAMESPACE_SYNC_INTERVAL_S, False, services.namespaces_sync_run)
 
 
 @shared_task(bind=True, name="scheduling.tasks.sweep", **TASK_OPTIONS)

@@ -152,6 +152,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("portal.jobs.images", 0),
     ("portal.notifications.signing", 0),
     ("portal.schedules.cron", 0),
+    ("portal.serving.sizing", 0),
+    ("portal.serving.load", 2),
     # 1: rows, the state table and its one write, settings helpers
     ("*.models", 1),
     ("portal.jobs.states", 1),

@@ -34,6 +34,11 @@ def recommendation(*, util_pct: float | None, gpus_per_replica: float, mig_profi
                 f"{util_pct:.0f} % average GPU utilization: a fraction (gpu_milli 500 or less), "
                 "a MIG slice such as 3g.40gb, or a smaller GPU model would do"
             )
+        if mig_profile.startswith("1g."):  # one compute slice: no MIG profile is smaller
+            return (
+                f"{util_pct:.0f} % average GPU utilization on MIG {mig_profile}, already the smallest slice: "
+                "a smaller GPU model, or several such jobs' work in one, would do"
+            )
         what = f"MIG {mig_profile}" if mig_profile else f"{gpus_per_replica:g} GPU"
         return f"{util_pct:.0f} % average GPU utilization: a smaller share than {what} would do"
     if util_pct > HIGH_UTILIZATION_PCT:

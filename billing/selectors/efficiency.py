@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from billing import sql
@@ -12,6 +12,8 @@ from billing.core.advice import recommendation, team_recommendation
 from billing.core.units import GPU, GPU_HOUR, epoch_hour
 from portal.jobs.models import Job
 from portal.tenants.models import Team
+
+FAR_FUTURE = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +32,16 @@ def _team_ids(teams: Iterable[Team]) -> list[int]:
     return list(Team.objects.filter(pk__in=[t.pk for t in teams]).values_list("pk", flat=True))
 
 
-def job_efficiency_list(*, teams: Iterable[Team], since: datetime, limit: int = 200) -> list[JobEfficiency]:
-    """Jobs that used GPUs since ``since``, GPU-hour-weighted utilization ascending (least efficient
+def job_efficiency_list(
+    *, teams: Iterable[Team], since: datetime, until: datetime | None = None, limit: int = 200
+) -> list[JobEfficiency]:
+    """Jobs that used GPUs in ``[since, until)`` (until: now), GPU-hour-weighted utilization ascending (least efficient
     first, unmeasured last), with advice. Aggregated in the database: a month holds ~10^6 records."""
     team_ids = _team_ids(teams)
     if not team_ids:
         return []
-    rows = sql.fetch_all(sql.job_efficiency_sql(len(team_ids)), [*team_ids, since, limit])
+    until = until or FAR_FUTURE
+    rows = sql.fetch_all(sql.job_efficiency_sql(len(team_ids)), [*team_ids, since, until, limit])
     jobs = Job.objects.in_bulk([row[0] for row in rows])
     slugs = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "slug"))
     out = []
@@ -60,10 +65,12 @@ def job_efficiency_list(*, teams: Iterable[Team], since: datetime, limit: int = 
 
 
 def job_recommendation_list(
-    *, teams: Iterable[Team], since: datetime, scan: int = 50, limit: int = 25
+    *, teams: Iterable[Team], since: datetime, until: datetime | None = None, scan: int = 50, limit: int = 25
 ) -> list[JobEfficiency]:
-    """Of the ``scan`` least efficient jobs, the first ``limit`` that have advice (the cost page's list)."""
-    return [j for j in job_efficiency_list(teams=teams, since=since, limit=scan) if j.recommendation][:limit]
+    """Of the ``scan`` least efficient jobs of the window, the first ``limit`` that have advice (the cost
+    page's list)."""
+    jobs = job_efficiency_list(teams=teams, since=since, until=until, limit=scan)
+    return [j for j in jobs if j.recommendation][:limit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +81,17 @@ class TeamEfficiency:
     recommendation: str
 
 
-def team_efficiency_list(*, teams: Iterable[Team], since: datetime) -> list[TeamEfficiency]:
-    """Per team: GPU-hour-weighted utilization from the hour of ``since`` on (read from the hourly
-    rollup, so a month costs a few thousand rows), with advice."""
+def team_efficiency_list(
+    *, teams: Iterable[Team], since: datetime, until: datetime | None = None
+) -> list[TeamEfficiency]:
+    """Per team: GPU-hour-weighted utilization over the hours of ``[since, until)`` (until: now; read
+    from the hourly rollup, so a month costs a few thousand rows), with advice."""
     team_ids = _team_ids(teams)
     if not team_ids:
         return []
     placeholders = ", ".join(["%s"] * len(team_ids))
-    rows = sql.fetch_all(sql.TEAM_EFFICIENCY_SQL.format(placeholders=placeholders), [epoch_hour(since), *team_ids])
+    hours = [epoch_hour(since), epoch_hour(until) if until else epoch_hour(FAR_FUTURE)]
+    rows = sql.fetch_all(sql.TEAM_EFFICIENCY_SQL.format(placeholders=placeholders), [*hours, *team_ids])
     slugs = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "slug"))
     out = []
     for team_id, usage, util_usage, measured in rows:

@@ -274,3 +274,41 @@ def list_figures(job: Job) -> ListFigures:
         gpu_hours=GPU.hours(gpu_usage),
         cost_usd=ratio_to_decimal(cost_num, JOB_COST_SCALE * COST_SCALE),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCost:
+    """What a job not yet running would cost (a dry run's ``cost``): its billed GPU share, CPU and memory
+    held from ``start`` to ``end``, priced hour by hour from the price book as metering will price it."""
+
+    gpu_model: str
+    capacity_type: str
+    runtime_s: float
+    price_per_gpu_hour: Decimal | None
+    figures: Figures
+
+
+def planned_cost(
+    *,
+    gpu_model: str,
+    capacity_type: str,
+    gpu_share_7000ths: int,
+    cpu_milli: int,
+    memory_mib: int,
+    start: datetime,
+    runtime_s: float,
+) -> PlannedCost:
+    """Cost of holding the shares (all replicas together) for ``runtime_s`` seconds from ``start``:
+    GPU-hours × the effective GPU price of the model and capacity type, CPU and memory likewise."""
+    end = start + timedelta(seconds=runtime_s)
+    prices = PriceLookup(price_segments(price_list(), {gpu_model}, epoch_hour(start), epoch_hour(end) + 1))
+    sums = interval_sums(
+        start=start,
+        end=end,
+        rates=(gpu_share_7000ths, cpu_milli, memory_mib),
+        gpu_model=gpu_model,
+        capacity_type=capacity_type,
+        prices=prices,
+    )
+    gpu_price = prices.at(gpu_model, capacity_type, epoch_hour(start))[0] if gpu_model else None
+    return PlannedCost(gpu_model, capacity_type, runtime_s, gpu_price, figures_exact(sums))

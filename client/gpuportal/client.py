@@ -15,7 +15,7 @@ from gpuportal.config import resolve
 from gpuportal.errors import Conflict, PortalError, ValidationError, WaitTimeout
 from gpuportal.http import Transport
 from gpuportal.progress import WaitProgress
-from gpuportal.types import Check, Job, JobCost, JobSpec, Schedule, ScheduledRun
+from gpuportal.types import Check, InferenceService, Job, JobCost, JobSpec, Schedule, ScheduledRun, ServiceSample
 
 JobRef = Job | int | str
 Spec = JobSpec | Mapping[str, Any]
@@ -230,6 +230,37 @@ class Portal:
         """Delete a schedule (the jobs it submitted stay)."""
         ident = schedule.id if isinstance(schedule, Schedule) else int(schedule)
         self.http.request("DELETE", f"schedules/{ident}/")
+
+    # -- inference services -------------------------------------------------------------------------
+
+    def create_service(self, spec: Mapping[str, Any]) -> InferenceService:
+        """Start an inference service (``POST /api/v1/services/``): ``name``, ``queue``, ``image``,
+        ``model_size_b`` (7, 13, 70 ...) or ``gpu_memory_gib``, ``min_replicas``/``max_replicas``,
+        ``metric`` (``concurrency`` or ``rps``) and ``target_per_replica``; ``ValidationError`` names a
+        bad field (``min_replicas`` above ``max_replicas``, a model no GPU can hold)."""
+        body, _ = self.http.request("POST", "services/", json=dict(spec))
+        return InferenceService.from_api(body)
+
+    def services(self) -> list[InferenceService]:
+        """Inference services of your teams, with their replica-hours and cost so far."""
+        body = self.http.get("services/", page_size=500)
+        results = body.get("results", []) if isinstance(body, Mapping) else body or []
+        return [InferenceService.from_api(item) for item in results]
+
+    def service(self, service: InferenceService | int) -> InferenceService:
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        return InferenceService.from_api(self.http.get(f"services/{ident}/"))
+
+    def service_samples(self, service: InferenceService | int) -> list[ServiceSample]:
+        """The autoscaler's history, oldest first: load, replicas running and desired."""
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        return list(ServiceSample.many(self.http.get(f"services/{ident}/samples/")))
+
+    def stop_service(self, service: InferenceService | int) -> InferenceService:
+        """Stop a service: its replicas are cancelled and their quota released at once."""
+        ident = service.id if isinstance(service, InferenceService) else int(service)
+        body, _ = self.http.request("POST", f"services/{ident}/stop/", retry_unsafe=True)
+        return InferenceService.from_api(body)
 
     def cost(self, job: JobRef) -> JobCost:
         """What the job cost so far: GPU-hours and GPU, CPU and memory cost of each run and in total,

@@ -472,3 +472,39 @@ class Schedule(ApiValue):
     job: Mapping[str, Any]
     recent_runs: tuple[ScheduledRun, ...] = field(default=(), metadata={"parse": ScheduledRun.many})
     raw: Mapping[str, Any] = _raw()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSample(ApiValue):
+    """One autoscaler pass: the load read, replicas running and active, recommended and desired."""
+
+    at: datetime | None
+    load: float | None
+    running: int
+    active: int
+    recommended: int
+    desired: int
+    source: str
+    raw: Mapping[str, Any] = _raw()
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceService(ApiValue):
+    """A model server that runs until stopped (``/api/v1/services/``); each replica is a queued job."""
+
+    id: int
+    name: str
+    team: str
+    queue: str
+    state: str
+    model_family: str
+    model_size_b: int | None
+    gpu_memory_gib: int
+    min_replicas: int
+    max_replicas: int
+    metric: str
+    desired_replicas: int
+    replica_hours: Decimal
+    gpu_hours: Decimal
+    cost_usd: Decimal
+    raw: Mapping[str, Any] = _raw()

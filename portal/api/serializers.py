@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from drf_spectacular.utils import extend_schema_field
@@ -26,12 +27,14 @@ from portal.jobs.services import (
     MAX_TOLERATIONS,
     SPEC_FIELDS,
     JobSpec,
+    SpecCheck,
     job_spec_validate,
 )
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.k8s.affinity import MAX_SPREAD_CONSTRAINTS
 from scheduling.adapters.pod_security import job_request_violations
+from scheduling.engine.codec import reason_to_json
 
 BIGINT_MAX = 2**63 - 1
 
@@ -140,7 +143,7 @@ class JobSerializer(CostFieldsMixin, serializers.ModelSerializer):
             "priority", "state", "message", "created_at",
             "admitted_at", "started_at", "finished_at", "attempt", "gpu_model", "capacity_type",
             "start_failures", "restarts", "not_before", "quota_held_s",
-            "pending_reason", "queue_position", "estimated_start", "placements", "transitions",
+            "pending_reason", "queue_position", "estimated_start", "estimated_start_p90", "placements", "transitions",
             "run_s", "gpu_hours", "cost_usd", "estimated_total_usd", "attempts",
         ]  # fmt: skip
         read_only_fields = fields
@@ -542,3 +545,89 @@ class JobCostSerializer(CostFiguresSerializer):
 
     def get_currency(self, obj) -> str:
         return "USD"
+
+
+def _iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z") if ts is not None else None
+
+
+def check_data(result: SpecCheck, *, user) -> dict:
+    """The dry run's answer (``POST /api/v1/jobs/check/``, and ``check`` in a submission's answer).
+
+    Victims of the user's own teams are named (job id, name, team); others are only counted."""
+    answer = result.answer
+    check = answer.check
+    own = set(team_list_for_user(user=user).values_list("pk", flat=True)) if check.preempts else set()
+    preempts: list[dict] = [
+        {"job": v.pk, "name": v.name, "team": v.team.slug, "count": 1} for v in result.victims if v.team_id in own
+    ]
+    others = len(check.preempts) - len(preempts)
+    if others:
+        preempts.append({"job": None, "name": "", "team": "", "count": others})
+    reason = None
+    if check.reason is not None:
+        reason = reason_to_json(check.reason)
+        reason["waits"] = check.reason.waits
+    no_estimate = None
+    if check.verdict == "waits" and check.estimated_start_p50 is None:
+        why = "budget" if check.reason is not None and check.reason.kind == "budget" else "horizon"
+        message = (
+            "the team may not start new jobs"
+            if why == "budget"
+            else "the forecast did not reach it: too many jobs ahead of it, or nothing running ends"
+        )
+        no_estimate = {"kind": why, "message": message, "details": {}, "waits": True}
+    cost = None
+    if result.cost is not None:
+        figures = result.cost.figures
+        cost = {
+            "gpu_model": result.cost.gpu_model or None,
+            "capacity_type": result.cost.capacity_type,
+            "runtime_s": result.cost.runtime_s,
+            "gpu_hours": str(figures.gpu_hours),
+            "gpu_usd": str(figures.gpu_cost),
+            "cpu_usd": str(figures.cpu_cost),
+            "memory_usd": str(figures.ram_cost),
+            "total_usd": str(figures.total_cost),
+            "price_per_gpu_hour": str(result.cost.price_per_gpu_hour)
+            if result.cost.price_per_gpu_hour is not None
+            else None,
+            "currency": "USD",
+        }
+    suggestions = [
+        {
+            "message": s.message,
+            "change": change,
+            "verdict": s.check.verdict,
+            "estimated_start_p50": _iso(s.check.estimated_start_p50),
+        }
+        for s, change in zip(answer.suggestions, result.suggestion_changes, strict=True)
+    ]
+    return {
+        "verdict": check.verdict,
+        "gpu_model": check.gpu_model,
+        "placements": [{"replica": i, **_engine_placement_json(p)} for i, p in enumerate(check.placements)],
+        "position": check.position,
+        "reason": reason,
+        "estimated_start_p50": _iso(check.estimated_start_p50),
+        "estimated_start_p90": _iso(check.estimated_start_p90),
+        "no_estimate": no_estimate,
+        "preempts": preempts,
+        "cost": cost,
+        "suggestions": suggestions,
+        "runtime_s": check.runtime_s,
+        "runtime_p90_s": check.runtime_p90_s,
+        "as_of": answer.as_of.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def _engine_placement_json(p) -> dict:
+    return {
+        "node": p.node,
+        "gpu_indices": list(p.gpu_indices),
+        "gpu_milli": p.gpu_milli,
+        "mig_profile": p.mig_profile or "",
+        "mig_slot": p.mig_slot,
+        "cpu_milli": p.cpu_milli,
+        "memory_mib": p.memory_mib,
+    }

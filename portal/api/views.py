@@ -7,7 +7,8 @@ import json
 
 import django_filters
 from django.db import transaction
-from django.http import QueryDict
+from django.db.models import QuerySet
+from django.http import Http404, QueryDict
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -16,7 +17,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.selectors import JOB_SORTS, job_cost_report, job_costs, job_list_costed, job_ordering
+from billing.selectors import JOB_SORTS, job_cost_report, job_list_costed, job_ordering
+from portal.api.job_rows import job_page_rows, jobs_render
 from portal.api.serializers import (
     GpuModelSerializer,
     JobCostSerializer,
@@ -26,10 +28,11 @@ from portal.api.serializers import (
     PriorityClassSerializer,
     QuotaUpdateSerializer,
     TeamSerializer,
+    check_data,
 )
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, PriorityClass
 from portal.jobs.selectors import cluster_queue_list, job_list, local_queue_list
-from portal.jobs.services import idempotent_submit, job_cancel, job_submit, queue_quota_update
+from portal.jobs.services import idempotent_submit, job_cancel, job_check_spec, job_submit, queue_quota_update
 from portal.jobs.states import JobState
 from portal.ops.selectors import cluster_view, queue_overview, queue_standings_now
 from portal.ops.selectors.governance import below_use_warnings
@@ -58,16 +61,20 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator has no user
             return Job.objects.none()
-        # JobSerializer nests all four, in lists too.
-        return job_list(user=self.request.user).prefetch_related(
-            "allowed_gpu_models", "placements", "transitions", "attempts"
-        )
+        return job_list(user=self.request.user)
 
-    def job_data(self, jobs: list[Job], *, many: bool):
-        """Serialized jobs with their costs (one query for every job's attempts, one for prices)."""
-        context = dict(self.get_serializer_context())
-        context["costs"] = job_costs(jobs=jobs, now=timezone.now(), speedup=runtime_speedup())
-        return JobSerializer(jobs if many else jobs[0], many=many, context=context).data
+    def job_data(self, rows: list[dict]) -> list[dict]:
+        """The API shape of job rows (``job_page_rows``) with their costs: ``JobSerializer``'s fields,
+        rendered from plain rows (``portal.api.job_rows``)."""
+        return jobs_render(rows, now=timezone.now(), speedup=runtime_speedup())
+
+    def job_one(self, pk: int, jobs: QuerySet[Job] | None = None) -> dict:
+        """One job of ``jobs`` (default: the user's teams') in the API shape (404 if it is not one)."""
+        jobs = self.get_queryset() if jobs is None else jobs
+        rows = list(job_page_rows(jobs.filter(pk=pk)))
+        if not rows:
+            raise Http404("No Job matches the given query.")
+        return self.job_data(rows)[0]
 
     @extend_schema(
         parameters=[
@@ -84,11 +91,19 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         sort, ordering = job_ordering(request.query_params.get("ordering", ""))
         if sort.lstrip("-") in ("run", "gpu_hours", "cost"):
             jobs = job_list_costed(jobs, now=timezone.now())
-        page = self.paginate_queryset(jobs.order_by(*ordering))
-        return self.get_paginated_response(self.job_data(list(page or []), many=True))
+        page = self.paginate_queryset(job_page_rows(jobs.order_by(*ordering)))
+        return self.get_paginated_response(self.job_data(list(page or [])))
 
     def retrieve(self, request, *args, **kwargs):
-        return Response(self.job_data([self.get_object()], many=False))
+        return Response(self.job_one(self._lookup_pk(), self.filter_queryset(self.get_queryset())))
+
+    def _lookup_pk(self) -> int:
+        """The URL's job id (a 404 for anything but a number, as ``get_object`` answers)."""
+        value = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise Http404("No Job matches the given query.") from None
 
     @extend_schema(
         request=JobCreateSerializer,
@@ -122,9 +137,27 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def _submit(self, request) -> tuple[int, dict]:
         serializer = JobCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
-        job = job_submit(owner=request.user, spec=serializer.to_spec())
-        job = self.get_queryset().get(pk=job.pk)
-        return status.HTTP_201_CREATED, self.job_data([job], many=False)
+        spec = serializer.to_spec()
+        # The dry run of the spec just before it is queued (what the check endpoint answers then);
+        # a spec the check refuses is refused by the submission too, with the same 400.
+        check = job_check_spec(spec=spec)
+        job = job_submit(owner=request.user, spec=spec)
+        body = self.job_one(job.pk)
+        body["check"] = check_data(check, user=request.user)
+        return status.HTTP_201_CREATED, body
+
+    @extend_schema(request=JobCreateSerializer, responses={200: dict})
+    @action(detail=False, methods=["post"])
+    def check(self, request):
+        """Dry run: the same body as a submission; nothing is submitted. Answers what the next
+        scheduling cycle decides for it on the current state (``runs_now`` with the node and GPU choice,
+        ``waits`` with its position, the blocking resource with its numbers, estimated start P50 and
+        P90 and whom it would preempt, or ``never`` with the limit), its estimated cost from the price
+        book, and the smallest changes that start it sooner."""
+        serializer = JobCreateSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        result = job_check_spec(spec=serializer.to_spec())
+        return Response(check_data(result, user=request.user))
 
     @extend_schema(responses={200: JobCostSerializer})
     @action(detail=True, methods=["get"])
@@ -139,7 +172,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def cancel(self, request, pk=None):
         job = self.get_object()
         job_cancel(job=job, by=request.user)
-        return Response(self.job_data([self.get_queryset().get(pk=job.pk)], many=False))
+        return Response(self.job_one(job.pk))
 
 
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):

@@ -210,7 +210,8 @@ class Job(models.Model):
     capacity_type = models.CharField(max_length=20, blank=True, help_text="on-demand, spot or reserved")
     pending_reason = models.JSONField(default=dict, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
-    estimated_start = models.DateTimeField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True, help_text="P50 of the forecast.")
+    estimated_start_p90 = models.DateTimeField(null=True, blank=True, help_text="P90 of the forecast.")
     message = models.CharField(max_length=500, blank=True, help_text="Last event in words.")
     # Admissions whose pods never ran (Kueue's waitForPodsReady): each one requeues the job after a
     # back-off doubling per failure, up to ADMITTED_REQUEUE_LIMIT requeues, then the job fails.
@@ -320,14 +321,28 @@ class ReplicaPlacement(models.Model):
 
     def engine_placement(self) -> EnginePlacement:
         """This row as the engine's value (the shares and the engine are defined on it)."""
+        values = (self.gpu_indices, self.gpu_milli, self.mig_profile, self.mig_slot, self.cpu_milli, self.memory_mib)
+        return self.engine_placement_of(self.node, *values)
+
+    @staticmethod
+    def engine_placement_of(
+        node: str,
+        gpu_indices: list[int],
+        gpu_milli: int,
+        mig_profile: str,
+        mig_slot: int | None,
+        cpu_milli: int,
+        memory_mib: int,
+    ) -> EnginePlacement:
+        """The engine's value of a row read as plain values (in this order), without a model instance."""
         return EnginePlacement(
-            node=self.node,
-            gpu_indices=tuple(self.gpu_indices),
-            gpu_milli=self.gpu_milli,
-            mig_profile=self.mig_profile or None,
-            mig_slot=self.mig_slot,
-            cpu_milli=self.cpu_milli,
-            memory_mib=self.memory_mib,
+            node=node,
+            gpu_indices=tuple(gpu_indices),
+            gpu_milli=gpu_milli,
+            mig_profile=mig_profile or None,
+            mig_slot=mig_slot,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
         )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.db.models import Count, JSONField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, IntegerField, JSONField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from portal.jobs.models import ClusterQueue, FlavorQuota, Job, JobAttempt, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
@@ -58,10 +59,17 @@ def local_queue_list(*, user) -> QuerySet[LocalQueue]:
     queues = LocalQueue.objects.select_related("team", "cluster_queue")
     if not user.is_staff:
         queues = queues.filter(team__in=team_list_for_user(user=user))
+    # Counted per queue through the (local_queue, state) index: a join and GROUP BY over every job the
+    # queues ever had reads all of their history (half a second with 100,000 jobs).
     return queues.annotate(
-        pending_jobs=Count("jobs", filter=Q(jobs__state=JobState.PENDING)),
-        active_jobs=Count("jobs", filter=Q(jobs__state__in=ACTIVE_STATES)),
-    ).order_by("team__name", "name")  # GROUP BY queries drop Meta.ordering
+        pending_jobs=_count_of(Q(state=JobState.PENDING)),
+        active_jobs=_count_of(Q(state__in=ACTIVE_STATES)),
+    ).order_by("team__name", "name")
+
+
+def _count_of(condition: Q):
+    jobs = Job.objects.filter(condition, local_queue=OuterRef("pk")).order_by().values("local_queue")
+    return Coalesce(Subquery(jobs.annotate(n=Count("id")).values("n")[:1], output_field=IntegerField()), 0)
 
 
 def cluster_queue_usage() -> dict[str, dict[str, float]]:

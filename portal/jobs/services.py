@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from billing.selectors.jobs import PlannedCost, planned_cost
 from portal.jobs.errors import BROKER_ERRORS, ServiceError
 from portal.jobs.images import image_reference_problem
 from portal.jobs.models import (
@@ -39,12 +40,16 @@ from portal.tenants.tolerations import toleration_allowed, toleration_text
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.adapters.k8s.pods import valid_label
+from scheduling.adapters.orm import workload_from_request
+from scheduling.engine import model as engine
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.model import LocalQueue as EngineLocalQueue
 from scheduling.engine.model import Reason
+from scheduling.engine.quota import models_to_try
+from scheduling.engine.shares import billed_units, placement_billed_units
 from scheduling.engine.windows import parse_span, zone_problem
-from scheduling.selectors import job_never_fits
+from scheduling.selectors import JobCheck, job_check, job_never_fits
 from scheduling.services import cycle_request_claim
 from scheduling.tasks import scheduling_cycle_task
 
@@ -57,7 +62,7 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 MAX_GPU_MEMORY_GIB = 8 * 1024
 MAX_RUNTIME_S = 90 * 24 * 3600
 MAX_RESTARTS = 100
-MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
+MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb(\+me)?$")  # +me: media extensions, a profile of its own
 # Every list and string of a spec is bounded, so one tenant's request cannot make the cycle (which
 # reads every pending job) slower for everyone: the largest legal job costs the same as a small one.
 MAX_LABELS = 32  # labels never reach the cycle (it does not load them)
@@ -667,3 +672,77 @@ def quota_state(cluster_queue: ClusterQueue) -> dict[str, object]:
         for key in QUOTA_FIELDS:
             state[f"{flavor.gpu_model.name} {key}"] = getattr(flavor, key)
     return state
+
+
+# -- the dry run --------------------------------------------------------------------------------------
+
+DRY_RUN_ID = "dry-run"  # the unsubmitted job's id in the engine (no job row has it)
+
+
+def workload_from_spec(spec: JobSpec, *, now: datetime) -> engine.Workload:
+    """The engine's view of a job request that is not submitted (as the cycle reads a submitted one)."""
+    row = Job(**spec.row())  # unsaved: the request's columns, read as a job's
+    return workload_from_request(
+        row, pk=DRY_RUN_ID, now=now, allowed_gpu_models=tuple(m.name for m in spec.allowed_gpu_models)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SpecCheck:
+    """A dry run of a job request: the engine's answer, its estimated cost, the jobs it would preempt."""
+
+    answer: JobCheck
+    cost: PlannedCost | None
+    victims: tuple[Job, ...]
+    suggestion_changes: tuple[dict[str, Any], ...]  # each suggestion's change in the spec's words
+
+
+def job_check_spec(*, spec: JobSpec, now: datetime | None = None) -> SpecCheck:
+    """Dry run of a job request (the submit body): validated as ``job_submit`` validates it, then
+    answered by the engine on the current state (``scheduling.selectors.job_check``) and priced from
+    the price book on the GPU model and capacity type it would get, for its expected runtime.
+    Nothing is written."""
+    job_spec_validate(spec)
+    now = now or timezone.now()
+    workload = workload_from_spec(spec, now=now)
+    answer = job_check(workload=workload)
+    cost = None
+    if answer.check.verdict != "never":
+        cost = _check_cost(spec, workload, answer, now)
+    victims = tuple(Job.objects.filter(pk__in=[int(v) for v in answer.check.preempts]).select_related("team"))
+    changes = tuple(_spec_change(dict(s.change)) for s in answer.suggestions)
+    return SpecCheck(answer, cost, victims, changes)
+
+
+def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now: datetime) -> PlannedCost | None:
+    check = answer.check
+    if check.placements:
+        share = sum(placement_billed_units(p) for p in check.placements)
+        replicas = len(check.placements)
+        model = check.gpu_model or ""
+    else:  # waits without a forecast start: priced on the first GPU model its queue would try
+        flavors = tuple(f.gpu_model.name for f in spec.local_queue.cluster_queue.flavors.select_related("gpu_model"))
+        tried = models_to_try(workload, flavors)
+        model = tried[0] or "" if tried else ""
+        if spec.gpu_memory_gib:
+            return None  # its GPU count depends on the model's memory: known once placed
+        share = billed_units(gpus=spec.gpu, gpu_milli=spec.gpu_milli, mig_profile=spec.mig_profile or None)
+        replicas = spec.replicas
+        share *= replicas
+    start = now
+    if check.estimated_start_p50 is not None:
+        start = max(now, datetime.fromtimestamp(check.estimated_start_p50, tz=now.tzinfo))
+    return planned_cost(
+        gpu_model=model,
+        capacity_type=answer.capacity_type,
+        gpu_share_7000ths=share,
+        cpu_milli=spec.cpu_milli * replicas,
+        memory_mib=spec.memory_mib * replicas,
+        start=start,
+        runtime_s=check.runtime_s,
+    )
+
+
+def _spec_change(change: dict[str, Any]) -> dict[str, Any]:
+    """A suggestion's change in the submit body's words (lists, not tuples)."""
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in change.items()}

@@ -6,6 +6,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 LAYOUT = {
     "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
@@ -69,16 +70,50 @@ def day_labels(now: datetime, days: int) -> list[str]:
 
 
 def figure_html(fig: go.Figure) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+    """The figure as a ``div``: responsive (it takes its card's width and follows it; a fixed width
+    would spill out of a narrow card), so no ``width`` is ever set in a layout."""
+    fig.update_layout(autosize=True)
+    return fig.to_html(
+        full_html=False, include_plotlyjs=False, default_width="100%", config={"displaylogo": False, "responsive": True}
+    )
 
 
-def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> go.Figure:
-    """One ClusterQueue over time, per GPU model: GPUs in use and pending demand against the nominal quota."""
-    fig = go.Figure()
+def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> dict:
+    """One ClusterQueue over time, per GPU model: GPUs in use and pending demand against the nominal
+    quota. A figure as plain data (``figure_dict_html`` renders it without plotly's validation, which
+    costs ~150 ms a figure: the Queues page draws one per queue)."""
+    data: list[dict[str, object]] = []
     for model, s in sorted(series.items()):
-        fig.add_trace(go.Scatter(x=s["at"], y=s["used"], name=f"{model} in use", mode="lines"))
-        pending = go.Scatter(x=s["at"], y=s["pending"], name=f"{model} pending", mode="lines", line={"dash": "dot"})
-        fig.add_trace(pending)
-        fig.add_trace(go.Scatter(x=s["at"], y=s["nominal"], name=f"{model} quota", mode="lines", line={"dash": "dash"}))
-    fig.update_layout(title=f"{name}: use and pending demand vs quota (hourly means)", yaxis_title="GPUs", **LAYOUT)
+        at = [t.isoformat() for t in s["at"]]
+        data.append({"type": "scatter", "x": at, "y": s["used"], "name": f"{model} in use", "mode": "lines"})
+        data.append({"type": "scatter", "x": at, "y": s["pending"], "name": f"{model} pending", "mode": "lines",
+                     "line": {"dash": "dot"}})  # fmt: skip
+        data.append({"type": "scatter", "x": at, "y": s["nominal"], "name": f"{model} quota", "mode": "lines",
+                     "line": {"dash": "dash"}})  # fmt: skip
+    layout = {
+        "title": {"text": f"{name}: use and pending demand vs quota (hourly)"},
+        "yaxis": {"title": {"text": "GPUs"}},
+    }
+    return {"data": data, "layout": {**layout, **LAYOUT}}
+
+
+def figure_dict_html(figure: dict) -> str:
+    """A figure given as plain data, as HTML (plotly.js is on the page), without validating it."""
+    return pio.to_html(figure, full_html=False, include_plotlyjs=False, validate=False,
+                       config={"displaylogo": False})  # fmt: skip
+
+
+def service_figure(name: str, samples: list[dict], *, target: float, metric: str) -> go.Figure:
+    """An inference service over time: replicas running and desired (left axis) against the load
+    divided by the target per replica (the replicas the load asks for, same axis) and the load itself."""
+    at = [s["at"] for s in samples]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=at, y=[s["running"] for s in samples], name="replicas running", line_shape="hv"))
+    desired = go.Scatter(x=at, y=[s["desired"] for s in samples], name="replicas desired", line_shape="hv")
+    desired.line.dash = "dash"
+    fig.add_trace(desired)
+    asked = go.Scatter(x=at, y=[round(s["load"] / target, 3) for s in samples], name=f"load / target ({metric})")
+    asked.line.dash = "dot"
+    fig.add_trace(asked)
+    fig.update_layout(title=f"{name}: replicas against load", yaxis_title="replicas", **LAYOUT)
     return fig

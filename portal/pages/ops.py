@@ -44,16 +44,11 @@ def cluster_node(request, name: str):
 def queue_list(request):
     now = timezone.now()
     overview = queue_overview(user=request.user, now=now)
-    figures = [
-        (name, charts.figure_html(charts.queue_history_figure(name, series)))
-        for name, series in sorted(sample_series(now=now).items())
-    ]
     return render(
         request,
         "portal/queue_list.html",
         {
             "overview": overview,
-            "figures": figures,
             "now": now,
             "local_queues": selectors.local_queue_list(user=request.user),
             "node_pools": node_pool_list(),
@@ -61,6 +56,16 @@ def queue_list(request):
             "quota_changes": QuotaChange.objects.select_related("cluster_queue", "changed_by")[:50],
         },
     )
+
+
+@login_required
+def queue_charts(request):
+    """The Queues page's charts, which the page loads after it is shown (htmx): a week of samples."""
+    figures = [
+        (name, charts.figure_dict_html(charts.queue_history_figure(name, series)))
+        for name, series in sorted(sample_series(now=timezone.now()).items())
+    ]
+    return render(request, "portal/_queue_charts.html", {"figures": figures})
 
 
 @login_required

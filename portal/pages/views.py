@@ -12,6 +12,7 @@ from django.db import connection
 from django.db.models import Q
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 
 from billing.selectors import (
@@ -22,7 +23,8 @@ from billing.selectors import (
     list_figures,
     run_interval_list,
 )
-from portal.api.serializers import JobCreateSerializer
+from billing.selectors.idle import job_idle_flag_list
+from portal.api.serializers import JobCreateSerializer, check_data
 from portal.jobs import selectors, services
 from portal.jobs.errors import ServiceError
 from portal.jobs.models import GpuModel
@@ -121,30 +123,64 @@ def form_error(form: JobForm, field: str | None, message: str) -> None:
         form.add_error(None, f"{name}: {message}" if name and field != "non_field_errors" else message)
 
 
+def form_spec(request, form: JobForm) -> services.JobSpec | None:
+    """The job request a valid form holds, checked as the API checks a body (errors go on the form)."""
+    if not form.is_valid():
+        return None
+    data = {k: v for k, v in form.cleaned_data.items() if v not in (None, "")}
+    data.setdefault("allowed_gpu_models", [])
+    serializer = JobCreateSerializer(data=data, context={"request": request})
+    if serializer.is_valid():
+        return serializer.to_spec()
+    for field, errors in serializer.errors.items():
+        for error in errors if isinstance(errors, list) else [errors]:
+            form_error(form, field, str(error))
+    return None
+
+
 @login_required
 def job_create(request):
     queues = list(selectors.local_queue_list(user=request.user))
     if request.method == "POST":
         form = JobForm(request.POST, queues=queues)
-        if form.is_valid():
-            data = {k: v for k, v in form.cleaned_data.items() if v not in (None, "")}
-            data.setdefault("allowed_gpu_models", [])
-            serializer = JobCreateSerializer(data=data, context={"request": request})
-            if serializer.is_valid():
-                try:
-                    job = services.job_submit(owner=request.user, spec=serializer.to_spec())
-                except ServiceError as exc:
-                    form_error(form, exc.field, exc.message)
-                else:
-                    messages.success(request, f"Job {job.pk} submitted.")
-                    return redirect("job-detail", pk=job.pk)
+        spec = form_spec(request, form)
+        if spec is not None:
+            try:
+                job = services.job_submit(owner=request.user, spec=spec)
+            except ServiceError as exc:
+                form_error(form, exc.field, exc.message)
             else:
-                for field, errors in serializer.errors.items():
-                    for error in errors if isinstance(errors, list) else [errors]:
-                        form_error(form, field, str(error))
+                messages.success(request, f"Job {job.pk} submitted.")
+                return redirect("job-detail", pk=job.pk)
     else:
         form = JobForm(queues=queues)
-    return render(request, "portal/job_form.html", {"form": form}, status=400 if form.errors else 200)
+    return render(
+        request,
+        "portal/job_form.html",
+        {"form": form, "check_url": reverse("job-check")},
+        status=400 if form.errors else 200,
+    )
+
+
+@login_required
+def job_check(request):
+    """The submit form's live dry run (htmx posts the form as the user edits it): what the next cycle
+    decides for the job, when it would start and what it would cost, or what is wrong with the form."""
+    if request.method != "POST":
+        return redirect("job-create")
+    form = JobForm(request.POST, queues=list(selectors.local_queue_list(user=request.user)))
+    errors: list[str] = []
+    check = None
+    spec = form_spec(request, form)
+    if spec is not None:
+        try:
+            check = check_data(services.job_check_spec(spec=spec), user=request.user)
+        except ServiceError as exc:
+            form_error(form, exc.field, exc.message)
+    for field, problems in form.errors.items():
+        label = form.fields[field].label or field.replace("_", " ").capitalize() if field in form.fields else ""
+        errors += [f"{label}: {p}" if label else str(p) for p in problems]
+    return render(request, "portal/_job_check.html", {"check": check, "errors": errors})
 
 
 def _visible_job(request, pk: int):
@@ -176,6 +212,7 @@ def job_live_context(job, *, now) -> dict:
         "cancellable": job.state in CANCELLABLE_STATES,
         "final": job.state in FINAL_STATES,
         "refresh_s": settings.LIVE_REFRESH_S,
+        "idle_flags": list(job_idle_flag_list(job=job)),
     }
 
 

@@ -59,6 +59,27 @@ def changes_from_form(post, cluster_queues, local_queues) -> dict:
     return changes
 
 
+LIMIT_WORDS = {"nominal_gpus": "nominal GPUs", "borrowing_limit": "borrowing limit", "lending_limit": "lending limit"}
+
+
+def changes_summary(changes: dict) -> list[str]:
+    """A change in words, one line per thing changed (``None`` limits read "no limit")."""
+    lines = []
+    if changes.get("placement"):
+        lines.append(f"placement policy: {changes['placement']}")
+    for name, change in (changes.get("cluster_queues") or {}).items():
+        if "weight" in change:
+            lines.append(f"{name}: fair-share weight {change['weight']:g}")
+        for model, limits in (change.get("flavors") or {}).items():
+            words = ", ".join(
+                f"{LIMIT_WORDS[key]} {'no limit' if value is None else value}" for key, value in limits.items()
+            )
+            lines.append(f"{name} {model}: {words}")
+    for name, change in (changes.get("local_queues") or {}).items():
+        lines.append(f"{name}: fair-share weight {change['weight']:g}")
+    return lines
+
+
 @login_required
 def whatif_index(request: HttpRequest) -> HttpResponse:
     if not selectors.whatif_allowed(user=request.user):
@@ -92,12 +113,17 @@ def whatif_index(request: HttpRequest) -> HttpResponse:
             "placements": services.PLACEMENTS,
             "window_days": WINDOW_DAYS,
             "days": days,
-            "runs": selectors.whatif_run_list(user=request.user),
+            "runs": [_summarized(r) for r in selectors.whatif_run_list(user=request.user)],
             "error": error,
             "admin": request.user.is_staff,
         },
         status=status,
     )
+
+
+def _summarized(run: WhatIfRun) -> WhatIfRun:
+    run.summary = changes_summary(run.changes)  # type: ignore[attr-defined]
+    return run
 
 
 def _teams_shown(request: HttpRequest, run: WhatIfRun) -> list[str]:
@@ -116,7 +142,7 @@ def whatif_run(request, pk: int) -> HttpResponse:
         raise Http404("no such what-if run")
     done = run.status == WhatIfRun.Status.DONE
     teams = _teams_shown(request, run) if done else []
-    context = {"run": run, "done": done, "teams": teams}
+    context = {"run": run, "done": done, "teams": teams, "changes": changes_summary(run.changes)}
     if done:
         result = run.result
         context["rows"] = [

@@ -61,6 +61,9 @@ class ClusterBackend(ClusterView, Protocol):
 #                               (create missing pods, delete orphans); called under the cycle lock
 #   sync() -> None              bring cached cluster state up to date before reading it
 #   raw_pods() -> list[dict]    the cluster's pods, for the pod/job invariants of the audit
+#   namespaces_sync(wanted) -> list[ObjectReport]
+#                               bring each team namespace's ResourceQuota and LimitRange in step
+#                               (Kubernetes only: the simulated cluster has no namespaces)
 
 
 ON_DEMAND = "on-demand"

@@ -51,6 +51,7 @@ class K8sOptions:
     run_as_user: int = 1000
     retries: int = 3  # attempts per call on retryable failures
     backoff_s: float = 0.2  # first retry delay; doubles, capped at 5 s
+    start_threads: int = 8  # pods created and bound at once when a cycle starts many jobs
 
     @classmethod
     def from_settings(cls) -> K8sOptions:
@@ -64,6 +65,7 @@ class K8sOptions:
             run_as_user=settings.K8S_RUN_AS_USER,
             retries=settings.K8S_API_RETRIES,
             backoff_s=settings.K8S_API_BACKOFF_S,
+            start_threads=settings.K8S_START_THREADS,
         )
 
 
@@ -87,6 +89,8 @@ def api_client_from_settings() -> client.ApiClient:
         ) from exc
     # Retries are ours (with backoff and a bound); urllib3's own would multiply the timeouts.
     configuration.retries = False
+    # One pooled connection per thread that starts pods (``K8sOptions.start_threads``), and the watches.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, settings.K8S_START_THREADS + 4)
     return client.ApiClient(configuration)
 
 

@@ -28,24 +28,12 @@ class SimulatedCluster:
         self.speedup = speedup
 
     def nodes(self) -> list[GpuNode]:
-        return [
-            GpuNode(
-                name=node.name,
-                gpu_model=node.gpu_model.name if node.gpu_model else None,
-                gpu_count=node.gpu_count,
-                cpu_milli=node.cpu_milli,
-                memory_mib=node.memory_mib,
-                gpu_memory_gib=node.gpu_model.memory_gib if node.gpu_model else 0,
-                labels=labels_of(node.labels),
-                taints=tuple(
-                    Taint(key=t["key"], value=t.get("value", ""), effect=t.get("effect", "NoSchedule"))
-                    for t in node.taints
-                ),
-                unschedulable=node.unschedulable,
-                mig_enabled=node.mig_enabled,
-            )
-            for node in SimNode.objects.select_related("gpu_model")
-        ]
+        # Plain rows, not model instances: the cycle and every submit's never-fits check read all nodes.
+        columns = (
+            "name", "gpu_model__name", "gpu_model__memory_gib", "gpu_count", "cpu_milli", "memory_mib", "labels",
+            "taints", "unschedulable", "mig_enabled",
+        )  # fmt: skip
+        return [_gpu_node(*row) for row in SimNode.objects.values_list(*columns)]
 
     def foreign_usage(self) -> list[ForeignUsage]:
         return []
@@ -104,3 +92,32 @@ class SimulatedCluster:
             if done <= now:
                 observations.append(Observation(job.pk, job.attempt, JobState.SUCCEEDED, done, "completed"))
         return observations
+
+
+def _gpu_node(
+    name: str,
+    model: str | None,
+    memory_gib: int | None,
+    gpu_count: int,
+    cpu_milli: int,
+    memory_mib: int,
+    labels: dict,
+    taints: list[dict],
+    unschedulable: bool,
+    mig_enabled: bool,
+) -> GpuNode:
+    """A ``SimNode`` row's values (``SimulatedCluster.nodes``' columns, in order) as the engine's node."""
+    return GpuNode(
+        name=name,
+        gpu_model=model,
+        gpu_count=gpu_count,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        gpu_memory_gib=(memory_gib or 0) if model is not None else 0,
+        labels=labels_of(labels),
+        taints=tuple(
+            Taint(key=t["key"], value=t.get("value", ""), effect=t.get("effect", "NoSchedule")) for t in taints
+        ),
+        unschedulable=unschedulable,
+        mig_enabled=mig_enabled,
+    )

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .mig import MigGeometry, default_device_memory_gib, mig_geometry
+from .mig import MigGeometry, Slot, default_device_memory_gib, fixed_layout, mig_geometry
 from .model import ForeignUsage, GpuNode, ReplicaPlacement, Snapshot
 from .pools import FULL, pool_index, share_capacity_milli
 
@@ -72,6 +72,14 @@ class Cluster:
             dtype=np.int64,
         )
         self._mig_cache: dict[tuple[str, int], MigGeometry | None] = {}
+        # Nodes with fixed MIG partitions: their slots per profile (``mig.fixed_layout``).
+        self.mig_layout: dict[int, dict[str, tuple[Slot, ...]]] = {
+            i: fixed_layout(node.mig_slices, node.gpu_count, int(self.device_memory_gib[i]))
+            for i, node in enumerate(nodes)
+            if node.mig_enabled and node.mig_slices
+        }
+        self.mig_fixed = np.zeros(n, dtype=bool)
+        self.mig_fixed[list(self.mig_layout)] = True
         # Called as listener(node_index, placement, sign) after every change (stateful scorers).
         self.listeners: list[Callable[[int, ReplicaPlacement, int], None]] = []
         self.model_memory: dict[str, int] = {}
@@ -112,6 +120,18 @@ class Cluster:
         if key not in self._mig_cache:
             self._mig_cache[key] = mig_geometry(profile, device_memory_gib)
         return self._mig_cache[key]
+
+    def fixed_slots(self, i: int, profile: str) -> tuple[Slot, ...] | None:
+        """The slots of ``profile`` on node ``i`` if its MIG partitions are fixed, else ``None``."""
+        layout = self.mig_layout.get(i)
+        return None if layout is None else layout.get(profile, ())
+
+    def free_fixed_slot(self, i: int, geometry: MigGeometry) -> Slot | None:
+        """The first free slot of ``geometry``'s profile on fixed-partition node ``i``."""
+        for d, start in self.mig_layout[i].get(geometry.profile, ()):
+            if int(self.mig_mask[i, d]) & geometry.mask_at(start) == 0:
+                return d, start
+        return None
 
     def memory_of(self, gpu_model: str) -> int:
         return self.model_memory.get(gpu_model, 0) or default_device_memory_gib(gpu_model)

@@ -26,7 +26,11 @@ Steps (each is one call in :meth:`_Cycle.run`):
    e. otherwise, in the first pass, a job that would have to borrow -> ``Deferred`` to the second;
       else ``NoFit`` with the reason from the first model that had quota (placement or gang), else
       quota.
-4. Position in its queue and estimated start (``estimate``) for every workload still pending.
+4. Position in its queue and estimated starts, P50 and P90 (``estimate.Forecast``: this cycle's
+   decision run forward over its final state), for every workload still pending.
+
+After ``run`` the cycle keeps its final state: a dry run (``dryrun``) decides one more job on it with
+the same steps, keeping nothing (``trial``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import numpy as np
 
 from .admission import AdmissionOrder, FairShare, lq_order_key
 from .capacity import Cluster, Statement
-from .estimate import estimate_starts
+from .estimate import P50, P90, Forecast, Start, decision_key
 from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
 from .fit import Shape
 from .frag.plugins import workload_mix
@@ -97,6 +101,9 @@ class _Memo:
     requests: dict[tuple[Shape, int], dict[str, int]] = field(default_factory=dict)
 
 
+_NOT_EXPLAINED = NoFit(Reason(ReasonKind.PLACEMENT, "does not fit (forecast)"))
+
+
 def _granted(snapshot: Snapshot) -> Snapshot:
     """The snapshot with each pending job's tolerations cut to those its team was granted (when the
     snapshot carries the allow-list)."""
@@ -145,6 +152,15 @@ class _Cycle:
         self.preemptors: dict[str, int] = {}
         self.memo = _Memo()
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
+        # The forecast and the dry run decide more jobs on the cycle's final state: the forecast keeps
+        # what fits and never preempts; the dry run keeps nothing (``Statement.discard``).
+        self.may_preempt = True
+        self.keep_fits = True
+        self.explaining = True  # the forecast needs only fit or not: no reasons
+        self.runtimes = {wid: (p50, p90) for wid, p50, p90 in snapshot.runtimes}
+        self.waiting: list[tuple[Workload, str]] = []  # step 4's jobs, in the cycle's order
+        self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
+        self._forecast: Forecast | None = None  # built in step 4, after the last admission
 
     def run(self) -> Plan:
         # 1. Free capacity, quota usage and fair-share usage of what runs.
@@ -254,18 +270,7 @@ class _Cycle:
             message = f"budget: team {job.team} may not start new jobs" + (f": {why}" if why else "")
             return NoFit(Reason(ReasonKind.BUDGET, message, (("team", job.team), ("waits_for", "budget"))))
         # b. The same job failed already.
-        key = (
-            borrow,
-            cq,
-            job.resources,
-            job.replicas,
-            job.gang_size,
-            job.allowed_gpu_models,
-            job.node_selector,
-            job.tolerations,
-            job.rules,
-            job.priority if self.policy.preemption else 0,
-        )
+        key = (borrow, *decision_key(job, cq, job.priority if self.policy.preemption else 0))
         cached = self.memo.failed.get(key)
         if cached is not None:
             self.stats["cache_hits"] += 1
@@ -285,13 +290,19 @@ class _Cycle:
             if fit is not None:
                 return fit
         # d. Victims.
-        if self.policy.preemption and self.preemptors.get(cq, 0) < self.policy.preemptors_per_queue:
+        if (
+            self.may_preempt
+            and self.policy.preemption
+            and self.preemptors.get(cq, 0) < self.policy.preemptors_per_queue
+        ):
             preempt = self._try_preemption(job, cq, misses.tried)
             if preempt is not None:
                 return preempt
         # e. Deferred to the borrowing pass, or the reason.
         if misses.deferrable:
             return Deferred()
+        if not self.explaining:
+            return _NOT_EXPLAINED
         return NoFit(self._reason(job, misses))
 
     def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: _Misses) -> Fit | None:
@@ -316,9 +327,14 @@ class _Cycle:
             return None
         stmt = Statement(self.cluster)
         self.stats["placement_attempts"] += 1
-        result = self.placer.place_gang(job, shape, stmt, needed, job.gang_size, explain=job.gang_size > 1)
+        result = self.placer.place_gang(
+            job, shape, stmt, needed, job.gang_size, explain=self.explaining and job.gang_size > 1
+        )
         if result.explanation is None:
-            stmt.commit()
+            if self.keep_fits:
+                stmt.commit()
+            else:
+                stmt.discard()
             request = self._request(shape, len(result.placements))
             borrowed = self.quota.would_borrow(cq, request)
             return Fit(Admission(job.id, model, result.placements, borrowed), request)
@@ -413,8 +429,14 @@ class _Cycle:
             nodes = nodes_of(holder)
             return bool(len(self.placer.feasible(shape, nodes[eligible[nodes]])))
 
+        def placed_on() -> set[str]:
+            trial = Statement(self.cluster)
+            result = self.placer.place_gang(job, shape, trial, job.gang_size, job.gang_size, explain=False)
+            trial.discard()
+            return {p.node for p in result.placements}
+
         if self._victim_index is None:
-            self._victim_index = VictimIndex(self._initial_holders, self.cohort_of)
+            self._victim_index = VictimIndex(self._initial_holders, self.cohort_of, self.now)
         return select_victims(
             job=job,
             cq=cq,
@@ -429,6 +451,7 @@ class _Cycle:
             fits=fits,
             on_useful_node=on_useful_node,
             frees_a_node=frees_a_node,
+            placed_on=placed_on,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
@@ -458,15 +481,25 @@ class _Cycle:
     # -- 4. the plan ------------------------------------------------------------------------------
 
     def _plan(self) -> Plan:
-        estimates = self._estimates()
+        self.waiting = self._waiting()
+        p50 = self.forecast(self.waiting, P50)
+        p90 = self.forecast(self.waiting, P90)
+        self.forecasts = (p50, p90)
         positions = self._positions()
         pending = []
         for w in self.snapshot.workloads:
             if w.state != WorkloadState.PENDING or w.id not in self.pending:
                 continue
             reason, fixed = self.pending[w.id]
-            estimate = fixed if fixed is not None else estimates.get(w.id)
-            pending.append(PendingInfo(w.id, reason, positions.get(w.id, 0), estimate))
+            if fixed is not None:
+                early: float | None = fixed
+                late: float | None = fixed
+            else:
+                early = p50[w.id].at if w.id in p50 else None
+                late = p90[w.id].at if w.id in p90 else None
+                if early is not None and late is not None:
+                    late = max(early, late)
+            pending.append(PendingInfo(w.id, reason, positions.get(w.id, 0), early, late))
         pending.sort(key=lambda p: p.workload_id)
         admissions = sorted(self.admissions, key=lambda a: a.workload_id)
         stats = dict(self.stats)
@@ -492,16 +525,68 @@ class _Cycle:
                 positions[w.id] = k
         return positions
 
-    def _estimates(self) -> dict[str, float | None]:
-        """Estimated starts of the jobs still pending without a fixed one; a blocked team's jobs and
-        invalid requests get none."""
+    def _waiting(self) -> list[tuple[Workload, str]]:
+        """The jobs still pending without a fixed start, in the cycle's order, with their ClusterQueue;
+        a blocked team's jobs and invalid requests are left out (they get no estimate)."""
         waiting = []
         for job in self.considered:
             entry = self.pending.get(job.id)
             if entry is None or entry[1] is not None or entry[0].kind in (ReasonKind.BUDGET, ReasonKind.INVALID):
                 continue
             waiting.append((job, self.lq_by_name[job.local_queue].cluster_queue))
-        return estimate_starts(self.cluster, self.quota, self.placer, self.now, waiting, self.holders, self.taken)
+        return waiting
+
+    def forecast(
+        self, waiting: list[tuple[Workload, str]], which: int, until: str | None = None, decisions: int | None = None
+    ) -> dict[str, Start]:
+        """Step 4's forward run from the final state (``estimate.Forecast``); changes nothing."""
+        if self._forecast is None:
+            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
+        return self._forecast.run(
+            waiting,
+            self.holders,
+            self.taken,
+            which,
+            until,
+            max_decisions=self.policy.forecast_decisions if decisions is None else decisions,
+        )
+
+    # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------
+
+    def forecast_begin(self) -> object:
+        saved = (self.memo, dict(self.stats), self.may_preempt, self.explaining)
+        self.may_preempt = self.explaining = False
+        return saved
+
+    def forecast_step(self) -> None:
+        """Capacity came back: what failed before may fit now."""
+        self.memo = _Memo(requests=self.memo.requests)
+
+    def forecast_end(self, saved: object) -> None:
+        self.memo, self.stats, self.may_preempt, self.explaining = saved  # type: ignore[misc]
+
+    def forecast_decide(self, job: Workload) -> Outcome:
+        return self._decide(job, borrow=True)
+
+    def trial(self, job: Workload) -> Outcome:
+        """Steps 2 and 3 for one more pending ``job`` on the final state, keeping nothing: what the next
+        cycle decides for it when nothing else changes (``dryrun``). A job that never fits is a
+        ``NoFit`` whose reason has ``waits`` false."""
+        job = _granted(replace(self.snapshot, workloads=(job,))).workloads[0]
+        never = self.feasibility.never_fits(job)
+        if never is not None:
+            return NoFit(never)
+        if job.start_window is not None and (opens := opens_at(job.start_window, self.now)) > self.now:
+            return NoFit(window_reason(job.start_window, opens))
+        saved = (dict(self.preemptors), self.keep_fits)
+        self.keep_fits = False
+        try:
+            outcome = self._decide(job, borrow=False)
+            if isinstance(outcome, Deferred):
+                outcome = self._decide(job, borrow=True)
+        finally:
+            self.preemptors, self.keep_fits = saved
+        return outcome
 
 
 __all__ = ["request_of", "run_cycle"]

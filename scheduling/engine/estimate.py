@@ -1,307 +1,317 @@
-"""Estimated start times of the jobs a cycle leaves pending, like Slurm's ``squeue --start`` without
-backfill.
+"""Estimated start times: the engine run forward over the current state (the forecast).
 
-1. Pools, each with what is free now and a ceiling (the most it could ever hold): per GPU model the
-   milli-GPU of its schedulable plain nodes, and its MIG nodes as a pool of their own (neither kind of
-   request can use the other's); CPU and memory of schedulable nodes; per ClusterQueue and resource
-   with a quota, what the queue may still take (ceiling: its nominal quota plus what it may borrow).
-2. Every running or just-admitted job releases what it holds at ``started_at + runtime_s`` (jobs past
-   their requested runtime are assumed to end now; victims of a preemption release now). Only
-   capacity on schedulable nodes goes back into a pool: what a cordoned or vanished node frees cannot
-   start anything.
-3. Pending jobs are taken in the order the cycle considered them. A job starts at the earliest time
-   when, for each resource it needs (the GPU model's pool, its ClusterQueue's quota of it; CPU and
-   memory only for CPU-only work), the free amount covers the request, and not before the previous job
-   that used the same resource (no overtaking, so the estimate never promises what a higher-ranked job
-   will take). With several GPU models allowed, the earliest of them wins.
-4. It then holds those resources until ``start + runtime_s``.
+Steps (each is one part of :meth:`Forecast.run`):
 
-Only GPU models whose nodes the job may use (static filters) and whose total could hold it are
-considered. Device fragmentation is not modelled (free GPUs are pooled per model), so the estimate is
-a lower bound for whole-GPU jobs on a fragmented cluster. A job whose request exceeds its pool or its
-quota ceiling gets ``None``.
+1. Start from a cycle's final state: free capacity after its admissions (device by device, so
+   fragmentation counts), quota in use, the placer and its scorers.
+2. Every running or just-admitted job ends at ``started_at`` plus its expected runtime in the
+   cluster's own seconds (``Snapshot.runtimes``; its requested ``runtime_s`` without one); one past its
+   P50 at its P90, one past that a tenth of its P90 from now; a preemption victim ends now.
+3. Time advances from end to end; ends close to the first are taken together (within ``COALESCE_S``
+   or ``RESOLUTION`` of the time ahead of now, whichever is longer: a start an hour ahead is told to
+   within three minutes).
+   What ended is given back: its replicas' capacity on their nodes and its quota to its queue. The
+   waiting jobs are then tried in the cycle's admission order (priority, fair share of their queues as
+   the forecast's usage changes, submission time) with the cycle's own decision (``Host.decide``:
+   quota with borrowing, then placement of the whole gang; no preemption). Jobs of one shape and
+   queue are a group: the first of a group that does not fit stops the group for that step (capacity
+   and quota only shrink within a step), and a group is tried again only after capacity of a GPU
+   model it may use came back. A job that fits starts then, holds its placement and quota, and ends
+   after its expected runtime (it joins the ends of step 3).
+4. It stops when every waiting job has started (or the one asked about, ``until``), after
+   ``max_steps`` steps, or once it has taken ``max_decisions`` decisions (``Policy.forecast_decisions``,
+   as Slurm's backfill bounds the jobs it tests): a job not started by then has no estimate (beyond
+   the forecast's reach).
+5. Everything staged is undone: the cycle's state, memo and figures are as before.
 
-The pools and the walk are :class:`StartEstimator`; :func:`estimate_starts` builds them from a cycle's
-state through the public API of ``Cluster``, ``QuotaBook`` and ``Placer``.
+Run twice, once with each job's P50 expected runtime and once with its P90 one: the P50 and P90
+estimated starts. Jobs of a blocked team, invalid requests and jobs that never fit get none (the
+cycle does not hand them in).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Collection, Sequence
+import heapq
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-import numpy as np
-
-from .capacity import FULL, Cluster
+from .admission import FairShare
+from .capacity import Cluster
 from .model import ReplicaPlacement, Workload
-from .placement import Placer
+from .outcome import Fit, Outcome
 from .preemption import Holder
-from .quota import CPU, MEMORY, QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .quota import QuotaBook, models_to_try
 
-Releases = dict[str, list[tuple[float, int]]]
-"""Per pool, the ``(time, amount)`` it gets back."""
+COALESCE_S = 1.0
+RESOLUTION = 0.05
+MAX_STEPS = 2000
+P50, P90 = 0, 1
 
-
-def estimate_starts(
-    cluster: Cluster,
-    quota: QuotaBook,
-    placer: Placer,
-    now: float,
-    waiting: Sequence[tuple[Workload, str]],
-    holders: Sequence[Holder],
-    victims: Collection[str],
-) -> dict[str, float | None]:
-    """Estimated start of each ``(job, cluster queue)`` in ``waiting`` (in the cycle's order), given what
-    ``holders`` (running and just admitted) hold and which of them are ``victims``; ``None`` = cannot
-    estimate. Reads the cycle's final state; changes nothing."""
-    return _Estimation(cluster, quota, placer, now).run(waiting, holders, victims)
+Runtimes = Mapping[str, tuple[float, float]]
+"""Workload id -> (P50, P90) expected runtime in the cluster's seconds."""
 
 
-class _Estimation:
-    def __init__(self, cluster: Cluster, quota: QuotaBook, placer: Placer, now: float) -> None:
-        self.cluster = cluster
-        self.quota = quota
-        self.placer = placer
+class Host(Protocol):
+    """What the forecast needs of a cycle (``cycle._Cycle``)."""
+
+    cluster: Cluster
+    quota: QuotaBook
+    fair: FairShare
+
+    def forecast_decide(self, job: Workload) -> Outcome: ...
+
+    def forecast_begin(self) -> object: ...
+
+    def forecast_step(self) -> None: ...
+
+    def forecast_end(self, saved: object) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """When and where the forecast starts a job."""
+
+    at: float
+    gpu_model: str | None
+    placements: tuple[ReplicaPlacement, ...]
+
+
+SIMILAR_RUNS = 3  # runs needed before history decides
+
+
+def _quantiles(values: Sequence[float]) -> tuple[float, float]:
+    """P50 and P90 by linear interpolation between the values seen (never beyond them)."""
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        pos = q * (len(ordered) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    return at(0.5), at(0.9)
+
+
+def runtime_from_history(
+    requested_s: float, history: Sequence[tuple[float, float]], speedup: float = 1.0
+) -> tuple[float, float]:
+    """(P50, P90) expected runtime, in the cluster's seconds, of a job asking for ``requested_s``
+    (its ``runtime_s``), given its team's finished runs ``(requested_s, ran_s)`` (``ran_s`` in the
+    cluster's seconds; ``speedup``: how much faster than requested the cluster runs jobs).
+
+    With at least ``SIMILAR_RUNS`` runs that asked for the same runtime: what they ran. Else, with that
+    many runs at all: the request scaled by what runs took of theirs. Else the request."""
+    asked = requested_s / speedup
+    same = [ran for req, ran in history if req == requested_s]
+    if len(same) >= SIMILAR_RUNS:
+        return _quantiles(same)
+    ratios = [ran / (req / speedup) for req, ran in history if req > 0]
+    if len(ratios) >= SIMILAR_RUNS:
+        p50, p90 = _quantiles(ratios)
+        return asked * p50, asked * p90
+    return asked, asked
+
+
+def expected_runtime(job: Workload, runtimes: Runtimes, which: int) -> float:
+    known = runtimes.get(job.id)
+    return known[which] if known is not None else job.runtime_s
+
+
+@dataclass(order=True, slots=True)
+class _End:
+    at: float
+    seq: int
+    placements: tuple[ReplicaPlacement, ...] = field(compare=False)
+    lq: str = field(compare=False)
+    cq: str = field(compare=False)
+    request: dict[str, int] = field(compare=False)
+    models: frozenset[str | None] = field(compare=False)
+
+
+class Forecast:
+    """The forward run of steps 1-5 over one cycle's final state (``host``)."""
+
+    def __init__(self, host: Host, now: float, runtimes: Runtimes, flavors: Mapping[str, tuple[str, ...]]) -> None:
+        self.ends_cache: dict[int, list[_End]] = {}
+        self.host = host
         self.now = now
-        self.schedulable = ~cluster.cordoned
+        self.runtimes = runtimes
+        self.flavors = flavors  # ClusterQueue -> its GPU models in flavor order
 
     def run(
-        self, waiting: Sequence[tuple[Workload, str]], holders: Sequence[Holder], victims: Collection[str]
-    ) -> dict[str, float | None]:
-        # 1. Pools.
-        free, ceiling = self._pools()
-        # Which job waits on what: only those resources need their release events.
-        options = self._options(waiting)
-        needed = {key for _, requests in options for request in requests for key in request}
-        # 2. Releases.
-        estimator = StartEstimator(self.now, free, ceiling)
-        for key, items in self._releases(holders, victims, needed).items():
-            estimator.preload_many(key, items)
-        estimator.seal()
-        # 3.-4. The walk, in the cycle's order.
-        return {job.id: _earliest_option(estimator, requests, job.runtime_s) for job, requests in options}
+        self,
+        waiting: Sequence[tuple[Workload, str]],
+        holders: Sequence[Holder],
+        victims: Collection[str],
+        which: int = P50,
+        until: str | None = None,
+        max_steps: int = MAX_STEPS,
+        max_decisions: int | None = None,
+    ) -> dict[str, Start]:
+        """When (and where) each ``(job, cluster queue)`` of ``waiting`` (in the cycle's order) starts;
+        a job missing from the answer has no estimate. ``until``: stop once this job has started."""
+        host, cluster, quota, fair = self.host, self.host.cluster, self.host.quota, self.host.fair
+        saved = host.forecast_begin()
+        taken: list[ReplicaPlacement] = []  # staged, undone in step 5
+        released: list[ReplicaPlacement] = []
+        charged: list[tuple[str, str, dict[str, int], int]] = []  # (lq, cq, request, sign)
+        starts: dict[str, Start] = {}
+        try:
+            # 2. Ends of what holds capacity now (a heap; the same for every run over one state).
+            ends = list(self.ends(holders, victims, which))
+            seq = len(ends)
+            # Groups of equal jobs, in the order of their first member.
+            groups: list[_Group] = []
+            by_key: dict[tuple[object, ...], _Group] = {}
+            for rank, (job, cq) in enumerate(waiting):
+                key = group_key(job, cq)
+                group = by_key.get(key)
+                if group is None:
+                    group = by_key[key] = _Group(len(groups), cq, self._models(job, cq))
+                    groups.append(group)
+                group.jobs.append((rank, job))
+            left = len(waiting)
+            dirty_since: dict[str | None, int] = {}  # GPU model -> the last step capacity of it came back
+            dirty_all = 0  # the last step CPU-only work ended (its CPU and memory help every model)
+            step = 0
+            budget = max_decisions if max_decisions is not None else len(waiting) * max_steps
+            while ends and left and step < max_steps and budget > 0 and (until is None or until not in starts):
+                step += 1
+                # 3. Give back what ended.
+                t = ends[0].at
+                window = max(COALESCE_S, RESOLUTION * (t - self.now))
+                while ends and ends[0].at <= t + window:
+                    ended = heapq.heappop(ends)
+                    released.extend(p for p in ended.placements if cluster.apply(p, -1))
+                    if ended.request:
+                        quota.add(ended.cq, ended.request, -1)
+                        fair.add(ended.lq, ended.cq, ended.request, -1)
+                        charged.append((ended.lq, ended.cq, ended.request, -1))
+                    for model in ended.models:
+                        dirty_since[model] = step
+                    if None in ended.models:
+                        dirty_all = step
+                dirty_since[None] = step  # CPU-only work may use any node
+                host.forecast_step()
+                # Try the groups that may use what came back in the cycle's admission order (priority,
+                # fair share of their queues as usage changes, submission), a heap refreshed lazily as
+                # ``admission.AdmissionOrder`` is (shares only grow within a step).
+                heads = [
+                    (_order_key(fair, g), g.index)
+                    for g in groups
+                    if g.head < len(g.jobs)
+                    and g.tried_at < max((dirty_all, *(dirty_since.get(m, 0) for m in g.models)))
+                ]
+                heapq.heapify(heads)
+                while heads and budget > 0:
+                    key, index = heapq.heappop(heads)
+                    group = groups[index]
+                    fresh = _order_key(fair, group)
+                    if fresh != key:
+                        heapq.heappush(heads, (fresh, index))
+                        continue
+                    budget -= 1
+                    group.tried_at = step
+                    job = group.jobs[group.head][1]
+                    outcome = host.forecast_decide(job)
+                    if not isinstance(outcome, Fit):
+                        continue  # the rest of the group does not fit either, this step
+                    admission = outcome.admission
+                    taken.extend(admission.placements)
+                    quota.add(group.cq, outcome.request)
+                    fair.add(job.local_queue, group.cq, outcome.request)
+                    charged.append((job.local_queue, group.cq, outcome.request, 1))
+                    starts[job.id] = Start(t, admission.gpu_model, admission.placements)
+                    runtime = expected_runtime(job, self.runtimes, which)
+                    models = frozenset((admission.gpu_model,))
+                    end = _End(
+                        t + runtime, seq, admission.placements, job.local_queue, group.cq, outcome.request, models
+                    )
+                    heapq.heappush(ends, end)
+                    seq += 1
+                    left -= 1
+                    group.head += 1
+                    if until == job.id:
+                        break
+                    if group.head < len(group.jobs):
+                        heapq.heappush(heads, (_order_key(fair, group), index))
+        finally:
+            # 5. Undo, newest first.
+            for p in reversed(taken):
+                cluster.apply(p, -1)
+            for p in reversed(released):
+                cluster.apply(p, 1)
+            for lq, cq, request, sign in reversed(charged):
+                quota.add(cq, request, -sign)
+                fair.add(lq, cq, request, -sign)
+            host.forecast_end(saved)
+        return starts
 
-    # -- 1. pools ---------------------------------------------------------------------------------
+    def ends(self, holders: Sequence[Holder], victims: Collection[str], which: int) -> list[_End]:
+        """Step 2's heap of ends, kept per ``which`` (the holders of one cycle's final state do not
+        change between runs)."""
+        cached = self.ends_cache.get(which)
+        if cached is None:
+            cached = []
+            for seq, holder in enumerate(holders):
+                w = holder.workload
+                at = self.now if w.id in victims else self._end(w, which)
+                models = frozenset((w.gpu_model,))
+                cached.append(_End(at, seq, holder.placements, holder.lq, holder.cq, holder.request, models))
+            heapq.heapify(cached)
+            self.ends_cache[which] = cached
+        return cached
 
-    def _pools(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(free now, ceiling) per pool: nodes per GPU model, CPU, memory; quota per queue."""
-        cluster, schedulable = self.cluster, self.schedulable
-        free: dict[str, int] = {
-            CPU: int(cluster.cpu_free[schedulable].sum()),
-            MEMORY: int(cluster.mem_free[schedulable].sum()),
-        }
-        ceiling: dict[str, int] = {
-            CPU: int(cluster.cpu_total[schedulable].sum()),
-            MEMORY: int(cluster.mem_total[schedulable].sum()),
-        }
-        for model, code in cluster.model_code.items():
-            rows = schedulable & (cluster.node_model == code)
-            plain, mig = rows & ~cluster.mig_node, rows & cluster.mig_node
-            key = gpu_key(model)
-            # Counted without the overcommit headroom of pooled devices (conservative for fractions).
-            headroom = (cluster.dev_cap[plain] - FULL)[:, None]
-            free[key] = int(np.clip(cluster.dev_free[plain] - headroom, 0, None).sum())
-            ceiling[key] = int(cluster.gpu_count[plain].sum()) * FULL
-            mig_key = _mig_pool(key)
-            ceiling[mig_key] = int(cluster.gpu_count[mig].sum()) * FULL
-            used_slices = sum(int(m).bit_count() for m in cluster.mig_mask[mig].ravel())
-            free[mig_key] = ceiling[mig_key] - int(used_slices * FULL // 8)
-        for cq, limits in self.quota.limits.items():
-            for key in limits:
-                available = self.quota.available(cq, key)
-                free[_quota_pool(cq, key)] = available if available is not None else 0
-                ceiling[_quota_pool(cq, key)] = self.quota.ceiling(cq, key) or 0
-        return free, ceiling
+    def _end(self, w: Workload, which: int) -> float:
+        """When a running job is expected to end: its start plus its expected runtime; one already past
+        its P50 is expected to end at its P90, one past that soon (a tenth of its P90 from now)."""
+        started = w.started_at if w.started_at is not None else self.now
+        known = self.runtimes.get(w.id, (w.runtime_s, w.runtime_s))
+        for runtime in known[which:]:
+            if started + runtime > self.now:
+                return started + runtime
+        return self.now + 0.1 * known[P90]
 
-    # -- what each job asks of the pools ----------------------------------------------------------
-
-    def _options(self, waiting: Sequence[tuple[Workload, str]]) -> list[tuple[Workload, list[dict[str, int]]]]:
-        """Each waiting job with its pooled request per GPU model it may use (shared by equal jobs)."""
-        by_signature: dict[tuple[object, ...], list[dict[str, int]]] = {}
-        out = []
-        for job, cq in waiting:
-            signature = (cq, job.resources, job.gang_size, job.allowed_gpu_models, job.node_selector, job.tolerations)
-            requests = by_signature.get(signature)
-            if requests is None:
-                requests = by_signature[signature] = self._requests(job, cq)
-            out.append((job, requests))
-        return out
-
-    def _requests(self, job: Workload, cq: str) -> list[dict[str, int]]:
-        """The pooled request of ``job`` on each GPU model it may use, in flavor order."""
-        options = []
-        for gpu_model in models_to_try(job, self.quota.flavors[cq]):
-            shape = self.placer.shape_for(job, gpu_model)
-            if isinstance(shape, str):
-                continue
-            counts = self.cluster.gpu_count[self.placer.eligible(job, shape)]
-            if shape.kind != "cpu" and (
-                int(counts.sum()) * FULL < shape.quota_milli * job.gang_size or int(counts.max(initial=0)) < shape.gpus
-            ):
-                continue  # the nodes this job may use could never hold it on this model
-            request = request_of(shape, job.gang_size)
-            limits = self.quota.limits.get(cq, {})
-            request.update({_quota_pool(cq, key): amount for key, amount in request.items() if key in limits})
-            if shape.kind != "cpu":  # GPUs bind a GPU job; pooled CPU/memory would only add walks
-                request.pop(CPU, None)
-                request.pop(MEMORY, None)
-            if shape.kind == "mig" and shape.gpu_model is not None:
-                key = gpu_key(shape.gpu_model)
-                request[_mig_pool(key)] = request.pop(key)
-            options.append(request)
-        return options
-
-    # -- 2. releases ------------------------------------------------------------------------------
-
-    def _releases(self, holders: Sequence[Holder], victims: Collection[str], needed: set[str]) -> Releases:
-        cluster, now = self.cluster, self.now
-        events: Releases = {key: [] for key in needed}
-        quota_keys = {
-            cq: {key: _quota_pool(cq, key) for key in limits if _quota_pool(cq, key) in needed}
-            for cq, limits in self.quota.limits.items()
-        }
-        plain_nodes = self._node_names(self.schedulable & ~cluster.mig_node)
-        mig_nodes = self._node_names(self.schedulable & cluster.mig_node)
-        for holder in holders:
-            w = holder.workload
-            started = w.started_at if w.started_at is not None else now
-            end = now if w.id in victims else max(now, started + w.runtime_s)
-            qkeys = quota_keys.get(holder.cq, {})
-            for key, amount in holder.request.items():
-                quota_key = qkeys.get(key)
-                if quota_key is not None:
-                    events[quota_key].append((end, amount))
-            released = holder.request
-            if any(p.node not in plain_nodes for p in holder.placements):
-                released = self._pooled(w, holder.placements, plain_nodes, mig_nodes)
-            for key, amount in released.items():
-                if key in events:
-                    events[key].append((end, amount))
-        return events
-
-    def _node_names(self, rows: np.ndarray) -> set[str]:
-        return {n.name for n, ok in zip(self.cluster.nodes, rows.tolist(), strict=True) if ok}
-
-    def _pooled(
-        self, w: Workload, placements: Sequence[ReplicaPlacement], plain_nodes: set[str], mig_nodes: set[str]
-    ) -> dict[str, int]:
-        """What ``placements`` give back to the pools: nothing from unschedulable or vanished nodes,
-        and MIG nodes' GPUs to their model's MIG pool."""
-        released = placements_request(self.cluster, w.gpu_model, [p for p in placements if p.node in plain_nodes])
-        on_mig = placements_request(self.cluster, w.gpu_model, [p for p in placements if p.node in mig_nodes])
-        for key, amount in on_mig.items():
-            pooled = _mig_pool(key) if key.startswith("gpu/") else key
-            released[pooled] = released.get(pooled, 0) + amount
-        return released
-
-
-def _earliest_option(estimator: StartEstimator, requests: list[dict[str, int]], runtime_s: float) -> float | None:
-    """Steps 3-4 for one job: the option that can start first (the first of equals) is reserved."""
-    best: tuple[float, dict[str, int]] | None = None
-    for request in requests:
-        start = estimator.earliest(request)
-        if start is not None and (best is None or start < best[0]):
-            best = (start, request)
-    if best is None:
-        return None
-    return estimator.start(best[1], runtime_s)
-
-
-def _mig_pool(key: str) -> str:
-    """The pool of a GPU model's MIG nodes (``key`` is the model's ``gpu_key``)."""
-    return f"{key}@mig"
-
-
-def _quota_pool(cq: str, key: str) -> str:
-    """The pool of a ClusterQueue's quota of ``key``."""
-    return f"{cq}|{key}"
+    def _models(self, job: Workload, cq: str) -> frozenset[str | None]:
+        """The GPU models whose capacity coming back may let ``job`` start (``None``: CPU-only work,
+        which any end may help)."""
+        return frozenset(models_to_try(job, self.flavors.get(cq, ())))
 
 
 @dataclass(slots=True)
-class StartEstimator:
-    """Release-event simulation over pooled resources (steps 2-4 of the module docstring).
+class _Group:
+    index: int
+    cq: str
+    models: frozenset[str | None]
+    jobs: list[tuple[int, Workload]] = field(default_factory=list)
+    head: int = 0
+    tried_at: int = 0
 
-    Each resource keeps its future releases as a sorted list with a read head, so the walk in
-    :meth:`start` only visits releases it then consumes: the whole pass is O(events log events).
-    """
 
-    now: float
-    free: dict[str, int]
-    ceiling: dict[str, int]
-    events: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
-    head: dict[str, int] = field(default_factory=dict)
-    clock: dict[str, float] = field(default_factory=dict)
-    pending_total: dict[str, int] = field(default_factory=dict)  # sum of releases not yet consumed
+def _order_key(fair: FairShare, group: _Group) -> tuple[int, float, float, float, int]:
+    """``admission.AdmissionOrder``'s key of the group's first waiting job (its rank breaks ties)."""
+    rank, job = group.jobs[group.head]
+    lq = job.local_queue
+    return (-job.priority, fair.cq_share(fair.lq_cq.get(lq, "")), fair.lq_share(lq), job.created_at, rank)
 
-    def preload_many(self, resource: str, items: list[tuple[float, int]]) -> None:
-        """Many releases of one resource at once (``(at, amount)``); call :meth:`seal` after."""
-        now = self.now
-        self.events.setdefault(resource, []).extend((at if at > now else now, amount) for at, amount in items)
-        self.pending_total[resource] = self.pending_total.get(resource, 0) + sum(a for _, a in items)
 
-    def seal(self) -> None:
-        for events in self.events.values():
-            events.sort()
+def decision_key(job: Workload, cq: str, priority: int) -> tuple[object, ...]:
+    """What the cycle's decision for a job depends on besides the state (the cycle's memo key, with
+    ``priority`` when preemption may use it): jobs with equal keys get equal decisions."""
+    return (
+        cq,
+        job.resources,
+        job.replicas,
+        job.gang_size,
+        job.allowed_gpu_models,
+        job.node_selector,
+        job.tolerations,
+        job.rules,
+        priority,
+    )
 
-    def release(self, resource: str, at: float, amount: int) -> None:
-        if amount:
-            self.pending_total[resource] = self.pending_total.get(resource, 0) + amount
-            bisect.insort(
-                self.events.setdefault(resource, []),
-                (max(at, self.now), amount),
-                lo=self.head.get(resource, 0),
-            )
 
-    def ready_at(self, resource: str, need: int) -> float | None:
-        """When ``need`` of ``resource`` is free, after every earlier reservation; ``None`` = never
-        (more than the pool's ceiling, or more than every known release frees)."""
-        free = self.free.get(resource, 0)
-        if need > self.ceiling.get(resource, free):
-            return None
-        at = self.clock.get(resource, self.now)
-        if free >= need:
-            return at
-        if free + self.pending_total.get(resource, 0) < need:
-            return None  # even every known release is not enough: no walk
-        events = self.events.get(resource, [])
-        for j in range(self.head.get(resource, 0), len(events)):
-            when, amount = events[j]
-            free += amount
-            if free >= need:
-                return max(at, when)
-        return None
-
-    def earliest(self, request: dict[str, int]) -> float | None:
-        """Earliest start for ``request`` after all earlier reservations, without reserving it."""
-        start = self.now
-        for resource, need in request.items():
-            if need <= 0:
-                continue
-            ready = self.ready_at(resource, need)
-            if ready is None:
-                return None
-            start = max(start, ready)
-        return start
-
-    def start(self, request: dict[str, int], runtime_s: float) -> float | None:
-        """Earliest start for ``request`` after all earlier jobs; reserves it when one exists."""
-        request = {r: a for r, a in request.items() if a > 0}
-        start = self.earliest(request)
-        if start is None:
-            return None
-        for resource, need in request.items():
-            events = self.events.get(resource, [])
-            j = self.head.get(resource, 0)
-            free = self.free.get(resource, 0)
-            consumed = 0
-            while j < len(events) and events[j][0] <= start:
-                consumed += events[j][1]
-                j += 1
-            free += consumed
-            self.pending_total[resource] = self.pending_total.get(resource, 0) - consumed
-            self.head[resource] = j
-            self.free[resource] = free - need
-            self.clock[resource] = start
-            self.release(resource, start + runtime_s, need)
-        return start
+def group_key(job: Workload, cq: str) -> tuple[object, ...]:
+    """The forecast's groups: equal decisions, one local queue (its order within the queue)."""
+    return (job.local_queue, *decision_key(job, cq, job.priority))

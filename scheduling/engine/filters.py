@@ -224,11 +224,14 @@ class StaticFilters:
         return shape_ok, affinity_ok, taints_ok
 
     def _mig_supported(self, shape: Shape) -> np.ndarray:
-        """Nodes where the profile has the same geometry (same device memory, hence slice size)."""
+        """Nodes where the profile has the same geometry (same device memory, hence slice size) and,
+        on nodes with fixed MIG partitions, where slices of the profile exist."""
         cluster = self.cluster
         assert shape.mig is not None
         mask = np.zeros(cluster.n, dtype=bool)
         for memory in np.unique(cluster.device_memory_gib).tolist():
             if cluster.mig(shape.mig.profile, int(memory)) == shape.mig:
                 mask |= cluster.device_memory_gib == memory
+        for i in cluster.mig_layout:  # fixed partitions: only nodes where the profile's slices exist
+            mask[i] &= bool(cluster.fixed_slots(i, shape.mig.profile))
         return mask

@@ -129,7 +129,12 @@ def _mig_fits(cluster: Cluster, geometry: MigGeometry, nodes: Nodes) -> np.ndarr
     any_start = np.zeros(masks.shape, dtype=bool)
     for start in geometry.starts:
         any_start |= (masks & geometry.mask_at(start)) == 0
-    return np.asarray((room & any_start).any(axis=1))
+    ok = np.asarray((room & any_start).any(axis=1))
+    if cluster.mig_layout:  # fixed partitions: only the slices that exist
+        index = np.arange(cluster.n)[nodes]
+        for k in np.flatnonzero(cluster.mig_fixed[index]).tolist():
+            ok[k] = cluster.free_fixed_slot(int(index[k]), geometry) is not None
+    return ok
 
 
 def fits(cluster: Cluster, shape: Shape, nodes: Nodes, within: np.ndarray | None = None) -> np.ndarray:
@@ -187,6 +192,8 @@ def empty_capacity(cluster: Cluster, shape: Shape, nodes: np.ndarray) -> np.ndar
     elif shape.kind == "mig":
         assert shape.mig is not None
         cap = count * mig_instances(shape.mig)
+        for k in np.flatnonzero(cluster.mig_fixed[nodes]).tolist():
+            cap[k] = len(cluster.fixed_slots(int(nodes[k]), shape.mig.profile) or ())
     if shape.cpu_milli:
         cap = np.minimum(cap, cluster.cpu_total[nodes] // shape.cpu_milli)
     if shape.memory_mib:
@@ -232,6 +239,8 @@ def fits_node(cluster: Cluster, shape: Shape, i: int) -> bool:
         return bool(cluster.max_share[i] >= shape.milli)
     if kind == "mig":
         assert shape.mig is not None
+        if cluster.mig_fixed[i]:
+            return cluster.free_fixed_slot(i, shape.mig) is not None
         masks = cluster.mig_mask[i].tolist()
         compute = cluster.mig_compute[i].tolist()
         return any(mig_start(masks[d], compute[d], shape.mig) is not None for d in range(int(cluster.gpu_count[i])))

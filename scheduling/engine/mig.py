@@ -188,6 +188,7 @@ def headroom(table_name: str, used_mask: int, used_compute: int) -> tuple[int, .
     return tuple(counts)
 
 
+@cache
 def slot_loss(used_mask: int, used_compute: int, geometry: MigGeometry, start: int) -> tuple[int, ...]:
     """What placing ``geometry`` at ``start`` costs the device: instances lost per profile, largest
     first (smaller is better; compared lexicographically)."""
@@ -207,3 +208,31 @@ def devices_for_memory(memory_gib: int, device_memory_gib: int) -> int:
     if device_memory_gib <= 0:
         return 0
     return max(1, math.ceil(memory_gib / device_memory_gib))
+
+
+Slot = tuple[int, int]  # (device index, first memory slice)
+
+
+def fixed_layout(
+    slices: tuple[tuple[str, int], ...], gpu_count: int, device_memory_gib: int
+) -> dict[str, tuple[Slot, ...]]:
+    """The slots of a node whose slices exist already (the device plugin's mixed strategy advertises
+    ``nvidia.com/mig-<profile>: <count>``): each advertised instance, largest profile first, on the
+    first device with room at its lowest valid start. The device and start are the engine's own
+    numbering of the advertised slices (the device plugin picks the real one); only the count per
+    profile matters. A profile not in the device's table, or an instance that cannot be laid out
+    next to the others, gets no slot."""
+    geometries = [(g, count) for profile, count in slices if (g := mig_geometry(profile, device_memory_gib))]
+    geometries.sort(key=lambda gc: (-gc[0].memory_slices, -gc[0].compute, gc[0].profile))
+    masks, computes = [0] * gpu_count, [0] * gpu_count
+    layout: dict[str, list[Slot]] = {}
+    for geometry, count in geometries:
+        for _ in range(count):
+            for d in range(gpu_count):
+                start = mig_start(masks[d], computes[d], geometry)
+                if start is not None:
+                    masks[d] |= geometry.mask_at(start)
+                    computes[d] += geometry.compute
+                    layout.setdefault(geometry.profile, []).append((d, start))
+                    break
+    return {profile: tuple(slots) for profile, slots in layout.items()}

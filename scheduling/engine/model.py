@@ -178,6 +178,9 @@ class GpuNode:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False  # cordoned
     mig_enabled: bool = False  # devices are partitioned into MIG slices only
+    # Fixed MIG partitions (the device plugin's mixed strategy): the slices that exist, (profile, count).
+    # Empty on a MIG node: the engine chooses each instance's slot (dynamic partitioning).
+    mig_slices: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +303,9 @@ class Policy:
     preemption: bool = True
     seed: int = 0
     preemptors_per_queue: int = 1  # jobs per ClusterQueue that may choose victims in one cycle (Kueue: 1)
+    # Decisions the forecast of estimated starts may take per run (Slurm's bf_max_job_test idea): jobs
+    # it does not reach within them get no estimate (beyond the forecast's reach).
+    forecast_decisions: int = 3000
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +321,9 @@ class Snapshot:
     pools: tuple[NodePool, ...] = ()  # in order: a node is in the first pool it matches
     # team -> the taints it may tolerate; None = no allow-list (every toleration counts)
     toleration_grants: tuple[tuple[str, tuple[TolerationGrant, ...]], ...] | None = None
+    # workload id -> (P50, P90) expected runtime in the cluster's own seconds, for estimated starts
+    # (from the team's history of similar jobs; a workload without one is expected to run runtime_s)
+    runtimes: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +364,8 @@ class PendingInfo:
     workload_id: str
     reason: Reason
     position: int  # 1-based position in its local queue
-    estimated_start: float | None = None  # None = cannot estimate (never fits)
+    estimated_start: float | None = None  # P50; None = cannot estimate (never fits, blocked, horizon)
+    estimated_start_p90: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,12 @@ For a job that fits neither quota nor nodes as they are:
 4. Minimise: put every chosen victim back, most costly first; keep it out only if the job no longer
    fits without removing it. Afterwards no victim can be spared (the set is minimal), whatever the
    number of candidates.
-5. Cheapest: a branch-and-bound search over the useful candidates (those that free quota the job
-   lacks or sit on nodes it could use) for a set cheaper than step 4's, pruning every partial set
-   that already costs as much as the best found, within ``MAX_TRIALS`` placement trials,
-   ``MAX_STEPS`` partial sets and ``MAX_DEPTH`` victims. It is exhaustive on small cases (a dozen
-   useful candidates); on large ones it keeps the cheapest minimal set found so far.
+5. Cheapest: when at most ``MAX_EXACT`` candidates are useful (they free quota the job lacks or sit
+   on nodes it could use), a branch-and-bound search over them for a set cheaper than step 4's,
+   pruning every partial set that already costs as much as the best found, within ``MAX_TRIALS``
+   placement trials, ``MAX_STEPS`` partial sets and ``MAX_DEPTH`` victims: exhaustive on small
+   cases; when a bound stops it, the cheapest set found so far stands. With more candidates step
+   4's minimal set stands.
 6. Undo everything: victims keep their resources until they are gone, so nothing else can take the
    room in this cycle, and the preemptor is admitted by a later cycle.
 
@@ -50,6 +51,8 @@ GPU_PREFIX = "gpu/"  # quota keys of GPU models (``quota.gpu_key``)
 MAX_TRIALS = 256
 MAX_STEPS = 4096
 MAX_DEPTH = 64
+# Step 5 runs when at most this many candidates are useful (beyond, step 4's minimal set stands).
+MAX_EXACT = 24
 
 SetCost = tuple[int, int, float, int, tuple[str, ...]]
 
@@ -104,30 +107,41 @@ def set_cost(victims: list[Victim]) -> SetCost:
 
 
 class VictimIndex:
-    """Preemptible holders per ClusterQueue, each list in priority order (lowest first).
+    """Preemptible holders per ClusterQueue as victims, each list in cost order (:func:`victim_cost`).
 
-    Built once per cycle from the workloads admitted or running before it (a job admitted in this
-    cycle is never preempted in the same cycle).
+    Built once per cycle (``now`` is fixed within it) from the workloads admitted or running before
+    it (a job admitted in this cycle is never preempted in the same cycle).
     """
 
-    def __init__(self, holders: list[Holder], cohort_of: dict[str, str]) -> None:
-        self.by_cq: dict[str, list[Holder]] = {}
+    def __init__(self, holders: list[Holder], cohort_of: dict[str, str], now: float) -> None:
+        self.now = now
         self.cohort_members: dict[str, list[str]] = {}
         for cq, cohort in sorted(cohort_of.items()):
             if cohort:
                 self.cohort_members.setdefault(cohort, []).append(cq)
+        self._holders: dict[str, list[Holder]] = {}
         for holder in holders:
             if holder.workload.preemptible:
-                self.by_cq.setdefault(holder.cq, []).append(holder)
-        for group in self.by_cq.values():
-            group.sort(key=lambda h: (h.workload.priority, -h.started, h.workload.id))
+                self._holders.setdefault(holder.cq, []).append(holder)
+        # Built on first use: only the queues of this cycle's preemptors (and their cohorts) are needed.
+        self._victims: dict[tuple[str, str], list[Victim]] = {}
 
-    def holding(self, cq: str, key: str | None) -> list[Holder]:
-        """The queue's holders that hold ``key`` (all of them for ``None``), in priority order."""
-        group = self.by_cq.get(cq, [])
+    def victims(self, cq: str, kind: str) -> list[Victim]:
+        """The queue's preemptible holders as victims of ``kind``, in cost order."""
+        key = (cq, kind)
+        found = self._victims.get(key)
+        if found is None:
+            now = self.now
+            group = (Victim(h, kind, h.lost_gpu_milli_s(now)) for h in self._holders.get(cq, ()))
+            found = self._victims[key] = sorted(group, key=victim_cost)
+        return found
+
+    def holding(self, cq: str, key: str | None) -> list[Victim]:
+        """The queue's victims (kind ``reclaim``) that hold ``key`` (all for ``None``), in cost order."""
+        group = self.victims(cq, "reclaim")
         if key is None:
             return group
-        return [h for h in group if h.request.get(key, 0) > 0]
+        return [v for v in group if v.holder.request.get(key, 0) > 0]
 
 
 def protected(holder: Holder, now: float) -> bool:
@@ -150,6 +164,7 @@ def select_victims(
     fits: Callable[[], bool],
     on_useful_node: Callable[[Holder], bool],
     frees_a_node: Callable[[Holder], bool],
+    placed_on: Callable[[], set[str]] = set,
 ) -> list[Victim] | None:
     """The cheapest minimal set of victims after which ``fits()`` holds (in cost order), or ``None``."""
     keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
@@ -165,10 +180,20 @@ def select_victims(
     found = search.remove_until_fits(deque(candidates), on_useful_node)
     if found:
         # 4. Put back every victim the job can do without.
-        search.minimise()
+        search.minimise(on_useful_node, placed_on())
         # 5. Look for a cheaper minimal set among the useful candidates.
-        useful = [v for v in candidates if (quota_short and _frees_quota(v, keys)) or on_useful_node(v.holder)]
-        search.cheapest(useful)
+        useful: list[Victim] = []
+        on_nodes: set[str] = set()
+        for v in candidates:
+            on_node = on_useful_node(v.holder)
+            if on_node or (quota_short and _frees_quota(v, keys)):
+                useful.append(v)
+                if on_node:
+                    on_nodes.add(v.holder.workload.id)
+                if len(useful) > MAX_EXACT:
+                    break
+        if len(useful) <= MAX_EXACT:
+            search.cheapest(useful, on_nodes)
     # 6. Undo: victims hold their resources until an adapter has evicted them.
     search.undo()
     return sorted(search.best, key=victim_cost) if found else None
@@ -197,9 +222,9 @@ def _reclaim_candidates(
         if other == cq or not any(quota.borrowing(other, k) for k in keys):
             continue
         reclaim.extend(
-            Victim(h, "reclaim", h.lost_gpu_milli_s(now))
-            for h in index.holding(other, gpu_key)
-            if h.workload.id not in taken and not protected(h, now)
+            v
+            for v in index.holding(other, gpu_key)
+            if v.holder.workload.id not in taken and not protected(v.holder, now)
         )
     return reclaim
 
@@ -209,13 +234,14 @@ def _priority_candidates(
 ) -> list[Victim]:
     """Holders in the job's own queue with strictly lower priority (holding the GPU model it tries)."""
     own: list[Victim] = []
-    for holder in index.by_cq.get(cq, []):
+    for victim in index.victims(cq, "priority"):
+        holder = victim.holder
         if holder.workload.priority >= job.priority:
-            break  # sorted by priority: nothing further is lower
+            break  # in cost order, priority first: nothing further is lower
         if gpu_key is not None and holder.request.get(gpu_key, 0) <= 0:
             continue
         if holder.workload.id not in taken and not protected(holder, now):
-            own.append(Victim(holder, "priority", holder.lost_gpu_milli_s(now)))
+            own.append(victim)
     return own
 
 
@@ -237,14 +263,19 @@ class _VictimSearch:
         self.keys = keys
         self.quota = quota
         self.stmt = stmt
+        self.cluster_apply = stmt.cluster.apply
         self.fits = fits
         self.frees_a_node = frees_a_node
         self.chosen: list[Victim] = []
-        self.on_nodes: set[int] = set()  # ids of chosen victims whose placements are given back
+        # Victims whose placements are given back, by id(): the chosen ones, and in step 5 also some
+        # no longer chosen until the next ``_sync`` (node changes are made lazily there).
+        self.on_nodes: dict[int, Victim] = {}
         self.best: list[Victim] = []
         self.best_cost: SetCost | None = None
         self.trials = 0
         self.steps = 0
+        self._useful_nodes: set[str] = set()
+        self._bound: tuple[int, int, float, int] = (0, 0, 0.0, 0)
 
     def remove_until_fits(self, remaining: deque[Victim], on_useful_node: Callable[[Holder], bool]) -> bool:
         quota, cq, request = self.quota, self.cq, self.request
@@ -266,57 +297,97 @@ class _VictimSearch:
             found = self.frees_a_node(victim.holder) and self.fits()
         return found
 
-    def minimise(self) -> None:
-        """Step 4: try each chosen victim back, most costly first; keep it out only if needed."""
-        for victim in sorted(self.chosen, key=victim_cost, reverse=True):
+    def minimise(self, on_useful_node: Callable[[Holder], bool], placed_on: set[str]) -> None:
+        """Step 4: try each chosen victim back, most costly first; keep it out only if needed.
+
+        ``placed_on``: the nodes a trial placement of the job used. A victim on none of them leaves
+        that placement possible when it comes back, so only the quota decides whether it is needed
+        (no placement trial); so does a victim on no node the job could use. The others come back
+        one trial each."""
+        spare = [v for v in self.chosen if not any(p.node in placed_on for p in v.holder.placements)]
+        if not placed_on:
+            spare = [v for v in self.chosen if not on_useful_node(v.holder)]
+        kept = [v for v in self.chosen if all(v is not x for x in spare)]
+        for victim in sorted(spare, key=victim_cost, reverse=True):
             self._restore(victim)
-            if self.quota.fits(self.cq, self.request) and self.fits():
-                self.chosen = [v for v in self.chosen if v is not victim]
-            else:
+            if not self.quota.fits(self.cq, self.request):
                 self._remove(victim, nodes_too=True)
+                kept.append(victim)
+        self.chosen = kept
+        for victim in sorted(kept, key=victim_cost, reverse=True):
+            if not any(v is victim for v in spare):
+                self._restore(victim)
+                if self.quota.fits(self.cq, self.request) and self.fits():
+                    self.chosen = [v for v in self.chosen if v is not victim]
+                else:
+                    self._remove(victim, nodes_too=True)
         self.best = list(self.chosen)
         self.best_cost = set_cost(self.best)
 
-    def cheapest(self, candidates: list[Victim]) -> None:
-        """Step 5: branch and bound over ``candidates`` (in cost order) for a cheaper fitting set."""
+    def cheapest(self, candidates: list[Victim], useful_nodes: set[str]) -> None:
+        """Step 5: branch and bound over ``candidates`` (in cost order) for a cheaper fitting set.
+        Victims not in ``useful_nodes`` (ids) only free quota: their nodes are left as they are."""
         for victim in list(self.chosen):  # start from nothing removed
             self._restore(victim)
         self.chosen = []
-        self._branch(candidates, 0, self.quota.fits(self.cq, self.request))
-
-    def _branch(self, candidates: list[Victim], start: int, quota_fitted: bool) -> None:
-        """Extend ``chosen`` by each candidate from ``start`` on (``quota_fitted``: whether the quota
-        fitted before; a trial runs when the quota fits now and either it did not before or the new
-        victim's nodes now fit a replica: otherwise the placement is no better than its parent's)."""
+        self._useful_nodes = useful_nodes
         assert self.best_cost is not None
+        self._bound = self.best_cost[:4]
+        self._branch(candidates, 0, self.quota.fits(self.cq, self.request), (-(2**62), 0, -float("inf"), 0))
+        self._sync()  # chosen is empty again: every placement taken back
+
+    def _branch(
+        self, candidates: list[Victim], start: int, quota_fitted: bool, partial: tuple[int, int, float, int]
+    ) -> None:
+        """Extend ``chosen`` by each candidate from ``start`` on. ``partial``: the first four parts of
+        ``set_cost(chosen)``, kept incrementally; ``quota_fitted``: whether the quota fitted before. A
+        trial runs when the quota fits now and either it did not before or the new victim's nodes now
+        fit a replica (otherwise the placement is no better than its parent's)."""
+        top, lost, oldest, size = partial
         for j in range(start, len(candidates)):
             if self.trials >= MAX_TRIALS or self.steps >= MAX_STEPS:
                 return
             self.steps += 1
             victim = candidates[j]
-            if not self._still_useful(victim):
-                continue
-            cost = set_cost([*self.chosen, victim])
-            if cost >= self.best_cost:
+            w = victim.holder.workload
+            if w.priority > self._bound[0]:
+                break  # in cost order: every later candidate has at least this priority
+            cost = (max(top, w.priority), lost + victim.lost_gpu_milli_s, max(oldest, -victim.holder.started), size + 1)
+            if cost > self._bound or not self._still_useful(victim):
                 continue  # any superset costs at least as much
-            self._remove(victim, nodes_too=True)
+            if cost == self._bound and set_cost([*self.chosen, victim]) >= self.best_cost:  # type: ignore[operator]
+                continue
+            self.quota.add(victim.holder.cq, victim.holder.request, -1)
             self.chosen.append(victim)
             quota_fits = self.quota.fits(self.cq, self.request)
-            if quota_fits and (not quota_fitted or self.frees_a_node(victim.holder)):
-                self.trials += 1
-                if self.fits():
-                    self.best, self.best_cost = list(self.chosen), cost
-                    self._restore(self.chosen.pop())
-                    continue  # supersets cost more
+            useful = w.id in self._useful_nodes
+            if quota_fits and (not quota_fitted or useful):
+                self._sync()
+                if not quota_fitted or self.frees_a_node(victim.holder):
+                    self.trials += 1
+                    if self.fits():
+                        self.best, self.best_cost = list(self.chosen), set_cost(self.chosen)
+                        self._bound = cost
+                        self.quota.add(victim.holder.cq, victim.holder.request, 1)
+                        self.chosen.pop()
+                        continue  # supersets cost more
             if len(self.chosen) < MAX_DEPTH:
-                self._branch(candidates, j + 1, quota_fits)
-            self._restore(self.chosen.pop())
+                self._branch(candidates, j + 1, quota_fits, cost)
+            self.quota.add(victim.holder.cq, victim.holder.request, 1)
+            self.chosen.pop()
 
     def undo(self) -> None:
+        """Everything back as it was: quota of the chosen, placements of those given back. Done
+        explicitly rather than by replaying the statement's log (step 5 may log thousands of changes
+        that cancel out)."""
         for victim in self.chosen:
             self.quota.add(victim.holder.cq, victim.holder.request, 1)
         self.chosen = []
-        self.stmt.discard()
+        for victim in self.on_nodes.values():
+            for p in victim.holder.placements:
+                self.cluster_apply(p, 1)
+        self.on_nodes.clear()
+        self.stmt.commit()
 
     def _remove(self, victim: Victim, nodes_too: bool) -> None:
         self.quota.add(victim.holder.cq, victim.holder.request, -1)
@@ -325,15 +396,25 @@ class _VictimSearch:
 
     def _give_back(self, victim: Victim) -> None:
         for p in victim.holder.placements:
-            self.stmt.give_back(p)
-        self.on_nodes.add(id(victim))
+            self.cluster_apply(p, -1)
+        self.on_nodes[id(victim)] = victim
 
     def _restore(self, victim: Victim) -> None:
-        if id(victim) in self.on_nodes:
+        if self.on_nodes.pop(id(victim), None) is not None:
             for p in victim.holder.placements:
-                self.stmt.take(p)
-            self.on_nodes.discard(id(victim))
+                self.cluster_apply(p, 1)
         self.quota.add(victim.holder.cq, victim.holder.request, 1)
+
+    def _sync(self) -> None:
+        """Step 5's lazy node changes: give back the chosen victims on useful nodes, take back the
+        rest."""
+        chosen = {id(v) for v in self.chosen if v.holder.workload.id in self._useful_nodes}
+        for key in [k for k in self.on_nodes if k not in chosen]:
+            for p in self.on_nodes.pop(key).holder.placements:
+                self.cluster_apply(p, 1)
+        for victim in self.chosen:
+            if id(victim) in chosen and id(victim) not in self.on_nodes:
+                self._give_back(victim)
 
     def _trial(self) -> bool:
         for victim in self.chosen:  # the quota phase only touched quota; free their nodes now

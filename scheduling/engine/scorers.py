@@ -154,7 +154,11 @@ def pick_devices(cluster: Cluster, i: int, shape: Shape, spread: bool = False) -
 
 
 def _pick_mig_slot(cluster: Cluster, i: int, geometry: MigGeometry) -> tuple[tuple[int, ...], int | None]:
-    """The (device, start) on node ``i`` whose loss of larger instances is least (see ``mig``)."""
+    """The (device, start) on node ``i`` whose loss of larger instances is least (see ``mig``); on a
+    node with fixed partitions, its first free slice of the profile."""
+    if cluster.mig_fixed[i]:
+        slot = cluster.free_fixed_slot(i, geometry)
+        return ((slot[0],), slot[1]) if slot is not None else ((), None)
     best: tuple[tuple[int, ...], int, int, int] | None = None
     for d in range(int(cluster.gpu_count[i])):
         mask, compute = int(cluster.mig_mask[i, d]), int(cluster.mig_compute[i, d])

@@ -25,6 +25,27 @@ PAPER_HEADLINE = {
     "fgd": 4.77,
 }
 
+# The paper's workload variants (``scheduling.sim.variants``): published (FGD, BestFit) unallocated
+# GPU % at 100 % arrival, mean over its seeds.
+PAPER_VARIANT_HEADLINE = {
+    "cpu050": (5.00, 6.44),
+    "cpu100": (4.79, 6.74),
+    "cpu200": (5.18, 7.85),
+    "cpu250": (6.80, 8.79),
+    "gpushare40": (6.04, 8.56),
+    "gpushare60": (8.75, 10.94),
+    "gpushare80": (10.92, 13.34),
+    "gpushare100": (13.36, 15.38),
+    "multigpu20": (4.47, 6.27),
+    "multigpu30": (3.64, 5.43),
+    "multigpu40": (3.09, 4.90),
+    "multigpu50": (2.91, 4.38),
+    "gpuspec10": (5.34, 6.90),
+    "gpuspec20": (5.34, 11.54),
+    "gpuspec25": (6.09, 14.33),
+    "gpuspec33": (12.16, 19.61),
+}
+
 
 def placements_path(out: Path, policy: str, seed: int) -> Path:
     return out / f"placements-{policy}-{seed}.csv"

@@ -1,8 +1,9 @@
 """Markdown results table from simulator outputs: ``python -m scheduling.sim.table DIR [DIR ...]``.
 
-Each ``DIR`` is an ``--out`` directory of an arrival-mode run (its ``summary.json``). The first table
-compares every policy of the first directory with the paper; the second puts FGD next to ``portal``
-(and any other policies present) for every directory, e.g. the workload variants.
+Each ``DIR`` is an ``--out`` directory of an arrival-mode run (its ``summary.json``), named after its
+trace (``default``, ``gpuspec33``, ...). The first table compares every policy of the first directory
+with the paper; the second puts FGD and BestFit next to the paper's published means for each trace
+and ``portal`` next to FGD: how much lower its mean is (relative) and on how many seeds it is lower.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scheduling.sim.report import PAPER_HEADLINE
+from scheduling.sim.report import PAPER_HEADLINE, PAPER_VARIANT_HEADLINE
 
 NAMES = {
     "random": "Random",
@@ -58,20 +59,46 @@ def paper_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _paper(label: str, policy: str) -> float | None:
+    published = PAPER_VARIANT_HEADLINE.get(label)
+    if published is not None:
+        return published[0] if policy == "fgd" else published[1] if policy == "bestfit" else None
+    return PAPER_HEADLINE.get(policy) if label == "default" else None
+
+
+def _vs_paper(label: str, ps: dict[str, Any], policy: str) -> str:
+    if policy not in ps:
+        return ""
+    mean, paper = ps[policy]["headline"]["mean"], _paper(label, policy)
+    if paper is None or mean is None:
+        return _cell(ps[policy])
+    return f"{_cell(ps[policy])} ({paper:.2f}, {mean - paper:+.2f})"
+
+
+def portal_vs_fgd(ps: dict[str, Any]) -> tuple[float, int, int] | None:
+    """(portal's relative reduction of FGD's mean in %, seeds where portal is lower, seeds compared)."""
+    if "fgd" not in ps or "portal" not in ps:
+        return None
+    fgd, portal = ps["fgd"]["headline"], ps["portal"]["headline"]
+    if fgd["mean"] is None or portal["mean"] is None or fgd["mean"] <= 0:
+        return None
+    seeds = sorted(set(fgd["per_seed"]) & set(portal["per_seed"]))
+    wins = sum(1 for k in seeds if portal["per_seed"][k] < fgd["per_seed"][k])
+    return 100.0 * (fgd["mean"] - portal["mean"]) / fgd["mean"], wins, len(seeds)
+
+
 def variants_table(summaries: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    policies: list[str] = []
-    for _, s in summaries:
-        policies += [p for p in s["policies"] if p not in policies]
-    head = "| trace | " + " | ".join(NAMES.get(p, p) for p in policies) + " | portal − FGD |"
-    lines = [head, "|---|" + "---:|" * (len(policies) + 1)]
+    head = "| trace | FGD (paper, ours − paper) | BestFit (paper, ours − paper) | portal (ours) | portal vs FGD"
+    lines = [head + " | seeds portal < FGD |", "|---|---:|---:|---:|---:|---:|"]
     for label, s in summaries:
         ps = s["policies"]
-        cells = [_cell(ps[p]) if p in ps else "" for p in policies]
-        delta = ""
-        fgd, portal = (ps[p]["headline"]["mean"] if p in ps else None for p in ("fgd", "portal"))
-        if fgd is not None and portal is not None:
-            delta = f"{portal - fgd:+.2f}"
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {delta} |")
+        versus = portal_vs_fgd(ps)
+        rel, wins = ("", "") if versus is None else (f"{-versus[0]:+.1f} %", f"{versus[1]}/{versus[2]}")
+        portal = _cell(ps["portal"]) if "portal" in ps else ""
+        lines.append(
+            f"| {label} | {_vs_paper(label, ps, 'fgd')} | {_vs_paper(label, ps, 'bestfit')} | {portal} | {rel} "
+            f"| {wins} |"
+        )
     return "\n".join(lines)
 
 
@@ -81,10 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(__doc__)
         return 2
     summaries = [(d.name, _load(d)) for d in dirs]
-    print(paper_table(summaries[0][1]))
-    if len(summaries) > 1:
+    if summaries[0][0] not in PAPER_VARIANT_HEADLINE:  # the paper's table is for its default trace
+        print(paper_table(summaries[0][1]))
         print()
-        print(variants_table(summaries))
+    print(variants_table(summaries))
     return 0
 
 

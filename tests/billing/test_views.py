@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from billing.models import PriceBookEntry
 from billing.services import metering_run
-from tests.billing.conftest import Run, over_a_hard_stop_budget, run_job, utc
+from tests.billing.conftest import Run, a100_price, over_a_hard_stop_budget, run_job, utc
 
 
 @pytest.mark.django_db
@@ -23,10 +23,21 @@ def test_the_cost_dashboard_shows_charts_budgets_and_advice(world, logged_in, se
     page = logged_in("alice").get("/cost/?window=7d")
     assert page.status_code == 200
     html = page.content.decode()
-    for text in ("GPU-hours per namespace", "Cost per namespace", "By GPU model", "GPU efficiency", "team-vision"):
+    for text in (
+        "GPU-hours per namespace",
+        "Cost per namespace",
+        "GPU-hours by GPU model",
+        "GPU cost by GPU model",
+        "GPU efficiency",
+        "team-vision",
+    ):
         assert text in html
     assert "new jobs blocked" in html
-    assert "100 % of its monthly GPU budget" in html
+    # The budget is said once, with this month's figure: 4 GPU-hours of A100 against $1.
+    used_pct = 4 * a100_price() * 100
+    assert html.count(f'<strong class="used-pct">{used_pct:.0f} %</strong>') == 1
+    assert 'class="fill fill-over" style="width: 100%"' in html  # red, capped at the bar's end
+    assert "of the monthly GPU budget used" not in html  # the site-wide banner is not repeated here
     assert "team-nlp" not in html  # alice is not in nlp
     assert "Idle and allocated GPU capacity" not in html  # the cluster's idle capacity is for admins
 
@@ -39,7 +50,7 @@ def test_platform_admins_see_idle_capacity_on_the_dashboard(world, logged_in):
     capacity_record(now=timezone.now() - timedelta(days=2), backend=SimulatedCluster())
     html = logged_in("admin").get("/cost/?window=24h").content.decode()
     assert "Idle and allocated GPU capacity" in html
-    assert "__idle__" in html
+    assert "idle capacity (no team’s)" in html
 
 
 @pytest.mark.django_db
@@ -73,3 +84,58 @@ def test_an_invoice_for_a_month_that_cannot_exist_is_not_found(world, logged_in,
     client = logged_in("alice")
     assert client.get(f"/cost/invoice/vision/{month}/").status_code == 404
     assert client.get(f"/cost/invoice/vision/{month}.csv").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_breakdown_fragment_shows_users_labels_and_quota_use_of_the_window_only(world, logged_in):
+    now = timezone.now()
+    start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
+    run_job(world, gpu=2, labels=(("project", "lidar"),), runs=[Run(start, start + timedelta(hours=2))])
+    run_job(world, team="nlp", gpu=1, runs=[Run(start, start + timedelta(hours=1))])
+    metering_run()
+    html = logged_in("alice").get("/cost/breakdown/?window=24h").content.decode()
+    assert '<table id="by-user">' in html
+    assert "<td>alice</td>" in html
+    assert "bob" not in html  # nlp's user is not alice's to see
+    assert "<td>lidar</td>" in html
+    assert '<option value="project" selected>' in html
+    assert "<td>vision</td>" in html
+    assert "<td>nlp</td>" not in html
+
+
+@pytest.mark.django_db
+def test_recommendations_follow_the_chosen_window(world, logged_in):
+    from billing.selectors.efficiency import job_recommendation_list
+    from billing.utilization import SimulatedUtilization
+
+    # A 4-GPU job that ran two days ago at the simulated cluster's figure for its id.
+    old = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
+    history = run_job(world, gpu=4, runs=[Run(old, old + timedelta(hours=2))])
+    metering_run(source=SimulatedUtilization(backend=LowUtilization()))
+    teams = [world.teams["vision"]]
+    recent = timezone.now() - timedelta(hours=24)
+    assert [j.job_id for j in job_recommendation_list(teams=teams, since=old - timedelta(hours=1))] == [history.job.pk]
+    assert job_recommendation_list(teams=teams, since=recent) == []
+    # A window that ended before the job ran does not list it either.
+    assert job_recommendation_list(teams=teams, since=old - timedelta(days=3), until=old - timedelta(days=1)) == []
+    page = logged_in("alice").get("/cost/?window=24h").content.decode()
+    assert f">{history.job.pk} " not in page
+
+
+class LowUtilization:
+    def gpu_utilization(self, *, job_id, start, end):
+        return 10.0
+
+
+def test_no_cost_chart_puts_two_units_on_one_axis():
+    from billing.charts import cost_dashboard_figures
+    from billing.core.allocation import IDLE, ZERO, Allocation
+
+    now = timezone.now()
+    with_idle = Allocation(now, now, 1, "namespace", [], {IDLE: ZERO, "team-a": ZERO}, {"A100-80GB": ZERO})
+    by_model = Allocation(now, now, 1, "gpu_model", [], {"A100-80GB": ZERO})
+    figures = cost_dashboard_figures(with_idle, by_model)
+    assert set(figures) == {"gpu_hours", "cost", "models", "models_cost", "efficiency", "idle"}
+    for name, figure in figures.items():
+        title = figure.layout.yaxis.title.text
+        assert title in {"GPU-hours", "USD", "%"}, (name, title)

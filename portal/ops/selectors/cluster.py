@@ -9,7 +9,7 @@ from portal.jobs.models import Job
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.contract import node_capacity_type
 from scheduling.adapters.factory import cluster_backend
-from scheduling.adapters.orm import snapshot_load
+from scheduling.adapters.orm import snapshot_view_load
 from scheduling.engine.model import Snapshot
 from scheduling.engine.occupancy import FOREIGN, FREE, MIG, Device, NodeOccupancy, Occupancy, cluster_occupancy
 
@@ -18,8 +18,8 @@ HIDDEN = "another team's job"
 
 
 def snapshot_now() -> Snapshot:
-    """The cluster and every live job as the next scheduling cycle would see them."""
-    return snapshot_load(backend=cluster_backend())
+    """The cluster and every live job, as values (``orm.snapshot_view_load``)."""
+    return snapshot_view_load(backend=cluster_backend())
 
 
 def visible_team_slugs(*, user) -> set[str] | None:

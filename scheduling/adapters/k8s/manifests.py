@@ -78,14 +78,17 @@ def pod_manifest(
 
     GPUs: whole devices are requested as ``nvidia.com/gpu`` and a MIG slice as
     ``nvidia.com/mig-<profile>`` so the device plugin enforces them; a fractional share requests no
-    device (several pods share one) and is pinned with ``NVIDIA_VISIBLE_DEVICES``. The devices the
-    engine chose are in annotations and ``PORTAL_GPU_*`` variables either way.
+    device (``nvidia.com/gpu: 0``: several pods share one) and is pinned with ``NVIDIA_VISIBLE_DEVICES``.
+    The devices the engine chose are in annotations and ``PORTAL_GPU_*`` variables either way.
     """
     devices = ",".join(str(d) for d in placement.gpu_indices)
     # 1. the devices
     fields = _device_fields(placement, devices)
     # 2. the container
-    limits = {"cpu": f"{job.cpu_milli}m", "memory": f"{job.memory_mib}Mi", **fields.resources}
+    # nvidia.com/gpu is always set ("0" without whole devices): the team namespace's LimitRange gives
+    # containers that leave it out a default GPU, which would turn a CPU, MIG or shared pod into one
+    # that takes a whole device (k8s/namespaces.py).
+    limits = {"cpu": f"{job.cpu_milli}m", "memory": f"{job.memory_mib}Mi", GPU_RESOURCE: "0", **fields.resources}
     env = [*_portal_env(job, replica, devices), *fields.env, *_workload_env(job, replica)]
     container = _container(job, env, limits)
     # 3. the pod spec

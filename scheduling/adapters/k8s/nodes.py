@@ -110,6 +110,8 @@ def gpu_node_from(node: Mapping, *, known_models: Sequence[str] = ()) -> GpuNode
         ),
         unschedulable=bool(spec.get("unschedulable")) or not node_ready(node),
         mig_enabled=bool(mig),
+        # The mixed strategy advertises the slices that exist: the engine places only into them.
+        mig_slices=tuple(sorted(mig.items())),
     )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from .measure import frag_and_stranded, frag_milli, sigmoid_score
 from .workload import TypicalArrays, TypicalPod
 
 _LEX = 1e9  # weight of the primary (integer) score in portal's lexicographic key
+_MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
 
@@ -77,6 +79,7 @@ class NodeScorer:
     _last: tuple[ShapeKey, _ScoreCache] | None = field(init=False)
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
     _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
+    _delta_memo: dict[ShapeKey, dict[bytes, list[float]]] = field(init=False)  # see _memo_delta
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -92,6 +95,7 @@ class NodeScorer:
         self._version = np.zeros(n, dtype=np.int64)
         self._model_row = np.where(self.nodes.model_ids >= 0, self.nodes.model_ids, len(self.nodes.models))
         self._score_caches = {}
+        self._delta_memo = {}
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
@@ -142,7 +146,7 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = idx[cache.version[idx] != self._version[idx]]
         if stale.size:
-            score, device, after, after_primary = self._frag_delta(pod, stale)
+            score, device, after, after_primary = self._memo_delta(pod, key, stale)
             cache.score[stale] = score
             cache.device[stale] = device
             cache.after[stale] = after
@@ -150,6 +154,32 @@ class NodeScorer:
             cache.version[stale] = self._version[stale]
         self._last = (key, cache)
         return cache.score[idx], cache.device
+
+    def _memo_delta(
+        self, pod: PodShape, key: ShapeKey, idx: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``_frag_delta`` of ``idx``, computed only for node states not met before.
+
+        A node's result depends only on the pod's shape and the node's state (GPU model, free CPU, free
+        milli per device in device order), and states repeat a lot (nodes of one model with the same
+        jobs): a placement changes one node, and without this every shape scored afterwards would
+        recompute that node with a whole vectorised pass of its own.
+        """
+        memo = self._delta_memo.get(key)
+        if memo is None or len(memo) > _MEMO_LIMIT:
+            memo = self._delta_memo[key] = {}
+        state = np.column_stack((self._model_row[idx], self.cpu_free_milli[idx], self.gpu_free_milli[idx]))
+        state = np.ascontiguousarray(state, dtype=np.int64)
+        # One bytes key per node: the row of (model, CPU, devices) as raw memory.
+        keys = cast(list[bytes], state.view(np.dtype((np.void, state.itemsize * state.shape[1]))).ravel().tolist())
+        found = [memo.get(k) for k in keys]
+        missing = [i for i, f in enumerate(found) if f is None]
+        if missing:
+            computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
+            for j, i in enumerate(missing):
+                found[i] = memo[keys[i]] = computed[j]
+        out = np.array(found, dtype=np.float64)
+        return out[:, 0], out[:, 1].astype(np.int64), out[:, 2], out[:, 3]
 
     def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(score, device, the policy's measure after, FGD's measure after) of placing ``pod`` on each

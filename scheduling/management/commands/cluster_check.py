@@ -33,6 +33,13 @@ REQUIRED_ACCESS = (
     ("list", "services", "", False),  # training jobs' headless Services
     ("create", "services", "", True),
     ("delete", "services", "", True),
+    # The namespace sync (docs/kubernetes.md, Team namespaces).
+    ("get", "resourcequotas", "", True),
+    ("create", "resourcequotas", "", True),
+    ("update", "resourcequotas", "", True),
+    ("get", "limitranges", "", True),
+    ("create", "limitranges", "", True),
+    ("update", "limitranges", "", True),
 )
 
 

@@ -15,6 +15,8 @@ from billing.core.advice import recommendation, thresholds_crossed
         (12.0, 4, "", "request 1 GPU(s) instead of 4"),
         (20.0, 1, "", "a fraction"),
         (20.0, 3 / 7, "3g.40gb", "smaller share than MIG 3g.40gb"),
+        (20.0, 1 / 7, "1g.10gb", "already the smallest slice: a smaller GPU model"),
+        (20.0, 1 / 7, "1g.20gb", "already the smallest slice"),
         (95.0, 1, "", "GPU-bound"),
         (60.0, 1, "", ""),
         (None, 1, "", ""),
@@ -29,3 +31,8 @@ def test_alert_thresholds():
     assert thresholds_crossed(spend_usd=Decimal(79), budget_usd=Decimal(100)) == []
     assert thresholds_crossed(spend_usd=Decimal(80), budget_usd=Decimal(100)) == [80]
     assert thresholds_crossed(spend_usd=Decimal(130), budget_usd=Decimal(100)) == [80, 100]
+
+
+@pytest.mark.parametrize("mig", ["1g.5gb", "1g.10gb", "1g.12gb", "1g.20gb"])
+def test_the_smallest_mig_slice_is_never_told_to_take_a_smaller_one(mig):
+    assert "smaller share than" not in recommendation(util_pct=5.0, gpus_per_replica=1 / 7, mig_profile=mig)

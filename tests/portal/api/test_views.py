@@ -471,3 +471,62 @@ def test_on_an_autoscaling_cluster_a_never_fitting_job_queues_and_says_waiting_w
         f"placement: {NEVER}: one replica needs 16 A100-80GB GPUs and the largest A100-80GB node has 8"
     )
     assert reason["details"]["limit"] == "largest_node"
+
+
+def test_a_mig_profile_the_catalogue_lists_but_nvidias_table_lacks_is_refused_with_a_400(api, world):
+    a100 = world.models["A100-80GB"]
+    a100.mig_profiles = [*a100.mig_profiles, "3g.20gb"]  # an A100-40GB profile, typed in by mistake
+    a100.save()
+    response = submit(api("alice"), gpu=0, mig_profile="3g.20gb", allowed_gpu_models=["A100-80GB"])
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["reason"]["waits"] is False
+    assert body["reason"]["details"]["limit"] == "catalogue"
+    assert "MIG profile 3g.20gb is not in NVIDIA's MIG table for A100-80GB" in body["errors"]["mig_profile"][0]
+    assert Job.objects.count() == 0
+
+
+def test_a_plus_me_profile_is_accepted_and_only_one_runs_per_gpu(api, world):
+    from django.utils import timezone
+
+    from scheduling.adapters.simulated import SimulatedCluster
+    from scheduling.models import SimNode
+    from scheduling.services import cycle_run
+
+    a100 = world.models["A100-80GB"]
+    a100.mig_profiles = [*a100.mig_profiles, "1g.10gb+me"]
+    a100.save()
+    SimNode.objects.create(
+        name="a100-mig", gpu_model=a100, gpu_count=1, cpu_milli=32_000, memory_mib=256 * 1024, mig_enabled=True
+    )
+    alice = api("alice")
+    fields = {"gpu": 0, "mig_profile": "1g.10gb+me", "allowed_gpu_models": ["A100-80GB"], "runtime_s": 86_400}
+    ids = [submit(alice, **fields).json()["id"] for _ in range(2)]
+    plain = submit(alice, **{**fields, "mig_profile": "1g.10gb"}).json()["id"]
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    states = {pk: Job.objects.get(pk=pk).state for pk in [*ids, plain]}
+    assert sorted(states.values()) == ["Admitted", "Admitted", "Pending"]
+    assert states[plain] == "Admitted"  # the second +me waits: one per GPU
+    (waiting,) = [pk for pk in ids if states[pk] == "Pending"]
+    assert (
+        "no free MIG slice for 1g.10gb+me" in alice.get(f"/api/v1/jobs/{waiting}/").json()["pending_reason"]["message"]
+    )
+
+
+def test_a_quota_cut_below_current_use_answers_with_a_warning(api, world):
+    from tests.portal.ops.placing import place
+
+    place(world.submit("vision", gpu=3), "a100-0", (0, 1, 2))
+    cut = api("admin").patch(
+        "/api/v1/cluster-queues/cq-vision/", {"flavors": {"A100-80GB": {"nominal_gpus": 2}}}, format="json"
+    )
+    assert cut.status_code == 200, cut.json()
+    expected = (
+        "cq-vision: the nominal quota of A100-80GB (2 GPUs) is below its current use (3); the excess is borrowed "
+        "from its cohort."
+    )
+    assert cut.json()["warnings"] == [expected]
+    fine = api("admin").patch(
+        "/api/v1/cluster-queues/cq-vision/", {"flavors": {"A100-80GB": {"nominal_gpus": 3}}}, format="json"
+    )
+    assert fine.json()["warnings"] == []

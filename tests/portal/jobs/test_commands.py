@@ -100,3 +100,20 @@ def test_the_demo_has_node_pools_and_jobs_with_placement_rules(settings):
     pretrain = Job.objects.get(name="pretrain")
     racks = {SimNode.objects.get(name=p.node).labels["topology.kubernetes.io/rack"] for p in pretrain.placements.all()}
     assert len(racks) <= 1
+
+
+def test_the_demo_has_every_workload_kind_of_issue_13(settings):
+    from portal.schedules.models import JobSchedule
+    from portal.serving.models import InferenceService
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    call_command("seed_demo", stdout=StringIO())
+    assert Job.objects.get(name="nightly-eval").off_peak is True
+    assert Job.objects.get(name="after-release").start_after is not None
+    schedule = JobSchedule.objects.get(name="nightly-finetune")
+    assert (schedule.cron, schedule.timezone, schedule.job["off_peak"]) == ("0 2 * * *", "Europe/Berlin", True)
+    service = InferenceService.objects.get(name="llama-13b-chat")
+    assert (service.gpu_memory_gib, service.state) == (26, "running")
+    assert Job.objects.filter(service_replica__service=service, kind="inference").count() == 1
+    call_command("seed_demo", stdout=StringIO())
+    assert InferenceService.objects.count() == JobSchedule.objects.count() == 1

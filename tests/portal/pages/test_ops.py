@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from portal.ops.services import queue_sample_record
 from tests.portal.ops.placing import place
@@ -19,7 +20,7 @@ def running(world):
 
 
 def test_the_pages_need_a_login(client, world):
-    for path in ("/cluster/", "/cluster/nodes/a100-0/", "/queues/", "/queues/fair-share/"):
+    for path in ("/cluster/", "/cluster/nodes/a100-0/", "/queues/", "/queues/charts/", "/queues/fair-share/"):
         assert client.get(path).status_code == 302
 
 
@@ -48,12 +49,14 @@ def test_a_nodes_page_lists_your_jobs_and_counts_the_others(client, world, runni
 
 
 def test_the_queues_page_shows_standings_waits_heads_warnings_and_charts(client, world, running):
-    queue_sample_record()
+    queue_sample_record(now=timezone.now().replace(minute=0, second=0, microsecond=0))  # an hour's first sample
     client.force_login(world.users["bob"])
     page = client.get("/queues/").content.decode()
     assert "Nominal quotas of T4 add up to 8 GPUs, more than the 4 the cluster has." in page
     assert 'href="/queues/fair-share/"' in page
-    assert "cq-vision: use and pending demand vs quota" in page  # a chart from the samples
+    assert 'hx-get="/queues/charts/"' in page  # the charts load after the page
+    charts = client.get("/queues/charts/").content.decode()
+    assert "cq-vision: use and pending demand vs quota" in charts  # a chart from the samples
     assert "Fair-share standing of each team" in page
     formula = client.get("/queues/fair-share/").content.decode()
     assert "share(u, P, w)" in formula

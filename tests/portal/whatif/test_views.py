@@ -103,3 +103,35 @@ def test_a_running_run_polls_its_progress_and_other_users_cannot_see_it(client, 
     assert 'hx-trigger="every 1s"' in fragment
     client.logout()
     assert logged_in(client, world, "bob").get(f"/whatif/{run.pk}/").status_code == 404
+
+
+def test_a_change_reads_in_words():
+    from portal.whatif.views import changes_summary
+
+    assert changes_summary(
+        {
+            "placement": "spread",
+            "cluster_queues": {
+                "cq-nlp": {"weight": 2.0, "flavors": {"A100-80GB": {"nominal_gpus": 2, "borrowing_limit": None}}}
+            },
+            "local_queues": {"vision/default": {"weight": 3.0}},
+        }
+    ) == [
+        "placement policy: spread",
+        "cq-nlp: fair-share weight 2",
+        "cq-nlp A100-80GB: nominal GPUs 2, borrowing limit no limit",
+        "vision/default: fair-share weight 3",
+    ]
+
+
+def test_a_failed_run_says_why_and_stops_polling(client, world):
+    run = WhatIfRun.objects.create(
+        created_by=world.users["admin"],
+        window_from=timezone.now() - timedelta(days=1),
+        window_to=timezone.now(),
+        status=WhatIfRun.Status.FAILED,
+        error="no nodes",
+    )
+    page = logged_in(client, world, "admin").get(f"/whatif/{run.pk}/").content.decode()
+    assert "The replay failed: no nodes" in page
+    assert "hx-trigger" not in page.split('id="progress"')[1].split(">")[0]

@@ -31,7 +31,13 @@ OBJECT_PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
 )
 ALL_OBJECTS_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/(?P<plural>[a-z]+)$")
-KINDS = {"services": "Service", "rayjobs": "RayJob", "rayclusters": "RayCluster"}
+KINDS = {
+    "services": "Service",
+    "rayjobs": "RayJob",
+    "rayclusters": "RayCluster",
+    "resourcequotas": "ResourceQuota",  # the namespace sync's
+    "limitranges": "LimitRange",
+}
 
 
 def status_body(code: int, reason: str, message: str) -> dict:
@@ -65,6 +71,8 @@ class FakeKubeApi(FakeCluster):
         super().__post_init__()
         self.faults: list[Fault] = []
         self.closing = threading.Event()
+        self.in_flight = 0  # POSTs being answered right now, and the most at once
+        self.in_flight_max = 0
         self._server: ThreadingHTTPServer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -86,6 +94,9 @@ class FakeKubeApi(FakeCluster):
 
             def do_DELETE(self) -> None:
                 api.handle(self, "DELETE")
+
+            def do_PUT(self) -> None:
+                api.handle(self, "PUT")
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -143,6 +154,18 @@ class FakeKubeApi(FakeCluster):
     # -- HTTP --------------------------------------------------------------------------------------
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        if method != "POST":
+            return self._handle(handler, method)
+        with self.cond:
+            self.in_flight += 1
+            self.in_flight_max = max(self.in_flight_max, self.in_flight)
+        try:
+            return self._handle(handler, method)
+        finally:
+            with self.cond:
+                self.in_flight -= 1
+
+    def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         parsed = urlparse(handler.path)
         query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         path = parsed.path
@@ -367,7 +390,26 @@ class FakeKubeApi(FakeCluster):
                 del store[(namespace, name or "")]
                 self._write(kind, "DELETED", obj)
                 return self.reply(handler, 200, obj)
+            if method == "PUT":  # optimistic concurrency: the body's resourceVersion must be the stored one
+                if body.get("metadata", {}).get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+                    return self.reply(
+                        handler, 409, status_body(409, "Conflict", f"the object {name} has been modified")
+                    )
+                return self.reply(handler, 200, self.put_object(kind, namespace, body))
         return self.reply(handler, 405, status_body(405, "MethodNotAllowed", method))
+
+    def put_object(self, kind: str, namespace: str, body: dict) -> dict:
+        """Replace (or create) a namespaced object, as a person with kubectl could too."""
+        with self.cond:
+            store = self._store(kind)
+            old = store.get((namespace, body["metadata"]["name"]))
+            obj = json.loads(json.dumps(body))
+            uid = old["metadata"]["uid"] if old else str(uuid.uuid4())
+            obj["metadata"].update(namespace=namespace, uid=uid)
+            obj["metadata"].setdefault("creationTimestamp", stamp())
+            store[(namespace, obj["metadata"]["name"])] = obj
+            self._write(kind, "MODIFIED" if old else "ADDED", obj)
+            return json.loads(json.dumps(obj))
 
     def create_pod(self, handler, namespace: str, body: dict) -> None:
         name = body["metadata"]["name"]

@@ -46,7 +46,9 @@ def test_the_pod_carries_its_devices_in_requests_annotations_and_environment(pla
     for key, value in resources.items():
         assert limits[key] == value
         assert container["resources"]["requests"][key] == value
-    assert "nvidia.com/gpu" not in limits or "nvidia.com/gpu" in resources
+    # Without whole devices the pod says so (nvidia.com/gpu: 0), so a namespace LimitRange's default
+    # GPU never applies to it.
+    assert limits["nvidia.com/gpu"] == resources.get("nvidia.com/gpu", "0")
     for key, value in env.items():
         assert variables[key] == value
     assert variables["PORTAL_GPU_DEVICES"] == ",".join(map(str, placement.gpu_indices))

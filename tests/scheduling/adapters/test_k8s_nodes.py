@@ -29,6 +29,7 @@ def test_a_mig_node_counts_devices_from_gpu_feature_discovery():
     gpu_node = gpu_node_from(node(gpus=2, mig={"1g.10gb": 14}), known_models=["A100-80GB"])
     assert gpu_node.mig_enabled
     assert gpu_node.gpu_count == 2
+    assert gpu_node.mig_slices == (("1g.10gb", 14),)  # fixed partitions: the slices that exist
 
 
 def test_cordoned_and_not_ready_nodes_are_unschedulable():

@@ -10,6 +10,7 @@ CLIENT_FAMILY = [
     "scheduling/adapters/kubernetes.py",
     "scheduling/adapters/kubernetes_api.py",
     "scheduling/adapters/kubernetes_informer.py",
+    "scheduling/adapters/kubernetes_namespaces.py",
 ]
 
 

@@ -211,6 +211,21 @@ def test_a_priority_class_minimum_runtime_protects_a_victim_until_it_has_run_tha
     assert reason.endswith("it loses 4880 GPU-seconds")  # 8 GPUs x 610 s
 
 
+def test_on_fixed_mig_partitions_jobs_take_only_the_slices_the_device_plugin_advertises(kworld, kube, backend):
+    kube.add_node("a100-mig", gpus=1, mig={"3g.40gb": 2})
+    a100 = (kworld.models["A100-80GB"],)
+    jobs = [kworld.submit(gpu=0, mig_profile="3g.40gb", allowed_gpu_models=a100) for _ in range(3)]
+    cycle(backend, kube)
+    for job in jobs:
+        job.refresh_from_db()
+    assert [j.state for j in jobs] == [JobState.ADMITTED, JobState.ADMITTED, JobState.PENDING]
+    pods = [pod for job in jobs[:2] for pod in pods_of(kube, job)]
+    limits = [pod["spec"]["containers"][0]["resources"]["limits"] for pod in pods]
+    assert all(limit.get("nvidia.com/mig-3g.40gb") == "1" for limit in limits)
+    assert jobs[2].pending_reason["waits"]  # both slices in use: waiting helps
+    assert "no free MIG slice for 3g.40gb" in jobs[2].pending_reason["message"]
+
+
 def test_cancelling_deletes_the_pods(kworld, kube, backend, settings, django_capture_on_commit_callbacks):
     settings.CLUSTER_BACKEND = "kubernetes"
     KubernetesBackend._instances = {os.getpid(): backend}  # the process's backend is the test's
@@ -237,6 +252,38 @@ def test_a_retried_create_that_gets_409_counts_as_success(kworld, kube, backend)
     creates = [path for method, path in kube.requests if method == "POST" and path.endswith("/pods")]
     bindings = [path for method, path in kube.requests if method == "POST" and f"job-{job.pk}" in path]
     assert (len(creates), len(bindings)) == (6, 6)  # the retries' creates and bindings got 409, taken as done
+
+
+def test_a_cycle_that_admits_many_jobs_creates_and_binds_their_pods_concurrently(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    kube.add_node("a100-1", gpus=8)
+    jobs = [kworld.submit(gpu=1, replicas=2) for _ in range(6)]
+    kube.fail("POST", r"/binding$", status=0, delay_s=0.2, times=12)  # slow bindings overlap if concurrent
+    cycle(backend, kube)
+    for job in jobs:
+        pods = pods_of(kube, job)
+        assert [p["metadata"]["name"] for p in pods] == [f"job-{job.pk}-a1-r0", f"job-{job.pk}-a1-r1"]
+        placements = {p.replica: p.node for p in job.placements.all()}
+        assert {p["spec"]["nodeName"] for p in pods} == set(placements.values())
+    assert kube.in_flight_max > 1  # several pods were created or bound at once
+    assert backend.options.start_threads > 1
+
+
+def test_one_jobs_pods_failing_to_start_leave_the_others_started_and_fail_the_cycle(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    first = kworld.submit(gpu=1)
+    others = [kworld.submit(gpu=1) for _ in range(3)]
+    kube.fail("POST", rf"/pods/job-{first.pk}-a1-r0/binding$", status=500, times=100)
+    settle(backend, kube)
+    with pytest.raises(ClusterApiError), TestCase.captureOnCommitCallbacks(execute=True):
+        cycle_run(now=timezone.now(), backend=backend)
+    settle(backend, kube)
+    for job in others:
+        assert [p["spec"].get("nodeName") for p in pods_of(kube, job)] == ["a100-0"]
+    assert [p["spec"].get("nodeName") for p in pods_of(kube, first)] == [None]  # created, bind retried later
+    kube.faults.clear()
+    cycle(backend, kube)
+    assert [p["spec"].get("nodeName") for p in pods_of(kube, first)] == ["a100-0"]
 
 
 def test_an_api_that_stays_down_fails_the_cycle_and_the_next_one_converges(kworld, kube, backend):
@@ -281,6 +328,9 @@ def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube,
             return getattr(backend, attr)
 
         def start(self, *, job_id: int) -> None:
+            pass
+
+        def start_many(self, *, job_ids: list[int]) -> None:
             pass
 
     job = kworld.submit(gpu=1)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from portal.jobs.models import Job
 from portal.tenants.models import TolerationGrant
@@ -15,6 +17,7 @@ from scheduling.engine.model import NodePool as EnginePool
 from scheduling.engine.model import NodeSelectorTerm, PlacementRules, Requirement
 from scheduling.engine.model import TolerationGrant as EngineGrant
 from scheduling.models import NodePool
+from scheduling.services import cycle_run
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +73,73 @@ def test_an_edited_row_is_read_again_and_a_corrupt_one_matches_no_node(world):
     # A queryset update does not move updated_at: the rules read before still hold (they never change).
     Job.objects.filter(pk=job.pk).update(message="x")
     assert workload(orm.snapshot_load(backend=SimulatedCluster()), job).rules == rules
+
+
+_TOLERATION = st.one_of(
+    st.fixed_dictionaries(
+        {"key": st.sampled_from(["spot", "dedicated"]), "operator": st.just("Exists")},
+        optional={"effect": st.sampled_from(["", "NoSchedule"])},
+    ),
+    st.fixed_dictionaries(
+        {"key": st.sampled_from(["spot", "gpu"])},
+        optional={"operator": st.just("Equal"), "value": st.sampled_from(["", "true"]), "effect": st.just("NoExecute")},
+    ),
+)
+_JOB = st.fixed_dictionaries(
+    {
+        "team": st.sampled_from(["vision", "nlp"]),
+        "priority": st.sampled_from(["low", "default", "critical"]),
+        "shape": st.sampled_from([{"gpu": 1}, {"gpu": 2}, {"gpu_milli": 250}, {"mig_profile": "1g.10gb"}]),
+        "replicas": st.integers(1, 3),
+        "allowed": st.sampled_from([(), ("A100-80GB",), ("T4", "A100-80GB")]),
+        "node_selector": st.dictionaries(
+            st.sampled_from(["zone", "karpenter.sh/capacity-type"]), st.sampled_from(["a", "on-demand"]), max_size=2
+        ),
+        "tolerations": st.lists(_TOLERATION, max_size=3),
+        "affinity": st.sampled_from([{}, A100]),
+        "required_topology": st.sampled_from(["", "node"]),
+        "runtime_s": st.integers(60, 7200),
+        "spot": st.booleans(),
+        "window": st.sampled_from(
+            [{}, {"off_peak": True}, {"start_window": "22:00-06:00", "window_timezone": "Europe/Paris"}]
+        ),
+    }
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(_JOB, min_size=1, max_size=5), cycles=st.integers(0, 2))
+def test_the_snapshot_rows_agree_with_the_model_instance_path(world, jobs, cycles):
+    """The snapshot builds workloads from plain rows (``workload_from_row``); a single job is built from
+    its model instance (``workload_from_job``). For any mix of jobs, pending, admitted and running
+    with their placements, both give the same workload."""
+    for team in world.teams.values():
+        TolerationGrant.objects.get_or_create(team=team, all_taints=True)
+    for job in jobs:
+        shape = job["shape"]
+        world.submit(
+            team=job["team"],
+            priority_class=world.priorities[job["priority"]],
+            replicas=job["replicas"],
+            min_available=job["replicas"],
+            allowed_gpu_models=tuple(world.models[name] for name in job["allowed"]),
+            node_selector=tuple(sorted(job["node_selector"].items())),
+            tolerations=tuple(job["tolerations"]),
+            affinity=job["affinity"],
+            required_topology=job["required_topology"],
+            runtime_s=job["runtime_s"],
+            spot=job["spot"],
+            **job["window"],
+            gpu=shape.get("gpu", 0),
+            gpu_milli=shape.get("gpu_milli", 0),
+            mig_profile=shape.get("mig_profile", ""),
+        )
+    backend = SimulatedCluster()
+    for _ in range(cycles):
+        cycle_run(backend=backend)
+    snapshot = orm.snapshot_load(backend=backend)
+    live = Job.objects.filter(state__in=["Pending", "Admitted", "Running"])
+    assert {w.id for w in snapshot.workloads} == {str(pk) for pk in live.values_list("pk", flat=True)}
+    for job in live:
+        placements = list(job.placements.order_by("replica"))
+        assert workload(snapshot, job) == orm.workload_from_job(job, placements)

@@ -1,12 +1,11 @@
-"""Estimated start times (scheduling.engine.estimate): release events, queue order, separate pools,
-quota ceilings, and the estimator's public steps."""
+"""Estimated start times (scheduling.engine.estimate): the cycle run forward over its final state, with
+running jobs ending at their expected end, the queue's order, gangs, fragmentation and quota."""
 
 from __future__ import annotations
 
 import pytest
 
 from scheduling.engine.cycle import run_cycle
-from scheduling.engine.estimate import StartEstimator
 from scheduling.engine.model import Policy, ReasonKind, ReplicaPlacement, Resources, Workload, WorkloadState
 
 from .builders import cq, job, lq, node, pending_info, running, snapshot
@@ -15,8 +14,10 @@ NOW = 1000.0
 QUEUE = [cq("q", {"A100-80GB": 64})]
 
 
-def test_estimated_start_follows_running_jobs_and_queue_order():
-    # One 2-GPU node: r0 ends at 1000+100, r1 at 1000+500. Pending: a (2 GPUs, 300 s), b (1 GPU).
+def test_estimated_start_follows_running_jobs_and_a_small_job_starts_in_the_gap_as_the_cycle_lets_it():
+    # One 2-GPU node: r0 ends at 1000+100, r1 at 1000+500. Pending: first (2 GPUs, 300 s), second (1 GPU,
+    # 60 s). At +100 one GPU is free: first does not fit, and the cycle admits second there (no strict
+    # FIFO), which ends at +160, before first can start at +500.
     snap = snapshot(
         [node("n1", gpus=2)],
         QUEUE,
@@ -32,7 +33,7 @@ def test_estimated_start_follows_running_jobs_and_queue_order():
     first = pending_info(plan, "first")
     second = pending_info(plan, "second")
     assert first.estimated_start == NOW + 500
-    assert second.estimated_start == NOW + 500 + 300
+    assert second.estimated_start == NOW + 100
     assert (first.position, second.position) == (1, 2)
 
 
@@ -111,15 +112,3 @@ def test_a_replica_larger_than_any_node_has_no_estimated_start():
         "placement: never fits as configured: one replica needs 8 A100-80GB GPUs and the largest A100-80GB node has 4"
     )
     assert info.estimated_start is None
-
-
-def test_the_estimator_waits_for_releases_and_never_overtakes_an_earlier_reservation():
-    estimator = StartEstimator(NOW, free={"gpu": 1000}, ceiling={"gpu": 4000})
-    estimator.preload_many("gpu", [(NOW + 50, 1000), (NOW + 200, 2000)])
-    estimator.seal()
-    assert estimator.ready_at("gpu", 2000) == NOW + 50
-    assert estimator.ready_at("gpu", 5000) is None  # above the ceiling
-    assert estimator.earliest({"gpu": 4000, "cpu": 0}) == NOW + 200
-    assert estimator.start({"gpu": 2000}, runtime_s=100) == NOW + 50
-    # The reservation took all that was free at +50 and gives it back at +150.
-    assert estimator.earliest({"gpu": 1000}) == NOW + 150

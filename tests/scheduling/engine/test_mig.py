@@ -10,7 +10,7 @@ of the next largest (7g, 4g, 3g, 2g, 1g with two memory slices, 1g), then the lo
 
 from __future__ import annotations
 
-from itertools import pairwise
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -240,4 +240,44 @@ def test_every_admitted_layout_is_one_nvidia_allows(model, picks):
         assert len(slices) == len(set(slices))
         assert sum(profiles[p][0] for p, _ in instances) <= compute_slices
         assert sum(p.endswith("+me") for p, _ in instances) <= 1
-    assert all(a < b for a, b in pairwise(sorted(used)))
+
+
+def fixed(name: str, gpus: int, slices: dict[str, int]):
+    """A node whose device plugin (mixed strategy) advertises these slices."""
+    return replace(node(name, "A100-80GB", gpus, mig=True), mig_slices=tuple(sorted(slices.items())))
+
+
+@pytest.mark.parametrize(
+    ("slices", "gpus", "profiles", "admitted"),
+    [
+        # Two 3g.40gb on one GPU: a 4g.40gb or a 1g.10gb has no slice, the third 3g.40gb waits.
+        ({"3g.40gb": 2}, 1, ["3g.40gb", "3g.40gb", "3g.40gb"], [True, True, False]),
+        ({"3g.40gb": 2}, 1, ["1g.10gb"], [False]),
+        # 4g.40gb + 3g.40gb on one GPU, 7 x 1g.10gb on another: each profile up to its count.
+        ({"4g.40gb": 1, "3g.40gb": 1, "1g.10gb": 7}, 2, ["1g.10gb"] * 8, [True] * 7 + [False]),
+        ({"4g.40gb": 1, "3g.40gb": 1, "1g.10gb": 7}, 2, ["4g.40gb", "3g.40gb", "4g.40gb"], [True, True, False]),
+    ],
+)
+def test_fixed_partitions_take_only_slices_that_exist(slices, gpus, profiles, admitted):
+    ids = [f"j{i}" for i in range(len(profiles))]
+    jobs = [job(i, "a", mig=p, created=k, cpu=0, mem=0) for k, (i, p) in enumerate(zip(ids, profiles, strict=True))]
+    _, plan = cycle([fixed("m", gpus, slices)], jobs)
+    assert [s is not None for s in slots_of(plan, ids)] == admitted
+
+
+def test_a_profile_no_fixed_partition_offers_never_fits():
+    _, plan = cycle([fixed("m", 1, {"3g.40gb": 2})], [job("j", "a", mig="4g.40gb")])
+    info = pending_info(plan, "j")
+    assert not info.reason.waits
+    assert "MIG profile not supported" in info.reason.message
+
+
+def test_fixed_slices_in_use_are_counted_across_cycles():
+    nodes = [fixed("m", 1, {"1g.10gb": 7})]
+    running: tuple = ()
+    admitted = 0
+    for k in range(9):
+        snap, plan = cycle(nodes, (*running, job(f"j{k}", "a", mig="1g.10gb", created=k, cpu=0, mem=0)))
+        admitted += bool(plan.admissions)
+        running = tuple(w for w in apply_plan(snap, plan, NOW).workloads if w.placements)
+    assert admitted == 7

@@ -43,7 +43,7 @@ def test_arrival_mode_writes_summary_placements_and_report(trace_files, tmp_path
     assert table.main([str(out), str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| FGD |" in printed
-    assert "portal − FGD" in printed
+    assert "portal vs FGD" in printed
 
 
 def test_replay_mode_reports_delays_and_allocation_over_time(trace_files, tmp_path):
@@ -96,3 +96,18 @@ def test_call_command_runs_the_simulator_and_writes_a_self_contained_report(trac
     report = (out / "report.html").read_text()
     assert not re.search(r"<script[^>]+src=\"https?://", report)  # nothing fetched from a CDN
     assert "Plotly" in report  # plotly.js is inline, so the report opens without a network
+
+
+def test_the_paper_command_runs_each_trace_and_prints_the_comparison(trace_files, tmp_path, capsys):
+    from scheduling.sim import paper
+
+    nodes, pods = trace_files
+    out = tmp_path / "paper"
+    args = ["--nodes", str(nodes), "--pods", str(pods), "--out", str(out), "--seeds", "1", "default", "gpuspec33"]
+    assert paper.main(args) == 0
+    assert (out / "variants" / "openb_pod_list_gpuspec33.csv").exists()
+    printed = capsys.readouterr().out
+    rows = [line for line in printed.splitlines() if line.startswith(("| default |", "| gpuspec33 |"))]
+    assert len(rows) == 2
+    assert "(12.16, " in rows[1]  # FGD against the paper's published gpuspec33 mean
+    assert rows[1].count("/1 |") == 1  # seeds where portal beats FGD, out of the one seed

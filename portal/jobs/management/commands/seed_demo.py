@@ -23,7 +23,7 @@ from portal.jobs.transitions import job_transition
 from portal.tenants.models import Membership, Team, TolerationGrant
 from scheduling.models import NodePool, SimNode
 
-MIG_PROFILES_80GB = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+MIG_PROFILES_80GB = ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
 GPU_MODELS = [
     ("H100-80GB", 80, MIG_PROFILES_80GB),
     ("A100-80GB", 80, MIG_PROFILES_80GB),
@@ -86,6 +86,7 @@ class Command(BaseCommand):
             queues = self.seed_queues(models, teams)
             self.seed_budgets(teams)
             created = self.seed_jobs(teams, users, queues, models) if not Job.objects.exists() else 0
+            created += self.seed_workloads(teams, users, queues, models)
         from billing.services import budget_check, capacity_record, metering_run, price_book_seed_defaults
         from scheduling.services import cycle_run
 
@@ -343,6 +344,77 @@ class Command(BaseCommand):
                     memory_mib=65536,
                     allowed_gpu_models=tuple(models[m] for m in allowed),
                     **shape,
+                ),
+            )
+            count += 1
+        return count
+
+    def seed_workloads(self, teams, users, queues, models) -> int:
+        """The workloads of issue 13 once each: an off-peak job, a job that starts after a time, a
+        nightly schedule (cron in Berlin time) and a 13B chat service the autoscaler scales."""
+        from portal.api.serializers import job_spec_from_body
+        from portal.schedules.models import JobSchedule
+        from portal.schedules.services import schedule_create
+        from portal.serving.models import InferenceService
+        from portal.serving.services import ServiceSpec, service_create
+
+        count = 0
+        priorities = {p.name: p for p in PriorityClass.objects.all()}
+        image = "nvcr.io/nvidia/pytorch:24.08-py3"
+        if not Job.objects.filter(name="nightly-eval").exists():
+            for name, extra in (
+                ("nightly-eval", {"off_peak": True}),
+                ("after-release", {"start_after": timezone.now() + timedelta(hours=6)}),
+            ):
+                job_submit(
+                    owner=users["alice"],
+                    spec=JobSpec(
+                        team=teams["vision"],
+                        local_queue=queues["vision"],
+                        image=image,
+                        priority_class=priorities["low"],
+                        name=name,
+                        command=("python", f"{name}.py"),
+                        gpu=2,
+                        runtime_s=2 * 3600,
+                        allowed_gpu_models=(models["A100-80GB"],),
+                        **extra,
+                    ),
+                )
+                count += 1
+        if not JobSchedule.objects.filter(name="nightly-finetune").exists():
+            schedule_create(
+                owner=users["bob"],
+                name="nightly-finetune",
+                cron="0 2 * * *",
+                zone="Europe/Berlin",
+                job={
+                    "team": "nlp",
+                    "queue": queues["nlp"].name,
+                    "image": image,
+                    "gpu": 4,
+                    "runtime_s": 3 * 3600,
+                    "off_peak": True,
+                    "command": "python finetune.py",
+                },
+                spec_of=job_spec_from_body,
+            )
+        if not InferenceService.objects.filter(name="llama-13b-chat").exists():
+            service_create(
+                owner=users["bob"],
+                spec=ServiceSpec(
+                    name="llama-13b-chat",
+                    local_queue=queues["nlp"],
+                    priority_class=priorities["high"],
+                    image="vllm/vllm-openai:v0.6.0",
+                    command=("vllm", "serve", "meta-llama/Llama-2-13b-chat-hf"),
+                    model_family="llama",
+                    model_size_b=13,
+                    min_replicas=1,
+                    max_replicas=3,
+                    metric="rps",
+                    target_per_replica=20.0,
+                    allowed_gpu_models=(models["A100-80GB"], models["H100-80GB"]),
                 ),
             )
             count += 1

@@ -103,7 +103,7 @@ def test_wait_percentiles_interpolate_between_ranks_per_window(world):
     assert percentile([60, 120, 180, 240, 600], 0.9) == pytest.approx(456.0)
 
 
-def test_the_charts_read_hourly_means_of_the_samples(world):
+def test_the_charts_read_the_first_sample_of_each_hour(world):
     now = timezone.now().replace(minute=30, second=0, microsecond=0)
     hour = now.replace(minute=0)
     for minute, used in ((0, 1000), (20, 3000)):
@@ -113,4 +113,5 @@ def test_the_charts_read_hourly_means_of_the_samples(world):
         )  # fmt: skip
     QueueSample.objects.create(at=now - timedelta(days=8), cluster_queue="cq-vision", gpu_model="A100-80GB")
     series = sample_series(now=now)["cq-vision"]["A100-80GB"]
-    assert (series["used"], series["nominal"], series["pending"]) == ([2.0], [8.0], [0.5])
+    # Samples every 5 minutes (the default interval): the one at minute 0 stands for the hour.
+    assert (series["at"], series["used"], series["nominal"], series["pending"]) == ([hour], [1.0], [8.0], [0.5])

@@ -1,0 +1,78 @@
+"""Benchmark the dry run beside a full cycle, on bench_cycle's world (10,000 pending jobs, 5,000 nodes).
+
+    .venv/bin/python bench/bench_dryrun.py [--nodes 5000] [--jobs 10000] [--checks 200] [--seed 1]
+
+A dry run reuses the last cycle's state (``scheduling.engine.dryrun.DryRun``: the cycle runs once, then
+each check is one decision on its final state plus, for a job that would wait, the forecast run up to
+its start). Prints the full cycle's time (``run_cycle``, forecast included) and the P50/P95/max time of
+``--checks`` dry runs of jobs drawn like the world's pending ones, with how many run now, wait or never
+fit. Target: P95 ≤ 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_cycle import build
+from scheduling.engine.cycle import run_cycle
+from scheduling.engine.dryrun import DryRun
+from scheduling.engine.model import Policy, WorkloadState
+
+NOW = 5000.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--queues", type=int, default=100)
+    parser.add_argument("--checks", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    snapshot = build(args.nodes, args.jobs, args.queues, 0.5, args.seed)
+    policy = Policy(seed=args.seed)
+    pending = [w for w in snapshot.workloads if w.state == WorkloadState.PENDING]
+    print(
+        f"world: {len(snapshot.nodes)} nodes, {len(pending)} pending, {len(snapshot.workloads) - len(pending)} running"
+    )
+
+    t0 = time.perf_counter()
+    run_cycle(snapshot, policy, NOW)
+    cycle_s = time.perf_counter() - t0
+    print(f"full cycle (run_cycle, forecast included): {cycle_s * 1000:.0f} ms")
+
+    t0 = time.perf_counter()
+    dry = DryRun(snapshot, policy, NOW)
+    print(f"dry-run state (one cycle, kept): {(time.perf_counter() - t0) * 1000:.0f} ms")
+
+    rng = random.Random(args.seed)
+    times = []
+    verdicts: dict[str, int] = {}
+    for i in range(args.checks):
+        template = rng.choice(pending)
+        candidate = replace(template, id=f"dry-{i}", created_at=NOW)
+        t0 = time.perf_counter()
+        check = dry.check(candidate)
+        times.append(time.perf_counter() - t0)
+        verdicts[check.verdict] = verdicts.get(check.verdict, 0) + 1
+    ms = np.array(times) * 1000
+    p50, p95 = np.percentile(ms, [50, 95])
+    print(f"dry run: {len(ms)} checks, P50 {p50:.1f} ms, P95 {p95:.1f} ms, max {ms.max():.1f} ms  {verdicts}")
+    print(
+        f"P95 dry run / full cycle: {p95 / (cycle_s * 1000):.3f}  "
+        f"(target P95 <= 100 ms: {'met' if p95 <= 100 else 'NOT met'})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""How good are estimated starts? Replay a busy simulated day and compare each job's estimated start,
+as the scheduler told it when the job was submitted, with when it actually started.
+
+    .venv/bin/python bench/bench_estimate.py [--nodes 12] [--jobs 600] [--hours 24] [--seed 1]
+
+The day: ``--nodes`` 8-GPU A100 nodes (12: busy, jobs queue for hours at the peak), four teams
+submitting ``--jobs`` jobs at random times over ``--hours`` (busier in the middle of the day), each of
+1, 2, 4 or 8 GPUs (some gangs of two 8-GPU replicas, some half GPUs), asking for 30 min to 4 h. Each
+team's jobs run for a share of what they ask (a team-specific spread: some run close to their
+request, some stop early), so a job's request is not its runtime and the forecast has to learn from
+the team's history, as the portal does (``estimate.runtime_from_history`` over the team's finished
+runs). ``--spread 0`` makes every team's share exact (the forecast's own error alone).
+
+The replay is event-driven: at every submission and every job end the real cycle (``run_cycle``)
+runs on the current state; what it admits starts then and ends after its actual runtime. A job's
+prediction is the P50 (and P90) estimated start of the first cycle after its submission. Reported over
+the jobs that waited at least ``--min-wait`` seconds: the median and P90 of
+|predicted - actual start| / actual wait, for P50 (target: median <= 15 %), and how often the actual
+start fell before the P90 estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import random
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scheduling.engine.cycle import run_cycle
+from scheduling.engine.estimate import runtime_from_history
+from scheduling.engine.model import (
+    ClusterQueue,
+    FlavorQuota,
+    GpuNode,
+    LocalQueue,
+    Policy,
+    Resources,
+    Snapshot,
+    Workload,
+    WorkloadState,
+)
+
+TEAMS = {"vision": (0.85, 0.08), "nlp": (0.55, 0.2), "speech": (0.35, 0.15), "robotics": (0.7, 0.25)}
+"""team -> (mean, spread) of the share of its requested runtime a job actually runs."""
+
+
+def day(args: argparse.Namespace) -> tuple[list[Workload], dict[str, float]]:
+    rng = random.Random(args.seed)
+    jobs: list[Workload] = []
+    actual: dict[str, float] = {}
+    span = args.hours * 3600.0
+    for j in range(args.jobs):
+        # Busier mid-day: a triangular arrival time.
+        at = rng.triangular(0.0, span, span * 0.45)
+        team = rng.choice(list(TEAMS))
+        kind = rng.random()
+        replicas = 1
+        if kind < 0.1:
+            res = Resources(gpu_milli=500, cpu_milli=2000, memory_mib=8000)
+        elif kind < 0.9:
+            res = Resources(gpu=rng.choice((1, 1, 2, 2, 4, 8)), cpu_milli=8000, memory_mib=32_000)
+        else:
+            res = Resources(gpu=8, cpu_milli=16_000, memory_mib=64_000)
+            replicas = 2
+        asked = float(rng.choice((1800, 3600, 3600, 7200, 14400)))
+        mean, spread = TEAMS[team]
+        share = min(1.0, max(0.05, rng.gauss(mean, spread * args.spread)))
+        w = Workload(
+            id=f"j{j:04d}",
+            local_queue=team,
+            team=team,
+            priority=0,
+            created_at=at,
+            resources=res,
+            replicas=replicas,
+            runtime_s=asked,
+        )
+        jobs.append(w)
+        actual[w.id] = asked * share
+    jobs.sort(key=lambda w: w.created_at)
+    return jobs, actual
+
+
+def replay(args: argparse.Namespace) -> None:
+    jobs, actual = day(args)
+    nodes = tuple(
+        GpuNode(f"n{i:03d}", "A100-80GB", 8, 128_000, 1_024_000, gpu_memory_gib=80) for i in range(args.nodes)
+    )
+    gpus = args.nodes * 8
+    queues = tuple(
+        ClusterQueue(name=team, cohort="all", flavors=(FlavorQuota("A100-80GB", gpus // len(TEAMS)),)) for team in TEAMS
+    )
+    local_queues = tuple(LocalQueue(name=team, team=team, cluster_queue=team) for team in TEAMS)
+    policy = Policy(preemption=False, forecast_decisions=args.decisions)
+
+    pending: dict[str, Workload] = {}
+    running: dict[str, Workload] = {}
+    history: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    predicted: dict[str, tuple[float | None, float | None, float]] = {}  # id -> (P50, P90, told at)
+    started: dict[str, float] = {}
+    events: list[tuple[float, int, str, str]] = []  # (time, order, kind, id)
+    for k, w in enumerate(jobs):
+        heapq.heappush(events, (w.created_at, k, "submit", w.id))
+    by_id = {w.id: w for w in jobs}
+    order = len(jobs)
+    cycles = 0
+    t0 = time.perf_counter()
+    while events:
+        now = events[0][0]
+        while events and events[0][0] <= now:
+            _, _, kind, wid = heapq.heappop(events)
+            if kind == "submit":
+                pending[wid] = by_id[wid]
+            else:
+                w = running.pop(wid)
+                history[w.team].append((w.runtime_s, actual[wid]))
+        runtimes = []
+        for w in (*pending.values(), *running.values()):
+            p50, p90 = runtime_from_history(w.runtime_s, history[w.team][-200:])
+            runtimes.append((w.id, p50, p90))
+        snapshot = Snapshot(
+            nodes=nodes,
+            cluster_queues=queues,
+            local_queues=local_queues,
+            workloads=(*running.values(), *pending.values()),
+            runtimes=tuple(runtimes),
+        )
+        plan = run_cycle(snapshot, policy, now)
+        cycles += 1
+        for info in plan.pending:
+            if info.workload_id not in predicted:
+                predicted[info.workload_id] = (info.estimated_start, info.estimated_start_p90, now)
+        for admission in plan.admissions:
+            w = pending.pop(admission.workload_id)
+            running[w.id] = replace(
+                w,
+                state=WorkloadState.RUNNING,
+                gpu_model=admission.gpu_model,
+                placements=admission.placements,
+                started_at=now,
+            )
+            started[w.id] = now
+            order += 1
+            heapq.heappush(events, (now + actual[w.id], order, "end", w.id))
+    elapsed = time.perf_counter() - t0
+
+    errors, late_errors, within_p90, no_estimate = [], [], 0, 0
+    waited = [w for w in jobs if w.id in started and started[w.id] - w.created_at >= args.min_wait]
+    for w in waited:
+        early, late, _ = predicted.get(w.id, (None, None, w.created_at))
+        wait = started[w.id] - w.created_at
+        if early is None:
+            no_estimate += 1
+            continue
+        errors.append(abs(early - started[w.id]) / wait)
+        if late is not None:
+            late_errors.append(abs(late - started[w.id]) / wait)
+            within_p90 += started[w.id] <= late + 1e-6
+    waits = np.array([started[w.id] - w.created_at for w in waited])
+    print(
+        f"day: {len(jobs)} jobs on {args.nodes} nodes ({gpus} GPUs) over {args.hours} h; {cycles} cycles "
+        f"replayed in {elapsed:.1f} s"
+    )
+    print(
+        f"jobs that waited >= {args.min_wait:.0f} s: {len(waited)} (median wait {np.median(waits) / 60:.1f} min, "
+        f"P90 {np.percentile(waits, 90) / 60:.1f} min); without an estimate: {no_estimate}"
+    )
+    e = np.array(errors)
+    median, p90_err = np.percentile(e, [50, 90])
+    print(
+        f"P50 estimate: |predicted - actual start| / actual wait: median {median:.1%}, P90 {p90_err:.1%}  "
+        f"(target median <= 15 %: {'met' if median <= 0.15 else 'NOT met'})"
+    )
+    if late_errors:
+        print(
+            f"P90 estimate: error median {np.median(late_errors):.1%}; actual start at or before it: "
+            f"{within_p90 / len(late_errors):.0%} of jobs"
+        )
+    if not math.isfinite(median):
+        sys.exit(1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=12)
+    parser.add_argument("--jobs", type=int, default=600)
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--min-wait", type=float, default=300.0)
+    parser.add_argument("--decisions", type=int, default=3000)
+    parser.add_argument("--spread", type=float, default=1.0, help="scale of each team's runtime spread (0: exact)")
+    replay(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

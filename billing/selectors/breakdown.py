@@ -1,0 +1,130 @@
+"""The cost page's breakdowns over its window: by user, by a label, and guaranteed vs borrowed use.
+
+By user and by label are the allocation's own figures (the record path: ``aggregate="job"`` summed per
+job owner, and ``label:<key>``), so they add up to the namespace totals. Guaranteed vs borrowed reads
+the jobs' attempts (``JobAttempt.borrowed``: whether the admission used quota borrowed from the
+cohort): GPU-hours = billed share x the attempt's run inside the window, cost = those GPU-hours
+priced hour by hour (the price book's GPU-hour price of the attempt's model and capacity type).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q
+
+from billing.core.allocation import AllocationQuery
+from billing.core.prices import PriceLookup
+from billing.core.units import epoch_hour, hour_pieces
+from billing.selectors.allocation import cost_allocation
+from billing.selectors.prices import price_segment_list
+from portal.jobs.models import Job, JobAttempt
+
+MICROS_PER_HOUR = 3_600_000_000
+UNITS_PER_GPU = 7000
+PLACES = Decimal("0.000001")
+LABEL_KEYS_MAX = 20
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCost:
+    name: str
+    gpu_hours: Decimal
+    total_cost: Decimal
+
+
+def cost_by_user(query: AllocationQuery, *, now: datetime) -> list[GroupCost]:
+    """Cost per job owner over the query's window, costliest first."""
+    per_job = cost_allocation(replace(query, aggregate="job", show_idle=False), now=now).group_totals()
+    owners = dict(
+        Job.objects.filter(pk__in=[int(k) for k in per_job if k.isdigit()]).values_list("pk", "owner__username")
+    )
+    hours: dict[str, Decimal] = defaultdict(Decimal)
+    cost: dict[str, Decimal] = defaultdict(Decimal)
+    for job_id, figures in per_job.items():
+        user = owners.get(int(job_id), "?") if job_id.isdigit() else job_id
+        hours[user] += figures.gpu_hours
+        cost[user] += figures.total_cost
+    return sorted((GroupCost(u, hours[u], cost[u]) for u in hours), key=lambda g: (-g.total_cost, g.name))
+
+
+def cost_by_label(query: AllocationQuery, *, key: str, now: datetime) -> list[GroupCost]:
+    """Cost per value of label ``key`` (``__unallocated__``: jobs without it), costliest first."""
+    totals = cost_allocation(replace(query, aggregate=f"label:{key}", show_idle=False), now=now).group_totals()
+    groups = [GroupCost(name, f.gpu_hours, f.total_cost) for name, f in totals.items()]
+    return sorted(groups, key=lambda g: (-g.total_cost, g.name))
+
+
+AUTOMATIC_LABELS = ("kind", "priority-class", "owner", "capacity-type")  # metering adds them (billing.records)
+
+
+def label_keys(*, start: datetime, end: datetime, team_ids: Iterable[int] | None) -> list[str]:
+    """Label keys of the usage in the window (at most ``LABEL_KEYS_MAX``): the jobs' own labels first,
+    then the ones metering adds to every record, each part sorted."""
+    where = 'u.start < %s AND u."end" > %s'
+    params: list[Any] = [end, start]
+    if team_ids is not None:
+        ids = list(team_ids)
+        if not ids:
+            return []
+        where += f" AND u.team_id IN ({', '.join(['%s'] * len(ids))})"
+        params += ids
+    sql = (
+        f"SELECT DISTINCT jsonb_object_keys(u.labels) AS k FROM billing_usagerecord u "
+        f"WHERE {where} AND u.labels <> '{{}}'::jsonb ORDER BY k LIMIT {LABEL_KEYS_MAX}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        keys = [row[0] for row in cursor.fetchall()]
+    return sorted(keys, key=lambda k: (k in AUTOMATIC_LABELS, k))
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUse:
+    team: str
+    guaranteed_gpu_hours: Decimal
+    guaranteed_cost: Decimal
+    borrowed_gpu_hours: Decimal
+    borrowed_cost: Decimal
+
+
+def cost_by_quota_use(
+    *, start: datetime, end: datetime, now: datetime, team_ids: Iterable[int] | None
+) -> list[QuotaUse]:
+    """Per team: GPU-hours and GPU cost of attempts admitted within nominal quota and of borrowed ones."""
+    stop = min(end, now)
+    attempts = JobAttempt.objects.filter(started_at__isnull=False, started_at__lt=stop).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=start)
+    )
+    if team_ids is not None:
+        attempts = attempts.filter(job__team_id__in=list(team_ids))
+    rows = attempts.values_list(
+        "job__team__slug", "borrowed", "gpu_share_7000ths", "gpu_model", "capacity_type", "started_at", "ended_at"
+    )
+    lookup = PriceLookup(price_segment_list(epoch_hour(start), epoch_hour(stop) + 1))
+    usage: dict[tuple[str, bool], int] = defaultdict(int)  # 1/7000 GPU x µs
+    cost: dict[tuple[str, bool], Fraction] = defaultdict(Fraction)
+    for team, borrowed, share, model, capacity_type, started, ended in rows:
+        assert started is not None  # filtered above
+        run_from, run_to = max(started, start), min(ended or stop, stop)
+        for hour, micros in hour_pieces(run_from, run_to) if run_from < run_to else ():
+            price = lookup.at(model, capacity_type or "on-demand", hour)[0]
+            usage[team, borrowed] += share * micros
+            cost[team, borrowed] += Fraction(share * micros) * Fraction(price)
+    teams = sorted({team for team, _ in usage})
+
+    def hours(key: tuple[str, bool]) -> Decimal:
+        return (Decimal(usage[key]) / (UNITS_PER_GPU * MICROS_PER_HOUR)).quantize(PLACES)
+
+    def usd(key: tuple[str, bool]) -> Decimal:
+        exact = cost[key] / (UNITS_PER_GPU * MICROS_PER_HOUR)
+        return (Decimal(exact.numerator) / Decimal(exact.denominator)).quantize(PLACES)
+
+    return [QuotaUse(t, hours((t, False)), usd((t, False)), hours((t, True)), usd((t, True))) for t in teams]

@@ -1,0 +1,152 @@
+"""The API's job shape (``JobSerializer``'s fields, in its order) rendered from plain rows.
+
+The job list, a job, and the answers of submit and cancel are the API's hot paths: building model
+instances for each job and its nested placements, transitions and attempts, then walking DRF's
+field objects for each, cost several times the queries' own time. Here each relation is one
+``values()`` query and every value is rendered by the same DRF field class ``JobSerializer`` uses
+(so a datetime, a decimal or a float comes out identical). ``JobSerializer`` stays the schema's
+description and the reference: ``tests/portal/api/test_job_rows.py`` checks both agree on any job.
+
+Steps of ``jobs_render``: 1. read the rows of each relation for the page's jobs (allowed GPU models,
+live placements, transitions, attempts); 2. compute every job's costs once (``job_costs``);
+3. render each job, its nested lists and its figures.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework import serializers
+
+from billing.selectors import job_costs
+from portal.api.serializers import AttemptSerializer, JobSerializer, PlacementSerializer, TransitionSerializer
+from portal.jobs.models import Job, JobAttempt, JobTransition, ReplicaPlacement
+from scheduling.engine.shares import billed_gpus
+
+# Fields of the shape that are a column under another name (a related row's).
+_RENAMED = {
+    "team": "team__slug",
+    "namespace": "team__namespace",
+    "queue": "local_queue__name",
+    "owner": "owner__username",
+    "priority_class": "priority_class__name",
+    "priority": "priority_class__value",
+    "gpu_model": "gpu_model__name",
+}
+_NESTED = ("allowed_gpu_models", "placements", "transitions", "attempts")
+_FIGURES = ("run_s", "gpu_hours", "cost_usd", "estimated_total_usd")
+# The job columns the shape reads: every other field of ``JobSerializer`` is a column of its name.
+JOB_VALUES = tuple(
+    _RENAMED.get(name, name)
+    for name in JobSerializer.Meta.fields  # type: ignore[attr-defined]
+    if name not in _NESTED and name not in _FIGURES
+)
+# The attributes of a job that ``job_costs`` reads.
+_COST_FIELDS = ("id", "runtime_s", "state", "finished_at", "restart_policy")
+
+_ATTEMPT_VALUES = (
+    "job_id", "number", "queued_at", "admitted_at", "started_at", "ended_at", "outcome", "requeued", "end_reason",
+    "gpu_model", "capacity_type", "borrowed", "replicas", "gpu_share_7000ths", "nodes", "placements",
+)  # fmt: skip
+
+
+def _renderers(serializer: serializers.Serializer, names: Iterable[str]) -> list[tuple[str, Any]]:
+    """``(name, render)`` of the serializer's plain fields named ``names``: the field's
+    ``to_representation``, and None for None (as ``Serializer.to_representation`` does)."""
+    fields = serializer.fields
+
+    def none_or(render):
+        return lambda value: None if value is None else render(value)
+
+    return [(name, none_or(fields[name].to_representation)) for name in names]
+
+
+def _field_names(serializer_class: type[serializers.ModelSerializer]) -> tuple[str, ...]:
+    return tuple(serializer_class.Meta.fields)  # type: ignore[attr-defined]
+
+
+class _Shapes:
+    """The DRF fields of the four serializers, built once (field objects are stateless to render)."""
+
+    def __init__(self) -> None:
+        job = JobSerializer()
+        self.job_order = _field_names(JobSerializer)
+        plain = [name for name in self.job_order if name not in _NESTED and name not in _FIGURES]
+        self.job = _renderers(job, plain)
+        self.placement = _renderers(PlacementSerializer(), _field_names(PlacementSerializer))
+        self.transition = _renderers(TransitionSerializer(), _field_names(TransitionSerializer))
+        attempt_names = [n for n in _field_names(AttemptSerializer) if n not in _FIGURES]
+        self.attempt_order = _field_names(AttemptSerializer)
+        self.attempt = _renderers(AttemptSerializer(), attempt_names)
+
+
+_shapes: _Shapes | None = None
+
+
+def _get_shapes() -> _Shapes:
+    global _shapes  # built on first use: the field objects need Django's settings
+    if _shapes is None:
+        _shapes = _Shapes()
+    return _shapes
+
+
+def _figures(cost) -> dict[str, Any]:
+    """``CostFieldsMixin``'s four figures of a job's or an attempt's costs."""
+    estimate = cost.estimated_total_usd
+    return {
+        "run_s": round(cost.run_s, 3),
+        "gpu_hours": str(cost.so_far.gpu_hours),
+        "cost_usd": str(cost.so_far.total_cost),
+        "estimated_total_usd": None if estimate is None else str(estimate),
+    }
+
+
+def job_page_rows(jobs: QuerySet[Job]) -> QuerySet:
+    """``jobs`` as the plain rows ``jobs_render`` takes (keeps the queryset's filters and order)."""
+    return jobs.values(*JOB_VALUES)
+
+
+def jobs_render(rows: Sequence[dict[str, Any]], *, now: datetime, speedup: float) -> list[dict[str, Any]]:
+    """The API shape of each job row (from ``job_page_rows``), in the rows' order."""
+    shapes = _get_shapes()
+    ids = [row["id"] for row in rows]
+    # 1. The relations, one query each (ordered as the models' Meta.ordering orders the prefetches).
+    allowed: dict[int, list[str]] = defaultdict(list)
+    through = Job.allowed_gpu_models.through.objects.filter(job_id__in=ids)
+    for job_id, name in through.order_by("gpumodel__name").values_list("job_id", "gpumodel__name"):
+        allowed[job_id].append(name)
+    placements: dict[int, list[dict]] = defaultdict(list)
+    for placement in ReplicaPlacement.objects.filter(job_id__in=ids).order_by("job_id", "replica").values():
+        placements[placement["job_id"]].append(dict(placement))
+    transitions: dict[int, list[dict]] = defaultdict(list)
+    for transition in JobTransition.objects.filter(job_id__in=ids).order_by("at", "id").values():
+        transitions[transition["job_id"]].append(dict(transition))
+    attempts: dict[int, list[dict]] = defaultdict(list)
+    for attempt in JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number").values(*_ATTEMPT_VALUES):
+        attempts[attempt["job_id"]].append(attempt)
+    # 2. Costs, from unsaved jobs carrying the fields ``job_costs`` reads.
+    cost_jobs = [Job(**{name: row[name] for name in _COST_FIELDS}) for row in rows]
+    costs = job_costs(jobs=cost_jobs, now=now, speedup=speedup)
+    # 3. Render.
+    out = []
+    for row in rows:
+        job_id = row["id"]
+        cost = costs[job_id]
+        values = {name: render(row[_RENAMED.get(name, name)]) for name, render in shapes.job}
+        values["allowed_gpu_models"] = allowed.get(job_id, [])
+        values["placements"] = [{n: r(p[n]) for n, r in shapes.placement} for p in placements.get(job_id, ())]
+        values["transitions"] = [{n: r(t[n]) for n, r in shapes.transition} for t in transitions.get(job_id, ())]
+        values.update(_figures(cost))
+        rendered_attempts = []
+        for attempt in attempts.get(job_id, ()):
+            attempt["gpus"] = billed_gpus(attempt["gpu_share_7000ths"])
+            one = {n: r(attempt[n]) for n, r in shapes.attempt}
+            one.update(_figures(cost.attempts[attempt["number"]]))
+            rendered_attempts.append({name: one[name] for name in shapes.attempt_order})
+        values["attempts"] = rendered_attempts
+        out.append({name: values[name] for name in shapes.job_order})
+    return out

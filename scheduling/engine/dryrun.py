@@ -1,0 +1,207 @@
+"""The dry run: what the next cycle decides for a job that is not submitted, and when it starts.
+
+``DryRun(snapshot, policy, now)`` runs one cycle (``cycle._Cycle``) and keeps its final state: the
+state the next cycle starts from once this cycle's plan is applied. ``check(workload)`` then asks the
+cycle's own steps about one more job, changing nothing:
+
+1. Never fits as configured (``verdict``, the cycle's step 2) -> ``never``, with the limit.
+2. The cycle's decision (``_Cycle.trial``: budget, quota with cohort borrowing, placement of the whole
+   gang, else victims) on the final state:
+   a. ``Fit`` -> ``runs_now``, with the GPU model and each replica's node and devices;
+   b. ``Preempt`` -> ``waits`` for its victims to stop (named), starting then;
+   c. ``NoFit`` -> ``waits``, with the cycle's reason and numbers.
+3. Its position in its local queue: after every pending job there of higher or equal priority (it is
+   the newest), before those of lower priority.
+4. For ``waits``: the estimated starts, P50 and P90, from the cycle's forecast (``estimate``) run
+   again with the job among the waiting ones, until it starts, within ``CHECK_DECISIONS`` decisions
+   (beyond them: no estimate); the forecast's admission also says which GPU model and nodes it would
+   get (what its cost is priced on).
+
+On a snapshot where the cycle still admits jobs, the job is decided after them (they are admitted
+first when this cycle's plan is applied). Each ``check`` costs one decision and, for a waiting job,
+two forward runs up to its start: far less than a cycle (``bench/bench_dryrun.py``).
+
+``suggestions`` tries the smallest changes to the request that start it sooner (each a ``check`` of
+the changed job): another GPU model the queue has quota for, half a GPU instead of one, fewer replicas
+(down to its gang minimum... and the gang minimum halved).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .cycle import _Cycle
+from .estimate import P50, P90, Start, expected_runtime
+from .model import Plan, Policy, Reason, ReasonKind, ReplicaPlacement, Resources, Snapshot, Workload, WorkloadState
+from .outcome import Deferred, Fit, NoFit, Preempt
+from .windows import opens_at
+
+RUNS_NOW, WAITS, NEVER = "runs_now", "waits", "never"
+CHECK_DECISIONS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A dry run's answer for one job. Times are POSIX seconds in the cluster's clock."""
+
+    verdict: str  # runs_now | waits | never
+    gpu_model: str | None = None  # the model it runs (or is forecast to run) on
+    placements: tuple[ReplicaPlacement, ...] = ()
+    position: int | None = None  # 1-based in its local queue (waits)
+    reason: Reason | None = None
+    estimated_start_p50: float | None = None
+    estimated_start_p90: float | None = None
+    preempts: tuple[str, ...] = ()  # workload ids of its victims
+    runtime_s: float = 0.0  # P50 expected runtime, cluster seconds
+    runtime_p90_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    """A change to the request (``change``: field -> new value, in the workload's words) and its answer."""
+
+    message: str
+    change: tuple[tuple[str, object], ...]
+    check: Check
+
+
+class DryRun:
+    """One cycle's final state, kept to answer dry runs (see the module docstring)."""
+
+    def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
+        self.now = now
+        self.snapshot = snapshot
+        self.cycle = _Cycle(snapshot, policy, now)
+        self.plan: Plan = self.cycle.run()
+        self._pending_by_lq: dict[str, list[Workload]] = {}
+        for w in snapshot.workloads:
+            if w.state == WorkloadState.PENDING:
+                self._pending_by_lq.setdefault(w.local_queue, []).append(w)
+
+    def check(self, workload: Workload, runtimes: tuple[float, float] | None = None) -> Check:
+        """The answer for ``workload`` (a pending job not in the snapshot, its id unused there);
+        ``runtimes``: its (P50, P90) expected runtime in the cluster's seconds (default ``runtime_s``)."""
+        if runtimes is None:
+            return self._check(workload)
+        self.cycle.runtimes[workload.id] = runtimes
+        try:
+            return self._check(workload)
+        finally:
+            del self.cycle.runtimes[workload.id]
+
+    def _check(self, workload: Workload) -> Check:
+        cycle = self.cycle
+        runtime = expected_runtime(workload, cycle.runtimes, P50)
+        runtime_p90 = expected_runtime(workload, cycle.runtimes, P90)
+        # 1.-2. The cycle's decision.
+        outcome = cycle.trial(workload)
+        base = Check(WAITS, runtime_s=runtime, runtime_p90_s=runtime_p90)
+        match outcome:
+            case NoFit(reason) if not reason.waits:
+                return replace(base, verdict=NEVER, reason=reason)
+            case Fit(admission, _):
+                return replace(
+                    base,
+                    verdict=RUNS_NOW,
+                    gpu_model=admission.gpu_model,
+                    placements=admission.placements,
+                    estimated_start_p50=self.now,
+                    estimated_start_p90=self.now,
+                )
+            case Preempt(victims):
+                names = tuple(v.holder.workload.id for v in victims)
+                message = f"preempting: would wait for {len(names)} job(s) to stop: {', '.join(names)}"
+                reason = Reason(ReasonKind.PREEMPTING, message, (("victims", len(names)), ("waits_for", "victims")))
+                return replace(
+                    base,
+                    reason=reason,
+                    position=self._position(workload),
+                    preempts=names,
+                    estimated_start_p50=self.now,
+                    estimated_start_p90=self.now,
+                )
+            case NoFit(reason):
+                pass
+            case Deferred():  # pragma: no cover - trial decides a deferred job in the borrowing pass
+                reason = Reason(ReasonKind.QUOTA, "quota: would have to borrow")
+        # 3.-4. Position and forecast.
+        check = replace(base, reason=reason, position=self._position(workload))
+        if reason.kind == ReasonKind.BUDGET:
+            return check
+        if reason.kind == ReasonKind.WINDOW and workload.start_window is not None:
+            opens = opens_at(workload.start_window, self.now)  # the cycle's estimate for such a job
+            return replace(check, estimated_start_p50=opens, estimated_start_p90=opens)
+        lq = cycle.lq_by_name[workload.local_queue]
+        early, late = self._forecast(workload, lq.cluster_queue)
+        if early is None:
+            return check
+        return replace(
+            check,
+            gpu_model=early.gpu_model,
+            placements=early.placements,
+            estimated_start_p50=early.at,
+            estimated_start_p90=max(early.at, late.at) if late is not None else None,
+        )
+
+    def _forecast(self, workload: Workload, cq: str) -> tuple[Start | None, Start | None]:
+        cycle = self.cycle
+        waiting = [*cycle.waiting, (workload, cq)]  # the forecast orders them as the cycle does
+        early = cycle.forecast(waiting, P50, until=workload.id, decisions=CHECK_DECISIONS).get(workload.id)
+        late = cycle.forecast(waiting, P90, until=workload.id, decisions=CHECK_DECISIONS).get(workload.id)
+        return early, late
+
+    def _position(self, workload: Workload) -> int:
+        ahead = self._pending_by_lq.get(workload.local_queue, [])
+        return 1 + sum(1 for w in ahead if w.priority >= workload.priority)
+
+    def suggestions(self, workload: Workload, check: Check, models: tuple[str, ...]) -> tuple[Suggestion, ...]:
+        """Changes that start ``workload`` sooner than ``check`` says, smallest first; ``models``: the
+        GPU models its queue has quota for. Only for a job that does not run now."""
+        if check.verdict == RUNS_NOW:
+            return ()
+        out: list[Suggestion] = []
+        for message, change, changed in self._variants(workload, models):
+            answer = self._check(changed)
+            if _sooner(answer, check):
+                out.append(Suggestion(message, change, answer))
+        out.sort(key=lambda s: (s.check.verdict != RUNS_NOW, s.check.estimated_start_p50 or float("inf")))
+        return tuple(out[:3])
+
+    def _variants(
+        self, w: Workload, models: tuple[str, ...]
+    ) -> list[tuple[str, tuple[tuple[str, object], ...], Workload]]:
+        res = w.resources
+        variants: list[tuple[str, tuple[tuple[str, object], ...], Workload]] = []
+        if res.wants_gpu:
+            for model in models:
+                if not w.allowed_gpu_models or model in w.allowed_gpu_models:
+                    continue  # it may use that model already
+                variants.append(
+                    (f"run on {model}", (("allowed_gpu_models", (model,)),), replace(w, allowed_gpu_models=(model,)))
+                )
+        if res.gpu == 1:
+            half = Resources(gpu_milli=500, cpu_milli=res.cpu_milli, memory_mib=res.memory_mib)
+            variants.append(
+                ("ask for half a GPU (gpu_milli 500)", (("gpu", 0), ("gpu_milli", 500)), replace(w, resources=half))
+            )
+        elif res.gpu > 1:
+            fewer = replace(res, gpu=res.gpu // 2)
+            variants.append(
+                (f"ask for {res.gpu // 2} GPUs per replica", (("gpu", res.gpu // 2),), replace(w, resources=fewer))
+            )
+        if w.replicas > 1:
+            n = max(1, w.replicas // 2)
+            variants.append(
+                (f"run {n} replicas", (("replicas", n), ("min_available", 0)), replace(w, replicas=n, min_available=0))
+            )
+        return variants
+
+
+def _sooner(answer: Check, than: Check) -> bool:
+    if answer.verdict == NEVER:
+        return False
+    if answer.verdict == RUNS_NOW:
+        return True
+    if answer.estimated_start_p50 is None:
+        return False
+    return than.estimated_start_p50 is None or answer.estimated_start_p50 < than.estimated_start_p50

@@ -1,0 +1,103 @@
+"""The cost page's breakdowns (``billing.selectors.breakdown``) against the rule: cost = price x
+GPU-hours, GPU-hours = GPUs x run time inside the window."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from billing.core.allocation import AllocationQuery
+from billing.models import PriceBookEntry
+from billing.selectors import cost_allocation
+from billing.selectors.breakdown import cost_by_label, cost_by_quota_use, cost_by_user, label_keys
+from billing.services import metering_run
+from portal.jobs.models import JobAttempt
+from tests.billing.conftest import Run, run_job, utc
+
+pytestmark = pytest.mark.django_db
+
+START, END = utc(2026, 10, 1), utc(2026, 10, 8)
+NOW = utc(2026, 10, 20)
+
+
+def gpu_price(model="A100-80GB", capacity_type="on-demand") -> Fraction:
+    entry = PriceBookEntry.objects.get(resource="gpu", gpu_model=model, capacity_type=capacity_type)
+    return Fraction(entry.usd_per_hour)
+
+
+def as_fraction(value: Decimal) -> Fraction:
+    return Fraction(value)
+
+
+def world_with_labels_and_borrowing(world):
+    # alice: 2 GPUs x 3 h, project=vision-a; carol: 1 GPU x 2 h (half before the window), no label;
+    # bob (nlp): 4 GPUs x 1 h borrowed, project=nlp-x.
+    a = run_job(
+        world,
+        owner="alice",
+        gpu=2,
+        labels=(("project", "vision-a"),),
+        runs=[Run(utc(2026, 10, 2), utc(2026, 10, 2, 3))],
+    )
+    run_job(world, owner="carol", gpu=1, runs=[Run(utc(2026, 9, 30, 23), utc(2026, 10, 1, 1))])
+    b = run_job(
+        world, team="nlp", gpu=4, labels=(("project", "nlp-x"),), runs=[Run(utc(2026, 10, 3), utc(2026, 10, 3, 1))]
+    )
+    JobAttempt.objects.filter(job=b.job).update(borrowed=True)
+    metering_run()
+    return a, b
+
+
+def query(**kw):
+    return AllocationQuery(start=START, end=END, step_hours=24, **kw)
+
+
+def test_cost_by_user_and_by_label_follow_the_rule_and_add_up_to_the_namespace_totals(world):
+    world_with_labels_and_borrowing(world)
+    p = gpu_price()
+    by_user = {g.name: g for g in cost_by_user(query(), now=NOW)}
+    assert by_user["alice"].gpu_hours == 6
+    assert by_user["carol"].gpu_hours == 1  # the hour inside the window
+    assert by_user["bob"].gpu_hours == 4
+    for name, gpu_hours in (("alice", 6), ("carol", 1), ("bob", 4)):
+        cpu_and_ram = by_user[name].total_cost - as_decimal(gpu_hours * p)
+        assert cpu_and_ram >= 0  # total = GPU cost (the rule) + CPU and memory
+    namespaces = cost_allocation(query(), now=NOW).group_totals()
+    assert sum(g.total_cost for g in by_user.values()) == pytest.approx(
+        sum(f.total_cost for f in namespaces.values()), abs=Decimal("0.00001")
+    )
+    keys = label_keys(start=START, end=END, team_ids=None)
+    assert keys[0] == "project"  # the jobs' own label before the ones metering adds
+    assert set(keys[1:]) == {"kind", "priority-class", "owner", "capacity-type"}
+    by_label = {g.name: g for g in cost_by_label(query(), key="project", now=NOW)}
+    assert by_label["vision-a"].gpu_hours == 6
+    assert by_label["nlp-x"].gpu_hours == 4
+    assert by_label["__unallocated__"].gpu_hours == 1
+
+
+def as_decimal(value: Fraction) -> Decimal:
+    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal("0.000001"))
+
+
+def test_cost_is_split_into_guaranteed_and_borrowed_use(world):
+    world_with_labels_and_borrowing(world)
+    p = gpu_price()
+    rows = {q.team: q for q in cost_by_quota_use(start=START, end=END, now=NOW, team_ids=None)}
+    assert rows["vision"].guaranteed_gpu_hours == 7
+    assert rows["vision"].guaranteed_cost == as_decimal(7 * p)
+    assert rows["vision"].borrowed_gpu_hours == 0
+    assert rows["nlp"].borrowed_gpu_hours == 4
+    assert rows["nlp"].borrowed_cost == as_decimal(4 * p)
+    assert rows["nlp"].guaranteed_cost == 0
+
+
+def test_a_tenant_sees_only_its_own_teams_keys_and_use(world):
+    world_with_labels_and_borrowing(world)
+    vision = [world.teams["vision"].pk]
+    assert label_keys(start=START, end=END, team_ids=vision)[0] == "project"
+    assert [q.team for q in cost_by_quota_use(start=START, end=END, now=NOW, team_ids=vision)] == ["vision"]
+    assert label_keys(start=START, end=END, team_ids=[]) == []
+    assert label_keys(start=END + timedelta(days=30), end=END + timedelta(days=31), team_ids=None) == []

@@ -1,0 +1,97 @@
+"""``portal.api.job_rows`` renders the API's job shape from plain rows; ``JobSerializer`` (model
+instances, DRF's nested serializers) is the reference. For any mix of jobs — spec fields, pending,
+admitted, running, finished, cancelled, requeued after a preemption, on several attempts — both give
+the same answer, key for key and in the same order."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from billing.selectors import job_costs
+from portal.api.job_rows import job_page_rows, jobs_render
+from portal.api.serializers import JobSerializer
+from portal.jobs.models import Job
+from portal.jobs.services import job_cancel
+from portal.tenants.models import TolerationGrant
+from scheduling.adapters.simulated import SimulatedCluster
+from scheduling.services import cycle_run
+
+pytestmark = pytest.mark.django_db
+
+_JOB = st.fixed_dictionaries(
+    {
+        "team": st.sampled_from(["vision", "nlp"]),
+        "priority": st.sampled_from(["low", "default", "critical"]),
+        "shape": st.sampled_from([{"gpu": 1}, {"gpu": 4}, {"gpu_milli": 500}, {}]),
+        "replicas": st.integers(1, 2),
+        "allowed": st.sampled_from([(), ("A100-80GB",), ("A100-80GB", "T4")]),
+        "runtime_s": st.integers(60, 20_000),
+        "restart_policy": st.sampled_from(["requeue", "never"]),
+        "labels": st.dictionaries(st.sampled_from(["project", "cc"]), st.sampled_from(["atlas", "42"]), max_size=2),
+        "tolerations": st.lists(st.just({"key": "spot", "operator": "Exists"}), max_size=1),
+        "command": st.lists(st.sampled_from(["python", "train.py", "--x"]), max_size=3),
+        "name": st.sampled_from(["", "resnet"]),
+        "spot": st.booleans(),
+        "window": st.sampled_from([{}, {"off_peak": True}, {"start_window": "22:00-06:00"}]),
+    }
+)
+_STEP = st.one_of(
+    st.tuples(st.just("cycle"), st.integers(1, 4000)),  # seconds on: jobs start, run and finish meanwhile
+    st.tuples(st.just("cancel"), st.integers(0, 10)),
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(_JOB, min_size=1, max_size=5), steps=st.lists(_STEP, max_size=5))
+def test_the_row_renderer_agrees_with_the_job_serializer(world, jobs, steps):
+    for team in world.teams.values():
+        TolerationGrant.objects.get_or_create(team=team, all_taints=True)
+    for job in jobs:
+        shape = job["shape"]
+        world.submit(
+            team=job["team"],
+            name=job["name"],
+            command=tuple(job["command"]),
+            priority_class=world.priorities[job["priority"]],
+            replicas=job["replicas"],
+            allowed_gpu_models=tuple(world.models[name] for name in job["allowed"]),
+            runtime_s=job["runtime_s"],
+            restart_policy=job["restart_policy"],
+            spot=job["spot"],
+            **job["window"],
+            labels=tuple(sorted(job["labels"].items())),
+            tolerations=tuple(job["tolerations"]),
+            gpu=shape.get("gpu", 0),
+            gpu_milli=shape.get("gpu_milli", 0),
+            mig_profile=shape.get("mig_profile", ""),
+        )
+    backend = SimulatedCluster()
+    now = timezone.now()
+    for action, value in steps:
+        if action == "cycle":
+            now += timedelta(seconds=value)
+            cycle_run(now=now, backend=backend)
+        else:
+            ids = list(Job.objects.order_by("id").values_list("id", flat=True))
+            job = Job.objects.get(pk=ids[value % len(ids)])
+            if job.state in ("Pending", "Admitted", "Running"):
+                job_cancel(job=job, by=world.users["admin"], at=now)
+    now += timedelta(seconds=30)
+    speedup = 60.0
+    instances = list(
+        Job.objects.select_related("team", "local_queue", "priority_class", "gpu_model", "owner")
+        .prefetch_related("allowed_gpu_models", "placements", "transitions", "attempts")
+        .order_by("-created_at", "-id")
+    )
+    costs = job_costs(jobs=instances, now=now, speedup=speedup)
+    expected = JobSerializer(instances, many=True, context={"costs": costs}).data
+    rendered = jobs_render(list(job_page_rows(Job.objects.order_by("-created_at", "-id"))), now=now, speedup=speedup)
+    assert [list(job) for job in rendered] == [list(job) for job in expected]  # the same keys, in order
+    for got, want in zip(rendered, expected, strict=True):
+        assert [list(a) for a in got["attempts"]] == [list(a) for a in want["attempts"]]
+        assert got == want

@@ -1,0 +1,243 @@
+"""The dry run (scheduling.engine.dryrun): what the next cycle decides for a job not submitted, and
+when it starts. Each answer is checked against the next cycle run with the job submitted on the same
+snapshot, and against figures worked out by hand from the cluster's shape."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling.engine.cycle import run_cycle
+from scheduling.engine.dryrun import NEVER, RUNS_NOW, WAITS, DryRun
+from scheduling.engine.estimate import P50
+from scheduling.engine.model import Policy, ReasonKind, Snapshot, Workload
+
+from .builders import cq, job, lq, node, pending_info, running, snapshot
+
+NOW = 1000.0
+QUEUE = [cq("q", {"A100-80GB": 64, "H100-80GB": 64})]
+
+
+def with_job(snap: Snapshot, w: Workload) -> Snapshot:
+    return replace(snap, workloads=(*snap.workloads, w))
+
+
+def next_cycle(snap: Snapshot, w: Workload, policy: Policy | None = None):
+    """The next cycle's plan with ``w`` submitted."""
+    return run_cycle(with_job(snap, w), policy or Policy(), NOW)
+
+
+def test_a_job_that_fits_runs_now_on_the_nodes_and_devices_the_next_cycle_gives_it():
+    snap = snapshot(
+        [node("n1", gpus=8), node("n2", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [running("r", "a", [("n1", (0, 1, 2, 3))], started=NOW - 10, runtime=100)],
+    )
+    candidate = job("new", "a", gpu=2, created=NOW)
+    check = DryRun(snap, Policy(), NOW).check(candidate)
+    assert check.verdict == RUNS_NOW
+    assert check.gpu_model == "A100-80GB"
+    admitted = next(a for a in next_cycle(snap, candidate).admissions if a.workload_id == "new")
+    assert check.placements == admitted.placements
+    assert check.estimated_start_p50 == NOW
+
+
+def test_a_job_too_big_for_every_node_never_runs_and_names_the_largest_node():
+    snap = snapshot([node("n1", gpus=8), node("n2", gpus=4)], QUEUE, [lq("a", "q")], [])
+    check = DryRun(snap, Policy(), NOW).check(job("big", "a", gpu=16, allowed_gpu_models=("A100-80GB",)))
+    assert check.verdict == NEVER
+    assert check.reason is not None
+    assert not check.reason.waits
+    details = dict(check.reason.details)
+    # From the cluster's shape: 16 GPUs asked, the largest A100 node has 8.
+    assert (details["limit"], details["needed"], details["largest"]) == ("largest_node", 16_000, 8_000)
+    assert check.estimated_start_p50 is None
+
+
+def test_a_waiting_job_gets_the_reason_and_the_start_the_next_cycle_gives_it():
+    # n1 (8 GPUs) is full: r0 (4 GPUs) ends at NOW+300, r1 (4 GPUs) at NOW+900 (started + runtime).
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [
+            running("r0", "a", [("n1", (0, 1, 2, 3))], started=NOW - 100, runtime=400),
+            running("r1", "a", [("n1", (4, 5, 6, 7))], started=NOW - 100, runtime=1000),
+        ],
+    )
+    candidate = job("new", "a", gpu=4, created=NOW, allowed_gpu_models=("A100-80GB",))
+    check = DryRun(snap, Policy(), NOW).check(candidate)
+    assert check.verdict == WAITS
+    info = pending_info(next_cycle(snap, candidate), "new")
+    assert check.reason == info.reason
+    assert check.reason is not None
+    assert check.reason.kind == ReasonKind.PLACEMENT
+    assert check.estimated_start_p50 == info.estimated_start == NOW + 300
+    assert check.position == info.position == 1
+    assert [p.node for p in check.placements] == ["n1"]  # where the forecast starts it
+
+
+def test_fragmentation_counts_a_four_gpu_job_waits_for_one_node_to_drain_not_for_four_free_gpus():
+    # Two free GPUs on each of two nodes: four free in all, but no node has four until r1 ends.
+    snap = snapshot(
+        [node("n1", gpus=4), node("n2", gpus=4)],
+        QUEUE,
+        [lq("a", "q")],
+        [
+            running("r1", "a", [("n1", (0, 1))], started=NOW, runtime=500),
+            running("r2", "a", [("n2", (0, 1))], started=NOW, runtime=2000),
+        ],
+    )
+    candidate = job("new", "a", gpu=4, created=NOW, allowed_gpu_models=("A100-80GB",))
+    check = DryRun(snap, Policy(), NOW).check(candidate)
+    assert check.verdict == WAITS
+    assert dict(check.reason.details)["waits_for"] == "fragmentation"  # type: ignore[union-attr]
+    assert check.estimated_start_p50 == NOW + 500
+    assert [p.node for p in check.placements] == ["n1"]
+
+
+def test_a_gang_starts_when_enough_nodes_are_free_together():
+    # Three 8-GPU nodes, each full until NOW+100, +200, +300; a gang of two 8-GPU replicas.
+    snap = snapshot(
+        [node(f"n{i}", gpus=8) for i in range(3)],
+        QUEUE,
+        [lq("a", "q")],
+        [running(f"r{i}", "a", [(f"n{i}", tuple(range(8)))], started=NOW, runtime=100.0 * (i + 1)) for i in range(3)],
+    )
+    candidate = job("gang", "a", gpu=8, replicas=2, created=NOW, allowed_gpu_models=("A100-80GB",))
+    check = DryRun(snap, Policy(), NOW).check(candidate)
+    assert check.estimated_start_p50 == NOW + 200
+    assert sorted(p.node for p in check.placements) == ["n0", "n1"]
+
+
+def test_a_high_priority_job_preempts_whom_the_next_cycle_preempts():
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [running("low", "a", [("n1", tuple(range(8)))], started=NOW, runtime=5000, priority=0)],
+    )
+    candidate = job("urgent", "a", gpu=8, priority=100, created=NOW, allowed_gpu_models=("A100-80GB",))
+    check = DryRun(snap, Policy(), NOW).check(candidate)
+    assert check.verdict == WAITS
+    plan = next_cycle(snap, candidate)
+    assert check.preempts == tuple(p.workload_id for p in plan.preemptions if p.preemptor_id == "urgent") == ("low",)
+
+
+def test_p90_uses_the_slower_expected_runtimes():
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [running("r", "a", [("n1", tuple(range(8)))], started=NOW, runtime=3600)],
+        runtimes=(("r", 600.0, 1500.0),),  # history: it usually takes 10 minutes, sometimes 25
+    )
+    check = DryRun(snap, Policy(), NOW).check(job("new", "a", gpu=8, created=NOW, allowed_gpu_models=("A100-80GB",)))
+    assert (check.estimated_start_p50, check.estimated_start_p90) == (NOW + 600, NOW + 1500)
+
+
+def test_it_suggests_another_gpu_model_that_is_free_now():
+    snap = snapshot(
+        [node("a1", gpus=8), node("h1", model="H100-80GB", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [running("r", "a", [("a1", tuple(range(8)))], started=NOW, runtime=3600)],
+    )
+    dry = DryRun(snap, Policy(), NOW)
+    candidate = job("new", "a", gpu=4, created=NOW, allowed_gpu_models=("A100-80GB",))
+    check = dry.check(candidate)
+    assert check.verdict == WAITS
+    suggestions = dry.suggestions(candidate, check, ("A100-80GB", "H100-80GB"))
+    assert suggestions[0].change == (("allowed_gpu_models", ("H100-80GB",)),)
+    assert suggestions[0].check.verdict == RUNS_NOW
+
+
+def test_a_job_queued_behind_equal_jobs_starts_after_them_in_the_cycles_order():
+    # r ends at +100; w1 (same queue, same shape, older) runs 200 s from then; a lower-priority w2 in
+    # another queue comes after the new job. The new job starts at +300, before w2.
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q"), lq("b", "q")],
+        [
+            running("r", "a", [("n1", tuple(range(8)))], started=NOW, runtime=100),
+            job("w1", "a", gpu=8, created=1, allowed_gpu_models=("A100-80GB",), runtime_s=200),
+            job("w2", "b", gpu=8, created=2, allowed_gpu_models=("A100-80GB",), runtime_s=200, priority=-1),
+        ],
+    )
+    dry = DryRun(snap, Policy(), NOW)
+    check = dry.check(job("new", "a", gpu=8, created=NOW, allowed_gpu_models=("A100-80GB",), runtime_s=200))
+    assert check.position == 2
+    assert (check.estimated_start_p50, check.estimated_start_p90) == (NOW + 300, NOW + 300)
+    assert pending_info(dry.plan, "w2").estimated_start == NOW + 300  # without the new job
+
+
+def test_a_dry_run_changes_nothing_the_cycle_decides_the_same_afterwards():
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [
+            running("r", "a", [("n1", (0, 1, 2, 3))], started=NOW, runtime=100),
+            job("w", "a", gpu=8, created=1, allowed_gpu_models=("A100-80GB",)),
+        ],
+    )
+    dry = DryRun(snap, Policy(), NOW)
+    first = dry.check(job("x", "a", gpu=2, created=NOW))
+    for i in range(3):
+        dry.check(job(f"y{i}", "a", gpu=8, created=NOW, allowed_gpu_models=("A100-80GB",)))
+    assert dry.check(job("x", "a", gpu=2, created=NOW)) == first
+    assert dry.cycle.forecast(dry.cycle.waiting, P50) == dry.cycle.forecasts[P50]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    used=st.lists(st.integers(0, 8), min_size=2, max_size=4),
+    waiting=st.lists(st.tuples(st.sampled_from((1, 2, 4, 8)), st.integers(1, 3)), max_size=4),
+    gpus=st.sampled_from((1, 2, 4, 8, 16)),
+    replicas=st.integers(1, 3),
+    priority=st.sampled_from((-1, 0, 1)),
+)
+def test_the_dry_run_and_the_next_cycle_agree_on_a_snapshot_the_cycle_has_settled(
+    used, waiting, gpus, replicas, priority
+):
+    """On a snapshot where the cycle admits nothing more (its plan applied), the dry run's verdict,
+    placements and reason are the next cycle's decision for the job submitted."""
+    nodes = [node(f"n{i}", gpus=8) for i in range(len(used))]
+    workloads: list[Workload] = [
+        running(f"r{i}", "a", [(f"n{i}", tuple(range(u)))], started=NOW - 50, runtime=100.0 * (i + 1))
+        for i, u in enumerate(used)
+        if u
+    ]
+    workloads += [
+        job(f"w{k}", "a", gpu=g, replicas=r, created=k, allowed_gpu_models=("A100-80GB",))
+        for k, (g, r) in enumerate(waiting)
+    ]
+    snap = snapshot(nodes, [cq("q", {"A100-80GB": 64})], [lq("a", "q")], workloads)
+    policy = Policy(preemption=False)
+    settled = run_cycle(snap, policy, NOW)
+    if settled.admissions:  # apply the plan: those jobs now run
+        admitted = {a.workload_id: a for a in settled.admissions}
+        snap = replace(
+            snap,
+            workloads=tuple(
+                replace(w, state="running", gpu_model="A100-80GB", placements=admitted[w.id].placements, started_at=NOW)
+                if w.id in admitted
+                else w
+                for w in snap.workloads
+            ),
+        )
+    candidate = job("new", "a", gpu=gpus, replicas=replicas, priority=priority, created=NOW)
+    check = DryRun(snap, policy, NOW).check(candidate)
+    plan = next_cycle(snap, candidate, policy)
+    admitted = {a.workload_id: a for a in plan.admissions}
+    if "new" in admitted:
+        assert check.verdict == RUNS_NOW
+        assert check.placements == admitted["new"].placements
+    else:
+        info = pending_info(plan, "new")
+        assert check.verdict == (WAITS if info.reason.waits else NEVER)
+        assert check.reason == info.reason
