@@ -11,11 +11,11 @@ worker processes report the same figures without a multiprocess registry:
 - ``portal_admitted_workloads_total{cluster_queue}``: admissions so far;
 - ``portal_scheduling_cycle_duration_seconds``: histogram of the last 1000 cycles' durations, and
   ``portal_cluster_gpus``;
+- ``portal_namespace_object_in_sync{namespace, kind}`` and ``portal_namespace_object_repairs_total``:
+  team namespaces' ResourceQuota and LimitRange at the last namespace sync.
 - ``portal_capacity_wanted_nodes{pool, gpu_model}`` (and ``_largest_nodes``,
   ``portal_capacity_waiting_workloads``): the capacity signal, new nodes that would let the jobs
   waiting for capacity start.
-- ``portal_namespace_object_in_sync{namespace, kind}`` and ``portal_namespace_object_repairs_total``:
-  team namespaces' ResourceQuota and LimitRange at the last namespace sync.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ class PortalCollector:
         )
         yield self.admitted_workloads()
         yield from self.pods_ready_timeouts()
-        yield from self.capacity_wanted()
         yield from self.namespace_objects()
+        yield from self.capacity_wanted()
         total = GaugeMetricFamily("portal_cluster_gpus", "GPUs in the cluster at the last cycle.")
         total.add_metric([], runs[0][1] if runs else 0)
         yield total
@@ -214,6 +214,24 @@ class PortalCollector:
             backoff.add_metric([cq], row["waiting"])
         return failures, held, backoff
 
+    def namespace_objects(self):
+        """Team namespaces kept in step: whether each ResourceQuota and LimitRange matched at the last
+        namespace sync, and how often a sync found one drifted and rewrote it."""
+        in_sync = GaugeMetricFamily(
+            "portal_namespace_object_in_sync",
+            "1 when the namespace's ResourceQuota or LimitRange matched the portal's at the last sync.",
+            labels=["namespace", "kind"],
+        )
+        repairs = CounterMetricFamily(
+            "portal_namespace_object_repairs",
+            "Times the namespace sync found the object absent or drifted and rewrote it.",
+            labels=["namespace", "kind"],
+        )
+        for row in namespace_objects():
+            in_sync.add_metric([row.namespace, row.kind], 1 if row.in_sync else 0)
+            repairs.add_metric([row.namespace, row.kind], row.repairs)
+        return in_sync, repairs
+
     def capacity_wanted(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         """The capacity signal (``scheduling.engine.provisioning``): what a node autoscaler reads."""
         nodes = GaugeMetricFamily(
@@ -237,24 +255,6 @@ class PortalCollector:
             largest.add_metric([row.pool, row.gpu_model], row.largest)
             jobs.add_metric([row.pool, row.gpu_model], row.jobs)
         return nodes, largest, jobs
-
-    def namespace_objects(self):
-        """Team namespaces kept in step: whether each ResourceQuota and LimitRange matched at the last
-        namespace sync, and how often a sync found one drifted and rewrote it."""
-        in_sync = GaugeMetricFamily(
-            "portal_namespace_object_in_sync",
-            "1 when the namespace's ResourceQuota or LimitRange matched the portal's at the last sync.",
-            labels=["namespace", "kind"],
-        )
-        repairs = CounterMetricFamily(
-            "portal_namespace_object_repairs",
-            "Times the namespace sync found the object absent or drifted and rewrote it.",
-            labels=["namespace", "kind"],
-        )
-        for row in namespace_objects():
-            in_sync.add_metric([row.namespace, row.kind], 1 if row.in_sync else 0)
-            repairs.add_metric([row.namespace, row.kind], row.repairs)
-        return in_sync, repairs
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

@@ -187,63 +187,6 @@ def runtime_speedup() -> float:
     return 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class CapacityWanted:
-    """Nodes of one pool and GPU model that jobs waiting for capacity asked for (the last cycle's
-    ``engine.provisioning`` requests, from their pending reasons). ``nodes`` sums each job's own
-    request (an upper bound: jobs that could share a node are counted apart); ``largest`` is the
-    biggest single request, the nodes the largest waiting job needs to start at all."""
-
-    pool: str
-    gpu_model: str
-    jobs: int
-    nodes: int
-    largest: int
-
-
-def capacity_wanted(*, user=None) -> list[CapacityWanted]:
-    """The capacity signal by pool and GPU model, over pending jobs: all of them (``user`` None: the
-    /metrics scrape, platform admins), else those of the teams ``user`` may see."""
-    rows = Job.objects.filter(state=JobState.PENDING, pending_reason__details__has_key="provision_nodes")
-    if user is not None and not user.is_staff:
-        rows = rows.filter(team__in=team_list_for_user(user=user))
-    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    for reason in rows.values_list("pending_reason", flat=True):
-        details = (reason or {}).get("details") or {}
-        try:
-            nodes = int(details["provision_nodes"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        entry = totals[(str(details.get("provision_pool") or ""), str(details.get("provision_gpu_model") or ""))]
-        entry[0] += 1
-        entry[1] += nodes
-        entry[2] = max(entry[2], nodes)
-    return [CapacityWanted(pool, model, *entry) for (pool, model), entry in sorted(totals.items())]
-
-
-MAX_WORKERS_SHOWN = 8
-
-
-def training_environment(*, job: Job) -> list[dict[str, str]]:
-    """The rendezvous variables each worker of a training job gets (the pods' own, the same on the
-    simulated cluster, which has no pods): one mapping per worker, the first ``MAX_WORKERS_SHOWN``."""
-    if job.kind != Job.Kind.TRAINING:
-        return []
-    return [
-        {
-            e["name"]: e["value"]
-            for e in rendezvous_env(
-                job_id=job.pk,
-                namespace=job.team.namespace,
-                replica=worker,
-                replicas=job.replicas,
-                procs=procs_per_node(gpu=job.gpu),
-            )
-        }
-        for worker in range(min(job.replicas, MAX_WORKERS_SHOWN))
-    ]
-
-
 # -- expected runtimes: what similar jobs of the team actually ran ----------------------------------
 
 HISTORY_RUNS = 200  # a team's latest finished runs that count
@@ -406,3 +349,60 @@ def namespace_objects(*, namespaces: Iterable[str] | None = None) -> list[Namesp
     if namespaces is not None:
         rows = rows.filter(namespace__in=list(namespaces))
     return list(rows.order_by("namespace", "kind"))
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityWanted:
+    """Nodes of one pool and GPU model that jobs waiting for capacity asked for (the last cycle's
+    ``engine.provisioning`` requests, from their pending reasons). ``nodes`` sums each job's own
+    request (an upper bound: jobs that could share a node are counted apart); ``largest`` is the
+    biggest single request, the nodes the largest waiting job needs to start at all."""
+
+    pool: str
+    gpu_model: str
+    jobs: int
+    nodes: int
+    largest: int
+
+
+def capacity_wanted(*, user=None) -> list[CapacityWanted]:
+    """The capacity signal by pool and GPU model, over pending jobs: all of them (``user`` None: the
+    /metrics scrape, platform admins), else those of the teams ``user`` may see."""
+    rows = Job.objects.filter(state=JobState.PENDING, pending_reason__details__has_key="provision_nodes")
+    if user is not None and not user.is_staff:
+        rows = rows.filter(team__in=team_list_for_user(user=user))
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for reason in rows.values_list("pending_reason", flat=True):
+        details = (reason or {}).get("details") or {}
+        try:
+            nodes = int(details["provision_nodes"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        entry = totals[(str(details.get("provision_pool") or ""), str(details.get("provision_gpu_model") or ""))]
+        entry[0] += 1
+        entry[1] += nodes
+        entry[2] = max(entry[2], nodes)
+    return [CapacityWanted(pool, model, *entry) for (pool, model), entry in sorted(totals.items())]
+
+
+MAX_WORKERS_SHOWN = 8
+
+
+def training_environment(*, job: Job) -> list[dict[str, str]]:
+    """The rendezvous variables each worker of a training job gets (the pods' own, the same on the
+    simulated cluster, which has no pods): one mapping per worker, the first ``MAX_WORKERS_SHOWN``."""
+    if job.kind != Job.Kind.TRAINING:
+        return []
+    return [
+        {
+            e["name"]: e["value"]
+            for e in rendezvous_env(
+                job_id=job.pk,
+                namespace=job.team.namespace,
+                replica=worker,
+                replicas=job.replicas,
+                procs=procs_per_node(gpu=job.gpu),
+            )
+        }
+        for worker in range(min(job.replicas, MAX_WORKERS_SHOWN))
+    ]

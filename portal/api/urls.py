@@ -17,8 +17,8 @@ router.register("services", ServiceViewSet, basename="service")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
 
 urlpatterns = [
-    path("capacity/", views.CapacityWantedView.as_view(), name="capacity-wanted"),
     path("namespaces/", NamespaceObjectListView.as_view(), name="namespace-object-list"),
+    path("capacity/", views.CapacityWantedView.as_view(), name="capacity-wanted"),
     path("cluster/", views.ClusterView.as_view(), name="cluster"),
     path("fairness/", views.FairnessView.as_view(), name="fairness"),
     path("cluster-queues/", views.ClusterQueueListView.as_view(), name="cluster-queue-list"),

@@ -30,9 +30,6 @@ REQUIRED_ACCESS = (
     ("delete", "pods", "", True),
     ("create", "pods", "binding", True),
     ("create", "events", "", True),
-    ("list", "services", "", False),  # training jobs' headless Services
-    ("create", "services", "", True),
-    ("delete", "services", "", True),
     # The namespace sync (docs/kubernetes.md, Team namespaces).
     ("get", "resourcequotas", "", True),
     ("create", "resourcequotas", "", True),
@@ -40,6 +37,9 @@ REQUIRED_ACCESS = (
     ("get", "limitranges", "", True),
     ("create", "limitranges", "", True),
     ("update", "limitranges", "", True),
+    ("list", "services", "", False),  # training jobs' headless Services
+    ("create", "services", "", True),
+    ("delete", "services", "", True),
 )
 
 

@@ -205,7 +205,9 @@ def test_the_dry_run_and_the_next_cycle_agree_on_a_snapshot_the_cycle_has_settle
     used, waiting, gpus, replicas, priority
 ):
     """On a snapshot where the cycle admits nothing more (its plan applied), the dry run's verdict,
-    placements and reason are the next cycle's decision for the job submitted."""
+    placements and reason are the next cycle's decision for the job submitted. With binpack: a
+    fragmentation-aware policy scores nodes against the pending jobs' mix, which the submitted job
+    joins, so its device choice may differ from the kept state's."""
     nodes = [node(f"n{i}", gpus=8) for i in range(len(used))]
     workloads: list[Workload] = [
         running(f"r{i}", "a", [(f"n{i}", tuple(range(u)))], started=NOW - 50, runtime=100.0 * (i + 1))
@@ -217,7 +219,7 @@ def test_the_dry_run_and_the_next_cycle_agree_on_a_snapshot_the_cycle_has_settle
         for k, (g, r) in enumerate(waiting)
     ]
     snap = snapshot(nodes, [cq("q", {"A100-80GB": 64})], [lq("a", "q")], workloads)
-    policy = Policy(preemption=False)
+    policy = Policy(placement="binpack", preemption=False)
     settled = run_cycle(snap, policy, NOW)
     if settled.admissions:  # apply the plan: those jobs now run
         admitted = {a.workload_id: a for a in settled.admissions}
