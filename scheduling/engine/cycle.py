@@ -15,7 +15,9 @@ Steps (each is one call in :meth:`_Cycle.run`):
 3. Walk pending workloads in admission order (``admission.AdmissionOrder``: priority, fair share,
    submission time), twice: first only jobs that fit their ClusterQueue's nominal quota, then the
    ones that need to borrow (Kueue's rule; without it a job preempted to reclaim lent quota would
-   borrow it straight back in the next cycle). Each job gets an ``outcome.Outcome``:
+   borrow it straight back in the next cycle). A job of lower priority than one its ClusterQueue
+   deferred is deferred with it (admitted first, it would take the room the deferred job preempts it
+   for in the borrowing pass, again every cycle). Each job gets an ``outcome.Outcome``:
    a. the team may not start new jobs -> ``NoFit`` (reason ``budget``);
    b. a job of the same shape in the same ClusterQueue already failed this cycle -> the same outcome
       (capacity and quota only shrink during a cycle, so it would fail again);
@@ -236,10 +238,17 @@ class _Cycle:
         # Pass 1: only jobs that fit their queue's nominal quota (Kueue's rule: not borrowing goes
         # first), so quota reclaimed by preemption goes to the queue that reclaimed it, not back to the
         # borrower. Pass 2: the rest, allowed to borrow.
+        # A job of lower priority than one its ClusterQueue deferred waits for pass 2 too: admitted in
+        # pass 1 it would take the room the deferred job may preempt it for, every cycle (a loop).
         deferred: dict[str, list[Workload]] = {}
+        deferred_top: dict[str, int] = {}  # per ClusterQueue: the first (highest) priority deferred
         for job in AdmissionOrder(pending, self.fair, fair_sharing=True):
-            if isinstance(self._consider(job, borrow=False), Deferred):
+            cq = self.lq_by_name[job.local_queue].cluster_queue
+            if job.priority < deferred_top.get(cq, job.priority) or isinstance(
+                self._consider(job, borrow=False), Deferred
+            ):
                 deferred.setdefault(job.local_queue, []).append(job)
+                deferred_top.setdefault(cq, job.priority)
             else:
                 self.considered.append(job)
         for job in AdmissionOrder(deferred, self.fair, fair_sharing=True):

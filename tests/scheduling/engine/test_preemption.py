@@ -180,3 +180,39 @@ def test_one_preemptor_per_queue_per_cycle_and_victims_are_not_shared():
     assert len(plan.preemptions) == 1
     two = run_cycle(snap, Policy(preemptors_per_queue=2), NOW)
     assert len({p.workload_id for p in two.preemptions}) == 2
+
+
+def test_a_victim_of_a_borrowing_preemptor_is_not_readmitted_ahead_of_it():
+    """Found by Hypothesis (``test_preemption_settles_and_never_hits_a_job_twice``). Queue q holds one
+    H100 of its own and may borrow q2's idle one; low (priority 0) runs a 1g.10gb MIG slice, high
+    (priority 1) wants two whole 7g.80gb GPUs: 2 GPUs of quota where 1.875 are free, so it preempts
+    low. It needs to borrow, so the nominal pass defers it; low fits q's nominal quota and used to be
+    re-admitted there first, taking the quota back, and high preempted it again, every other cycle.
+    Now low waits behind high: high starts in the cycle after the preemption, low is preempted once."""
+    from dataclasses import replace
+
+    from scheduling.engine.model import ReplicaPlacement, WorkloadState
+
+    low = replace(
+        job("low", "a", mig="1g.10gb", cpu=500, mem=512),
+        state=WorkloadState.RUNNING,
+        gpu_model="H100-80GB",
+        placements=(ReplicaPlacement("n0", (0,), 0, "1g.10gb", 6, cpu_milli=500, memory_mib=512),),
+        started_at=NOW - 60,
+    )
+    high = job("high", "a", mig="7g.80gb", cpu=500, mem=512, replicas=2, priority=1, created=NOW)
+    snap = snapshot(
+        [node("n0", "H100-80GB", 2, cpu=8000, mem=16_000, mig=True, gpu_memory_gib=80)],
+        [cq("q", {"H100-80GB": 1}, cohort="co"), cq("q2", {"H100-80GB": 1}, cohort="co")],
+        [lq("a", "q")],
+        [low, high],
+    )
+    first = run_cycle(snap, Policy(placement="binpack"), NOW)
+    assert victims(first) == ["low"]
+    snap = apply_plan(snap, first, NOW)
+    second = run_cycle(snap, Policy(placement="binpack"), NOW + 1)
+    assert admitted_ids(second) == ["high"]
+    assert second.preemptions == ()
+    assert pending_info(second, "low").reason.kind == ReasonKind.QUOTA
+    snap = apply_plan(snap, second, NOW + 1)
+    assert run_cycle(snap, Policy(placement="binpack"), NOW + 2).preemptions == ()
