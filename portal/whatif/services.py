@@ -1,4 +1,5 @@
-"""What-if runs: validate a change, enqueue its replay, run it (``whatif_run``) and keep the result.
+"""What-if runs: validate a change, run its replay (``whatif_run``) and keep the result (``portal.whatif.start``
+records a run and enqueues it).
 
 ``whatif_run`` steps:
 
@@ -16,12 +17,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from functools import partial
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from billing.core.prices import PriceLookup, price_segments
@@ -30,11 +30,9 @@ from billing.selectors.prices import gpu_model_names, price_list
 from portal.jobs.errors import ServiceError
 from portal.tenants.models import Membership
 from portal.whatif.models import WhatIfRun
-from portal.whatif.tasks import whatif_run_task
 from scheduling.adapters.contract import node_capacity_type
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.history import base_snapshot_load, history_load
-from scheduling.adapters.orm import queues_load
 from scheduling.engine import model as m
 from scheduling.models import NodePool
 from scheduling.selectors import policy_from_settings
@@ -143,22 +141,6 @@ def changes_apply(base: m.Snapshot, policy: m.Policy, changes: dict) -> tuple[m.
     if changes.get("placement"):
         policy = replace(policy, placement=changes["placement"])
     return replace(base, cluster_queues=tuple(cluster_queues), local_queues=local_queues), policy
-
-
-def whatif_start(*, user, changes: object, window_from: datetime, window_to: datetime) -> WhatIfRun:
-    """Validate and record a what-if run, and enqueue its replay once the row is committed."""
-    if window_to <= window_from:
-        raise ServiceError("must be after the window's start", field="window_to")
-    if window_to - window_from > MAX_WINDOW:
-        raise ServiceError(f"a window is at most {MAX_WINDOW.days} days", field="window_from")
-    if window_to > timezone.now() + timedelta(minutes=1):
-        raise ServiceError("history ends now: the window cannot end in the future", field="window_to")
-    cluster_queues, local_queues = queues_load()
-    queues = m.Snapshot(nodes=(), cluster_queues=cluster_queues, local_queues=local_queues, workloads=())
-    clean = changes_validate(changes, user=user, base=queues)
-    run = WhatIfRun.objects.create(created_by=user, window_from=window_from, window_to=window_to, changes=clean)
-    transaction.on_commit(partial(whatif_run_task.delay, run.pk))
-    return run
 
 
 def _progress(run_id: int, low: float, high: float, fraction: float) -> None:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from portal.jobs.errors import ServiceError
 from portal.pages.charts import figure_html
 from portal.tenants.selectors import team_list_for_user
-from portal.whatif import charts, selectors, services
+from portal.whatif import charts, selectors, services, start
 from portal.whatif.models import WhatIfRun
 
 WINDOW_DAYS = (1, 7, 14, 30)
@@ -95,7 +95,7 @@ def whatif_index(request: HttpRequest) -> HttpResponse:
             if days not in WINDOW_DAYS:
                 raise ServiceError(f"must be one of {', '.join(map(str, WINDOW_DAYS))}", field="days")
             now = timezone.now()
-            run = services.whatif_start(
+            run = start.whatif_start(
                 user=request.user,
                 changes=changes_from_form(request.POST, cluster_queues, local_queues),
                 window_from=now - timedelta(days=days),

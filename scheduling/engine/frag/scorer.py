@@ -27,8 +27,8 @@ from typing import cast
 
 import numpy as np
 
-from . import baselines
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
+from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
 from .measure import frag_and_stranded, frag_milli, sigmoid_score
 from .workload import TypicalArrays, TypicalPod
 
@@ -91,7 +91,7 @@ class NodeScorer:
         self.memory_free_mib = self.nodes.memory_mib.astype(np.int64).copy()
         dev = np.arange(d)[None, :]
         self.gpu_free_milli = np.where(dev < self.nodes.gpu_count[:, None], MILLI, -1).astype(np.int64)
-        self._affinity = np.zeros((n, baselines.AFFINITY_TAGS), dtype=np.int64)
+        self._affinity = np.zeros((n, AFFINITY_TAGS), dtype=np.int64)
         self._version = np.zeros(n, dtype=np.int64)
         self._model_row = np.where(self.nodes.model_ids >= 0, self.nodes.model_ids, len(self.nodes.models))
         self._score_caches = {}
@@ -129,13 +129,13 @@ class NodeScorer:
     def _baseline_scores(self, pod: PodShape, idx: np.ndarray) -> np.ndarray:
         free_total = self._gpu_free_total[idx]
         if self.policy == "dotprod":
-            return baselines.dotprod(pod, self.cpu_free_milli[idx], free_total)
+            return dotprod(pod, self.cpu_free_milli[idx], free_total)
         if self.policy == "bestfit":
-            return baselines.bestfit(pod, self.cpu_free_milli[idx], free_total)
+            return bestfit(pod, self.cpu_free_milli[idx], free_total)
         if self.policy == "clustering":
-            return baselines.clustering(pod, free_total, self._affinity[idx])
+            return clustering(pod, free_total, self._affinity[idx])
         if self.policy == "packing":
-            return baselines.packing(pod, self.gpu_free_milli[idx], self.nodes.gpu_count[idx])
+            return packing(pod, self.gpu_free_milli[idx], self.nodes.gpu_count[idx])
         raise AssertionError(self.policy)
 
     def _frag_scores(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -320,7 +320,7 @@ class NodeScorer:
             self.gpu_free_milli[n, d] += sign * pod.gpu_milli
             self._gpu_free_total[n] += sign * pod.gpu_milli
         if pod.gpu_count > 0:
-            self._affinity[n, baselines.affinity_tag(pod)] -= sign
+            self._affinity[n, affinity_tag(pod)] -= sign
         if choice.gpu_indices:
             devices = self.gpu_free_milli[n]
             self._gpu_max[n] = devices.max()

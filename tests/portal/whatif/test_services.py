@@ -7,7 +7,7 @@ import pytest
 from portal.jobs.errors import ServiceError
 from portal.jobs.models import JobAttempt
 from portal.whatif.models import WhatIfRun
-from portal.whatif.services import whatif_start
+from portal.whatif.start import whatif_start
 from scheduling.adapters.history import base_snapshot_load, history_load
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.selectors import policy_from_settings
