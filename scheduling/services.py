@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import TRANSITIONS, JobState
 from portal.jobs.transitions import job_transition
-from portal.notifications.services.events import job_events_notify
+from portal.notifications.services.notify import job_events_notify
 from portal.tenants.selectors import team_holds
 from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, Observation

@@ -27,7 +27,7 @@ from billing.utilization import UtilizationSource, utilization_source
 from portal.jobs.models import Job, JobAttempt
 from portal.jobs.states import JobState
 from portal.jobs.transitions import job_transition
-from portal.notifications.services.events import job_events_notify
+from portal.notifications.services.notify import job_events_notify
 from scheduling.adapters.contract import ClusterBackend
 from scheduling.adapters.factory import cluster_backend
 

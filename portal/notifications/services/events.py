@@ -1,6 +1,6 @@
 """Which events of a job someone is told about, once each.
 
-``job_events_notify`` is what the code that applies transitions calls (the cluster sync, the cycle's
+``notify.job_events_notify`` is what the code that applies transitions calls (the cluster sync, the cycle's
 preemptions, the sweeper): after its transaction commits, a task runs ``notifications_dispatch`` for
 those jobs. Steps of ``notifications_dispatch``:
 
@@ -32,33 +32,16 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.jobs.errors import BROKER_ERRORS
 from portal.jobs.models import Job, JobAttempt
 from portal.jobs.states import JobState
+from portal.notifications.deliveries.tasks import notification_deliver_task
 from portal.notifications.models import Channel, Event, Notification, NotificationPreference, WebhookEndpoint
-from portal.notifications.tasks import job_events_task, notification_deliver_task
+from portal.notifications.services.enqueue import task_enqueue
 
 logger = logging.getLogger(__name__)
 
 DEFAULT = NotificationPreference(email=True, on_failed=True, on_preempted=True)
 """What a user who chose nothing is told: e-mail when a job fails or is preempted."""
-
-
-def job_events_notify(*, job_ids: Iterable[int]) -> None:
-    """Tell the owners of these jobs about what just happened to them, once the caller's transaction
-    commits (best effort: with the broker down, the periodic sweep sends them)."""
-    ids = sorted(set(job_ids))
-    if ids:
-        # robust: an error while enqueueing (or, with eager tasks, while sending) is logged, never
-        # raised into the cycle that committed the transitions.
-        transaction.on_commit(partial(_enqueue, job_events_task, job_ids=ids), robust=True)
-
-
-def _enqueue(task, **kwargs) -> None:
-    try:
-        task.delay(**kwargs)
-    except BROKER_ERRORS as exc:
-        logger.warning("could not enqueue %s (%s); the notification sweep will", task.name, exc)
 
 
 ENDINGS = {JobState.SUCCEEDED: Event.SUCCEEDED, JobState.FAILED: Event.FAILED, JobState.PREEMPTED: Event.PREEMPTED}
@@ -131,7 +114,7 @@ def notifications_dispatch(*, job_ids: Iterable[int], now: datetime | None = Non
         created = Notification.objects.filter(job_id__in=[j.pk for j in jobs]).count() - before
         for notification_id in pending:
             transaction.on_commit(
-                partial(_enqueue, notification_deliver_task, notification_id=notification_id), robust=True
+                partial(task_enqueue, notification_deliver_task, notification_id=notification_id), robust=True
             )
     return created
 
@@ -161,5 +144,5 @@ def notifications_sweep(*, now: datetime | None = None) -> int:
         status=Notification.Status.PENDING,
     ).values_list("id", flat=True)[:1000]
     for notification_id in stale:
-        _enqueue(notification_deliver_task, notification_id=notification_id)
+        task_enqueue(notification_deliver_task, notification_id=notification_id)
     return created

@@ -83,7 +83,7 @@ def test_without_a_choice_failures_and_preemptions_are_mailed_but_not_finishes(
         services.cluster_sync(backend=backend, now=timezone.now())
     with django_capture_on_commit_callbacks(execute=True):
         orm.preemption_apply(Preemption(str(victim.pk), "", "preempted by job 7"), now=timezone.now(), backend=backend)
-        from portal.notifications.services.events import job_events_notify
+        from portal.notifications.services.notify import job_events_notify
 
         job_events_notify(job_ids=[victim.pk])  # what cycle_run does after applying a plan
     assert [m.subject for m in mail.outbox] == [f"[GPU portal] Job {victim.pk} preempted or evicted"]
