@@ -381,16 +381,7 @@ class JobCreateSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"allowed_gpu_models": [f"unknown GPU model(s) {unknown}; known: {known}"]}
             )
-        if "priority_class" in attrs:
-            priority = PriorityClass.objects.filter(name=attrs["priority_class"]).first()
-            if priority is None:
-                raise serializers.ValidationError(
-                    {"priority_class": [f"unknown priority class {attrs['priority_class']!r}"]}
-                )
-        else:
-            priority = default_priority_class()
-            if priority is None:
-                raise serializers.ValidationError({"priority_class": ["no priority classes are configured"]})
+        priority = priority_class_resolve(attrs.get("priority_class"))
         attrs.update(team_obj=team, queue_obj=queue, gpu_models=tuple(models), priority_obj=priority)
         return attrs
 
@@ -438,6 +429,20 @@ def job_spec_from_body(user, body) -> JobSpec:
 def default_priority_class() -> PriorityClass | None:
     """The class named 'default' if there is one, else the lowest-valued class."""
     return PriorityClass.objects.filter(name="default").first() or PriorityClass.objects.order_by("value").first()
+
+
+def priority_class_resolve(name: str | None) -> PriorityClass:
+    """The priority class a request names, else the default one; a 400 naming ``priority_class`` when
+    it does not exist or none is configured (jobs and inference services alike)."""
+    if name is not None:
+        priority = PriorityClass.objects.filter(name=name).first()
+        if priority is None:
+            raise serializers.ValidationError({"priority_class": [f"unknown priority class {name!r}"]})
+        return priority
+    priority = default_priority_class()
+    if priority is None:
+        raise serializers.ValidationError({"priority_class": ["no priority classes are configured"]})
+    return priority
 
 
 class TeamSerializer(serializers.ModelSerializer):

@@ -17,8 +17,8 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from billing.selectors import job_costs
-from portal.api.serializers import CommandField, StrictSerializer, default_priority_class
-from portal.jobs.models import GpuModel, LocalQueue, PriorityClass
+from portal.api.serializers import CommandField, StrictSerializer, priority_class_resolve
+from portal.jobs.models import GpuModel, LocalQueue
 from portal.jobs.services import MAX_CPU_MILLI, MAX_GPU_MEMORY_GIB, MAX_MEMORY_MIB
 from portal.serving.models import InferenceService, ServiceSample
 from portal.serving.selectors import service_list, service_replica_jobs, service_samples
@@ -135,14 +135,7 @@ class ServiceCreateSerializer(StrictSerializer):
         models = list(GpuModel.objects.filter(name__in=names))
         if unknown := sorted(set(names) - {m.name for m in models}):
             raise serializers.ValidationError({"allowed_gpu_models": [f"unknown GPU model(s) {unknown}"]})
-        if "priority_class" in attrs:
-            priority = PriorityClass.objects.filter(name=attrs["priority_class"]).first()
-            if priority is None:
-                raise serializers.ValidationError(
-                    {"priority_class": [f"unknown priority class {attrs['priority_class']!r}"]}
-                )
-        else:
-            priority = default_priority_class()
+        priority = priority_class_resolve(attrs.get("priority_class"))
         attrs.update(queue_obj=queue, models=tuple(models), priority_obj=priority)
         return attrs
 
