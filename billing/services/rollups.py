@@ -1,5 +1,6 @@
-"""Rollup writes: hourly usage, all tenants' GPU allocation and the priced per-team rollup, always
-exactly the sum of the usage records; re-pricing after a price book change; rebuilding from records.
+"""Rollup writes: hourly usage (per queue, and per job owner and label set), all tenants' GPU allocation
+and the priced per-team rollup, always exactly the sum of the usage records; re-pricing after a price
+book change; rebuilding from records.
 
 Every write here runs under ``metering_lock`` in a transaction (see there for the race it prevents).
 """
@@ -7,6 +8,7 @@ Every write here runs under ``metering_lock`` in a transaction (see there for th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -18,9 +20,17 @@ from django.utils import timezone
 
 from billing import sql
 from billing.core.prices import PriceLookup, price_segments, price_version
-from billing.core.usage import HourUsage, RollupKey, rollup_increments, team_cost_increments
-from billing.models import CostRollupState, GpuAllocationHourly, TeamCostHourly, UsageHourly, UsageRecord
+from billing.core.usage import HourUsage, RollupKey, group_increments, rollup_increments, team_cost_increments
+from billing.models import (
+    CostRollupState,
+    GpuAllocationHourly,
+    TeamCostHourly,
+    UsageGroupHourly,
+    UsageHourly,
+    UsageRecord,
+)
 from billing.selectors.prices import gpu_model_names, price_list
+from portal.jobs.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +64,43 @@ def rollup_add(records: list[UsageRecord]) -> int:
     for (hour, _team, _lq, _cq, model, ctype), usage in increments.items():
         allocated[(hour, model, ctype)] += usage.gpu_usage
     sql.execute_many(sql.ALLOCATION_UPSERT, [(*key, usage) for key, usage in allocated.items()])
+    group_rollup_add(records)
     if increments:
         cost_rollup_add(increments)
     return len(increments)
+
+
+def group_rollup_add(records: list[UsageRecord]) -> int:
+    """Add records to ``UsageGroupHourly`` (hour x team x job owner x label set x model x capacity type;
+    the caller holds the metering lock and a transaction). Returns the rows written."""
+    owners = dict(Job.objects.filter(pk__in={r.job_id for r in records}).values_list("pk", "owner_id"))
+    increments = group_increments(records, owners)
+    sql.execute_many(
+        sql.GROUP_UPSERT,
+        [
+            (hour, team, owner, hashlib.sha256(text.encode()).hexdigest(), text, text, model, ctype, *usage.as_row())
+            for (hour, team, owner, text, model, ctype), usage in increments.items()
+        ],
+    )
+    return len(increments)
+
+
+def group_rollup_rebuild() -> int:
+    """Recompute ``UsageGroupHourly`` alone from the usage records (its backfill; ``rollup_rebuild``
+    recomputes every rollup). Returns the rows written."""
+    with transaction.atomic(), metering_lock():
+        UsageGroupHourly.objects.all().delete()
+        return sum(group_rollup_add(batch) for batch in _record_batches())
+
+
+def _record_batches(size: int = 20000) -> Iterator[list[UsageRecord]]:
+    batch: list[UsageRecord] = []
+    for record in UsageRecord.objects.order_by("id").iterator(chunk_size=5000):
+        batch.append(record)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    yield batch
 
 
 def cost_rollup_add(increments: Mapping[RollupKey, HourUsage]) -> None:
@@ -104,15 +148,9 @@ def rollup_rebuild() -> int:
     """Recompute every rollup from the usage records (repair after manual edits)."""
     with transaction.atomic(), metering_lock():
         UsageHourly.objects.all().delete()
+        UsageGroupHourly.objects.all().delete()
         GpuAllocationHourly.objects.all().delete()
         CostRollupState.objects.all().delete()  # re-priced as a whole by the first rollup_add
-        written = 0
-        batch: list[UsageRecord] = []
-        for record in UsageRecord.objects.order_by("id").iterator(chunk_size=5000):
-            batch.append(record)
-            if len(batch) == 20000:
-                written += rollup_add(batch)
-                batch = []
-        written += rollup_add(batch)
+        written = sum(rollup_add(batch) for batch in _record_batches())
         cost_rollup_reprice()
     return written
