@@ -406,7 +406,9 @@ TEAMS_FILTER = " AND team_id IN ({})"
 
 def team_cost_reprice_sql(cte: str) -> str:
     """Recompute ``TeamCostHourly`` from ``UsageHourly`` with prices in whole 10^-6 USD, so the sums
-    are the exact cost numerators (``PriceSegment.in_units``)."""
+    are the exact cost numerators (``PriceSegment.in_units``). Rows are written hour after hour, as
+    metering adds them: a window's rows then sit in few pages (a hash order spreads a month over
+    most of the table)."""
     usage = ", ".join(f"SUM(r.{c.usage})" for c in COLUMNS)
     cost = ", ".join(f"SUM({cost_units_sql(c)})" for c in COLUMNS)
     return f"""
@@ -418,6 +420,7 @@ def team_cost_reprice_sql(cte: str) -> str:
             {cost}, SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
         FROM billing_usagehourly r {PRICE_JOIN}
         GROUP BY r.epoch_hour, r.team_id
+        ORDER BY r.epoch_hour, r.team_id
     """
 
 

@@ -13,6 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Max, Min
@@ -20,7 +21,14 @@ from django.utils import timezone
 
 from billing import sql
 from billing.core.prices import PriceLookup, price_segments, price_version
-from billing.core.usage import HourUsage, RollupKey, group_increments, rollup_increments, team_cost_increments
+from billing.core.usage import (
+    GroupKey,
+    HourUsage,
+    RollupKey,
+    group_increments,
+    rollup_increments,
+    team_cost_increments,
+)
 from billing.models import (
     CostRollupState,
     GpuAllocationHourly,
@@ -74,15 +82,24 @@ def group_rollup_add(records: list[UsageRecord]) -> int:
     """Add records to ``UsageGroupHourly`` (hour x team x job owner x label set x model x capacity type;
     the caller holds the metering lock and a transaction). Returns the rows written."""
     owners = dict(Job.objects.filter(pk__in={r.job_id for r in records}).values_list("pk", "owner_id"))
-    increments = group_increments(records, owners)
-    sql.execute_many(
-        sql.GROUP_UPSERT,
-        [
-            (hour, team, owner, hashlib.sha256(text.encode()).hexdigest(), text, text, model, ctype, *usage.as_row())
-            for (hour, team, owner, text, model, ctype), usage in increments.items()
-        ],
-    )
-    return len(increments)
+    rows = group_rollup_rows(group_increments(records, owners))
+    sql.execute_many(sql.GROUP_UPSERT, rows)
+    return len(rows)
+
+
+def group_rollup_rows(increments: Mapping[GroupKey, HourUsage]) -> list[tuple[Any, ...]]:
+    """``UsageGroupHourly`` rows (the columns of ``sql.GROUP_UPSERT``) of group increments, hour after hour."""
+    return [
+        (hour, team, owner, hashlib.sha256(text.encode()).hexdigest(), text, text, model, ctype, *usage.as_row())
+        for (hour, team, owner, text, model, ctype), usage in sorted(increments.items())
+    ]
+
+
+GROUP_FIELDS = (
+    "job_id", "team_id", "gpu_model", "capacity_type", "start", "end", "gpu_share_7000ths", "duration_us",
+    "cpu_milli_us", "memory_mib_us", "gpu_util_pct", "labels",
+)  # fmt: skip
+"""What the group rollup reads of a usage record."""
 
 
 def group_rollup_rebuild() -> int:
@@ -90,12 +107,14 @@ def group_rollup_rebuild() -> int:
     recomputes every rollup). Returns the rows written."""
     with transaction.atomic(), metering_lock():
         UsageGroupHourly.objects.all().delete()
-        return sum(group_rollup_add(batch) for batch in _record_batches())
+        return sum(group_rollup_add(batch) for batch in _record_batches(20000, *GROUP_FIELDS))
 
 
-def _record_batches(size: int = 20000) -> Iterator[list[UsageRecord]]:
+def _record_batches(size: int = 20000, *fields: str) -> Iterator[list[UsageRecord]]:
+    """Every usage record in batches, in the order they were written (only ``fields``, if given)."""
     batch: list[UsageRecord] = []
-    for record in UsageRecord.objects.order_by("id").iterator(chunk_size=5000):
+    records = UsageRecord.objects.order_by("id")
+    for record in (records.only(*fields) if fields else records).iterator(chunk_size=5000):
         batch.append(record)
         if len(batch) == size:
             yield batch
