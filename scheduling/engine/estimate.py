@@ -309,6 +309,7 @@ def decision_key(job: Workload, cq: str, priority: int) -> tuple[object, ...]:
         job.tolerations,
         job.rules,
         priority,
+        job.pod_sets,
     )
 
 
