@@ -528,13 +528,16 @@ class KubernetesBackend:
         return NamespaceWriter(self.core, self.options).sync(wanted)
 
     def access_review(self, *, verb: str, resource: str, namespace: str = "", subresource: str = "") -> bool:
-        """Whether the portal's identity may do ``verb`` on ``resource`` (a SelfSubjectAccessReview)."""
+        """Whether the portal's identity may do ``verb`` on ``resource`` (a SelfSubjectAccessReview);
+        ``resource.group`` for another API group's (``rayjobs.ray.io``)."""
+        resource, _, group = resource.partition(".")
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
             "spec": {
                 "resourceAttributes": {
                     "verb": verb,
+                    "group": group,
                     "resource": resource,
                     "namespace": namespace,
                     "subresource": subresource,
