@@ -31,6 +31,7 @@ from scheduling.adapters.k8s.namespaces import NamespaceObjects, cpu_quantity, m
 from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
 from scheduling.adapters.orm import queues_load, workload_from_job
+from scheduling.engine import podsets
 from scheduling.engine.dryrun import Check, DryRun, Suggestion
 from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.filters import topology_levels
@@ -165,7 +166,9 @@ def job_never_fits(*, job: Job, backend: ClusterBackend | None = None) -> Reason
         return None
     if not nodes:
         return None
-    return never_fits(cluster_configuration(nodes=nodes), workload_from_job(job, []), topology_level_labels())
+    configuration, levels = cluster_configuration(nodes=nodes), topology_level_labels()
+    # A Ray job's worker groups must each fit too (``podsets``): the first that never does is named.
+    return podsets.never_fits(workload_from_job(job, []), lambda w: never_fits(configuration, w, levels))
 
 
 def _unreadable() -> tuple[type[BaseException], ...]:
