@@ -15,17 +15,9 @@ from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.dryrun import DryRun
 from scheduling.engine.model import WorkloadState
 from scheduling.services import cycle_run
+from tests.portal.api.test_check import BODY, SPEEDUP
 
 pytestmark = pytest.mark.django_db
-
-SPEEDUP = 60.0
-BODY = {
-    "queue": "default",
-    "image": "nvcr.io/nvidia/pytorch:24.08-py3",
-    "gpu": 2,
-    "runtime_s": 7200,
-    "allowed_gpu_models": ["A100-80GB"],
-}
 
 
 @pytest.fixture(autouse=True)
