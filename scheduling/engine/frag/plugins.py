@@ -35,6 +35,7 @@ from .workload import Shape4, typical_pods
 
 # Policies that score without the workload mix (computing it costs a pass over all jobs).
 _MIX_FREE = frozenset({"binpack", "spread", "random"})
+_FEW = 8  # up to this many changed nodes are synced one by one
 
 
 def workload_mix(snapshot: Snapshot, policy: Policy) -> tuple[Shape4, ...]:
@@ -112,30 +113,57 @@ class FragPlugin:
                 # Its per-node pod counts by GPU count need every placement: mirror from the start.
                 self.scorer = NodeScorer(self._arrays, self.frag_policy, typical=typical)
             cluster.listeners.append(self._mirror)
+        self._dirty: list[int] = []  # nodes changed since the scorer last saw them
+        self._width = 0
+        self._exists = np.zeros((0, 0), dtype=bool)
         self._device: np.ndarray | None = None
         self._device_key: tuple[int, int, int] | None = None
 
     def _ready(self) -> NodeScorer | None:
         """The scorer, built on first use from the cluster's free capacity as it is then (one
-        vectorised load instead of a ``bind`` per running replica), then kept current by ``_mirror``."""
+        vectorised load instead of a ``bind`` per running replica), then brought up to date with the
+        nodes the cluster changed since (``_mirror``, ``NodeScorer.sync``)."""
         if self.scorer is None and self.frag_policy is not None:
             scorer = NodeScorer(self._arrays, self.frag_policy, typical=self._typical)
-            c = self.cluster
-            width = scorer.gpu_free_milli.shape[1]
-            dev = np.full((c.n, width), -1, dtype=np.int64)
-            cols = min(width, c.width)
-            # A device's free share as the paper's model sees it (of ``FULL``): what an overcommitted pool
-            # adds beyond one device is not there for whole-GPU pods. MIG nodes have no devices here.
-            taken = (c.dev_cap[:, None] - c.dev_free[:, :cols]).astype(np.int64)
-            exists = np.arange(cols)[None, :] < scorer.nodes.gpu_count[:, None]  # 0 on MIG nodes
-            dev[:, :cols] = np.where(exists, np.clip(FULL - taken, 0, FULL), -1)
-            scorer.load(c.cpu_free, c.mem_free, dev)
+            self._width = scorer.gpu_free_milli.shape[1]
+            self._exists = np.arange(min(self._width, self.cluster.width))[None, :] < scorer.nodes.gpu_count[:, None]
+            self._dirty.clear()
+            scorer.load(*self._rows(slice(None)))
             self.scorer = scorer
+        elif self._dirty and self.scorer is not None:
+            dirty = set(self._dirty)
+            self._dirty.clear()
+            if len(dirty) > _FEW:
+                nodes = np.array(sorted(dirty), dtype=np.int64)
+                self.scorer.sync(nodes, *self._rows(nodes))
+            else:  # a placement or two since the last score: scalar work beats array calls
+                c, width = self.cluster, self._width
+                for i in dirty:
+                    count = int(self.cluster.gpu_count[i]) if not c.mig_node[i] else 0
+                    cap = int(c.dev_cap[i])
+                    row = [min(max(FULL - cap + v, 0), FULL) for v in c.dev_free[i, :count].tolist()]
+                    row += [-1] * (width - count)
+                    self.scorer.sync_node(i, int(c.cpu_free[i]), int(c.mem_free[i]), row)
         return self.scorer
+
+    def _rows(self, nodes: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cluster's free CPU, memory and per-device GPU of ``nodes`` as the scorer holds them."""
+        c = self.cluster
+        cols = min(self._width, c.width)
+        # A device's free share as the paper's model sees it (of ``FULL``): what an overcommitted pool
+        # adds beyond one device is not there for whole-GPU pods. MIG nodes have no devices here.
+        taken = (c.dev_cap[nodes, None] - c.dev_free[nodes, :cols]).astype(np.int64)
+        dev = np.full((len(taken), self._width), -1, dtype=np.int64)
+        dev[:, :cols] = np.where(self._exists[nodes], np.clip(FULL - taken, 0, FULL), -1)  # 0 on MIG nodes
+        return c.cpu_free[nodes], c.mem_free[nodes], dev
 
     def _mirror(self, i: int, placement: ReplicaPlacement, sign: int) -> None:
         if self.scorer is None:
             return  # not built yet: it will load the cluster's state as it is then
+        if self.frag_policy != "clustering":
+            self._dirty.append(i)  # synced before the next score (``_ready``)
+            return
+        # Clustering counts pods per node by their GPU count: every change one by one.
         if placement.mig_profile is not None or self.cluster.mig_node[i]:
             if not placement.cpu_milli and not placement.memory_mib:
                 return

@@ -304,6 +304,49 @@ class NodeScorer:
         self._version += 1
         self.invalidate()
 
+    def sync(self, nodes: np.ndarray, cpu: np.ndarray, memory: np.ndarray, gpu: np.ndarray) -> None:
+        """Take the free capacity of ``nodes`` as it is now (rows as in :meth:`load`): what a run of
+        ``bind``/``release`` calls on them left, in one vectorised step. Nodes whose state did not
+        change keep their cached scores; the others are rescored (and measured) when next read.
+        Clustering's per-node pod counts are not part of the state: they come only from ``bind``."""
+        changed = (
+            (self.cpu_free_milli[nodes] != cpu)
+            | (self.memory_free_mib[nodes] != memory)
+            | (self.gpu_free_milli[nodes] != gpu).any(axis=1)
+        )
+        if not changed.any():
+            return
+        nodes, gpu = nodes[changed], gpu[changed]
+        self.cpu_free_milli[nodes] = cpu[changed]
+        self.memory_free_mib[nodes] = memory[changed]
+        self.gpu_free_milli[nodes] = gpu
+        self._gpu_free_total[nodes] = np.maximum(gpu, 0).sum(axis=1)
+        self._gpu_max[nodes] = gpu.max(axis=1)
+        self._gpu_full[nodes] = np.count_nonzero(gpu == MILLI, axis=1)
+        self._version[nodes] += 1
+        self._last = None
+        if self._table is not None:
+            self._metric_fresh[nodes] = False
+
+    def sync_node(self, n: int, cpu: int, memory: int, gpu: list[int]) -> None:
+        """:meth:`sync` of one node (plain numbers: cheaper than arrays for one row)."""
+        if (
+            cpu == self.cpu_free_milli[n]
+            and memory == self.memory_free_mib[n]
+            and gpu == self.gpu_free_milli[n].tolist()
+        ):
+            return
+        self.cpu_free_milli[n] = cpu
+        self.memory_free_mib[n] = memory
+        self.gpu_free_milli[n] = gpu
+        self._gpu_free_total[n] = sum(v for v in gpu if v > 0)
+        self._gpu_max[n] = max(gpu)
+        self._gpu_full[n] = gpu.count(MILLI)
+        self._version[n] += 1
+        self._last = None
+        if self._table is not None:
+            self._metric_fresh[n] = False
+
     # ------------------------------------------------------------------------------ state changes
     def bind(self, pod: PodShape, choice: Choice) -> None:
         """Take ``pod``'s resources on ``choice.node`` (the devices in ``choice.gpu_indices``)."""
