@@ -18,7 +18,7 @@ import numpy as np
 
 from ..capacity import FULL, Cluster
 from ..mig import default_device_memory_gib, devices_for_memory
-from ..model import Policy, ReplicaPlacement, Snapshot
+from ..model import Policy, ReplicaPlacement, Resources, Snapshot
 from ..scorers import (
     DevicePick,
     PluginSetup,
@@ -60,22 +60,29 @@ def replica_shapes(snapshot: Snapshot) -> tuple[Shape4, ...]:
         if node.gpu_model and node.gpu_memory_gib:
             memory.setdefault(node.gpu_model, node.gpu_memory_gib)
     out: list[Shape4] = []
+    seen: dict[tuple[object, ...], Shape4 | None] = {}  # jobs of one request share their entry
     for w in snapshot.workloads:
-        res = w.resources
-        if res.gpu:
-            entry = (res.cpu_milli, FULL, res.gpu, w.allowed_gpu_models)
-        elif res.gpu_milli:
-            entry = (res.cpu_milli, res.gpu_milli, 1, w.allowed_gpu_models)
-        elif res.gpu_memory_gib:
-            sizes = [memory.get(m, 0) or default_device_memory_gib(m) for m in w.allowed_gpu_models]
-            size = min([s for s in sizes if s > 0] or [80])
-            entry = (res.cpu_milli, FULL, devices_for_memory(res.gpu_memory_gib, size), w.allowed_gpu_models)
-        elif res.mig_profile:
-            continue
-        else:
-            entry = (res.cpu_milli, 0, 0, ())
-        out.extend([entry] * w.replicas)
+        key = (w.resources, w.allowed_gpu_models)
+        if key not in seen:
+            seen[key] = _replica_shape(w.resources, w.allowed_gpu_models, memory)
+        entry = seen[key]
+        if entry is not None:
+            out.extend([entry] * w.replicas)
     return tuple(out)
+
+
+def _replica_shape(res: Resources, allowed: tuple[str, ...], memory: dict[str, int]) -> Shape4 | None:
+    if res.gpu:
+        return (res.cpu_milli, FULL, res.gpu, allowed)
+    if res.gpu_milli:
+        return (res.cpu_milli, res.gpu_milli, 1, allowed)
+    if res.gpu_memory_gib:
+        sizes = [memory.get(m, 0) or default_device_memory_gib(m) for m in allowed]
+        size = min([s for s in sizes if s > 0] or [80])
+        return (res.cpu_milli, FULL, devices_for_memory(res.gpu_memory_gib, size), allowed)
+    if res.mig_profile:
+        return None
+    return (res.cpu_milli, 0, 0, ())
 
 
 def _pod_of(shape: Shape) -> PodShape:
@@ -190,6 +197,17 @@ class FragPlugin:
             self._device = device
             self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
         return np.asarray(scores, dtype=np.float64)
+
+    def score_block(self, shape: Shape, lo: int, ok: np.ndarray) -> np.ndarray | None:
+        """``score`` of the nodes ``lo:lo+len(ok)`` where ``ok`` holds (the rest are not to be read), for
+        one GPU replica under fgd or portal; ``None`` where only ``score`` answers."""
+        scorer = self._ready()
+        if scorer is None or self.frag_policy not in ("fgd", "portal") or shape.kind not in ("whole", "fraction"):
+            return None
+        pod = _pod_of(shape)
+        scores, self._device = scorer.score_range(pod, lo, lo + len(ok), ok)
+        self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        return scores
 
     def pick(self, cluster: Cluster, i: int, shape: Shape, workload_id: str) -> DevicePick | None:
         if (

@@ -145,6 +145,21 @@ class NodeScorer:
         if cache is None:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = idx[cache.version[idx] != self._version[idx]]
+        self._rescore(pod, key, cache, stale)
+        return cache.score[idx], cache.device
+
+    def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """FGD/portal: :meth:`score_nodes` of the nodes ``lo:hi`` where ``ok`` holds, as a view over the
+        whole range (entries outside ``ok`` are stale: not to be read) and the device per node."""
+        key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        cache = self._score_caches.get(key)
+        if cache is None:
+            cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
+        stale = np.flatnonzero(ok & (cache.version[lo:hi] != self._version[lo:hi])) + lo
+        self._rescore(pod, key, cache, stale)
+        return cache.score[lo:hi], cache.device
+
+    def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
         if stale.size:
             score, device, after, after_primary = self._memo_delta(pod, key, stale)
             cache.score[stale] = score
@@ -153,7 +168,6 @@ class NodeScorer:
             cache.after_primary[stale] = after_primary
             cache.version[stale] = self._version[stale]
         self._last = (key, cache)
-        return cache.score[idx], cache.device
 
     def _memo_delta(
         self, pod: PodShape, key: ShapeKey, idx: np.ndarray
