@@ -145,6 +145,21 @@ class NodeScorer:
         if cache is None:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = idx[cache.version[idx] != self._version[idx]]
+        self._rescore(pod, key, cache, stale)
+        return cache.score[idx], cache.device
+
+    def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """FGD/portal: :meth:`score_nodes` of the nodes ``lo:hi`` where ``ok`` holds, as a view over the
+        whole range (entries outside ``ok`` are stale: not to be read) and the device per node."""
+        key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        cache = self._score_caches.get(key)
+        if cache is None:
+            cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
+        stale = np.flatnonzero(ok & (cache.version[lo:hi] != self._version[lo:hi])) + lo
+        self._rescore(pod, key, cache, stale)
+        return cache.score[lo:hi], cache.device
+
+    def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
         if stale.size:
             score, device, after, after_primary = self._memo_delta(pod, key, stale)
             cache.score[stale] = score
@@ -153,7 +168,6 @@ class NodeScorer:
             cache.after_primary[stale] = after_primary
             cache.version[stale] = self._version[stale]
         self._last = (key, cache)
-        return cache.score[idx], cache.device
 
     def _memo_delta(
         self, pod: PodShape, key: ShapeKey, idx: np.ndarray
@@ -303,6 +317,49 @@ class NodeScorer:
         self.gpu_free_milli[:] = gpu_free_milli
         self._version += 1
         self.invalidate()
+
+    def sync(self, nodes: np.ndarray, cpu: np.ndarray, memory: np.ndarray, gpu: np.ndarray) -> None:
+        """Take the free capacity of ``nodes`` as it is now (rows as in :meth:`load`): what a run of
+        ``bind``/``release`` calls on them left, in one vectorised step. Nodes whose state did not
+        change keep their cached scores; the others are rescored (and measured) when next read.
+        Clustering's per-node pod counts are not part of the state: they come only from ``bind``."""
+        changed = (
+            (self.cpu_free_milli[nodes] != cpu)
+            | (self.memory_free_mib[nodes] != memory)
+            | (self.gpu_free_milli[nodes] != gpu).any(axis=1)
+        )
+        if not changed.any():
+            return
+        nodes, gpu = nodes[changed], gpu[changed]
+        self.cpu_free_milli[nodes] = cpu[changed]
+        self.memory_free_mib[nodes] = memory[changed]
+        self.gpu_free_milli[nodes] = gpu
+        self._gpu_free_total[nodes] = np.maximum(gpu, 0).sum(axis=1)
+        self._gpu_max[nodes] = gpu.max(axis=1)
+        self._gpu_full[nodes] = np.count_nonzero(gpu == MILLI, axis=1)
+        self._version[nodes] += 1
+        self._last = None
+        if self._table is not None:
+            self._metric_fresh[nodes] = False
+
+    def sync_node(self, n: int, cpu: int, memory: int, gpu: list[int]) -> None:
+        """:meth:`sync` of one node (plain numbers: cheaper than arrays for one row)."""
+        if (
+            cpu == self.cpu_free_milli[n]
+            and memory == self.memory_free_mib[n]
+            and gpu == self.gpu_free_milli[n].tolist()
+        ):
+            return
+        self.cpu_free_milli[n] = cpu
+        self.memory_free_mib[n] = memory
+        self.gpu_free_milli[n] = gpu
+        self._gpu_free_total[n] = sum(v for v in gpu if v > 0)
+        self._gpu_max[n] = max(gpu)
+        self._gpu_full[n] = gpu.count(MILLI)
+        self._version[n] += 1
+        self._last = None
+        if self._table is not None:
+            self._metric_fresh[n] = False
 
     # ------------------------------------------------------------------------------ state changes
     def bind(self, pod: PodShape, choice: Choice) -> None:
