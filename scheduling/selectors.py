@@ -13,7 +13,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -242,10 +242,15 @@ class _Kept:
     built: float  # time.monotonic()
     as_of: datetime
     dry_run: DryRun
+    newest_created_at: float  # of the snapshot's workloads (-inf for none)
+    # job_check's answers on this state, per request shape (see ``job_check``); dropped with the state
+    answers: dict[tuple[Workload, tuple[float, float] | None], JobCheck] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one dry run at a time on the state
 
 
 _kept: dict[str, _Kept] = {}
 _kept_lock = threading.Lock()
+ANSWERS_KEPT = 256  # request shapes remembered per state
 
 
 def _last_cycle_key() -> tuple[object, ...]:
@@ -253,20 +258,27 @@ def _last_cycle_key() -> tuple[object, ...]:
     return (CycleRun.objects.aggregate(last=Max("id"))["last"], settings.CLUSTER_BACKEND)
 
 
-def dry_run_state(*, backend: ClusterBackend | None = None) -> tuple[DryRun, datetime]:
-    """The last cycle's state for dry runs, kept per process: one cycle over the snapshot, as the
-    scheduler runs it, rebuilt once a scheduling cycle has run since or after ``DRY_RUN_TTL_S`` (a job
-    submitted in between is seen by the next cycle, and by dry runs from then on)."""
+def _kept_state(backend: ClusterBackend | None) -> _Kept:
     key = _last_cycle_key()
     with _kept_lock:
         kept = _kept.get("state")
         if kept is not None and kept.key == key and time.monotonic() - kept.built < DRY_RUN_TTL_S:
-            return kept.dry_run, kept.as_of
+            return kept
         now = timezone.now()
         snapshot = snapshot_for_cycle(backend=backend or cluster_backend(), now=now)
         dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
-        _kept["state"] = _Kept(key, time.monotonic(), now, dry_run)
-        return dry_run, now
+        newest = max((w.created_at for w in snapshot.workloads), default=float("-inf"))
+        kept = _Kept(key, time.monotonic(), now, dry_run, newest)
+        _kept["state"] = kept
+        return kept
+
+
+def dry_run_state(*, backend: ClusterBackend | None = None) -> tuple[DryRun, datetime]:
+    """The last cycle's state for dry runs, kept per process: one cycle over the snapshot, as the
+    scheduler runs it, rebuilt once a scheduling cycle has run since or after ``DRY_RUN_TTL_S`` (a job
+    submitted in between is seen by the next cycle, and by dry runs from then on)."""
+    kept = _kept_state(backend)
+    return kept.dry_run, kept.as_of
 
 
 def dry_run_forget() -> None:
@@ -287,16 +299,30 @@ class JobCheck:
 
 def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> JobCheck:
     """What the next cycle decides for ``workload`` (not submitted), when it would start, and the
-    smallest changes that start it sooner (``scheduling.engine.dryrun``)."""
-    dry_run, as_of = dry_run_state(backend=backend)
+    smallest changes that start it sooner (``scheduling.engine.dryrun``).
+
+    The answer is remembered per request shape on the kept state: the engine is a function of the
+    state and the workload, and a request's ``created_at`` (its submission time) only orders it
+    among the queued jobs, so two requests that differ in nothing else, both newer than every job
+    of the state, get the same answer (a burst of identical submissions pays for one dry run)."""
+    kept = _kept_state(backend)
+    dry_run = kept.dry_run
     runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())}
-    check = dry_run.check(workload, runtimes.get(workload.id))
-    lq = dry_run.cycle.lq_by_name.get(workload.local_queue)
-    models = dry_run.cycle.quota.flavors.get(lq.cluster_queue, ()) if lq is not None else ()
-    suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
-    nodes = {n.name: n for n in dry_run.snapshot.nodes}
-    types = {node_capacity_type(nodes[p.node]) for p in check.placements if p.node in nodes}
-    return JobCheck(check, suggestions, as_of, types.pop() if len(types) == 1 else "on-demand")
+    runtime = runtimes.get(workload.id)
+    shape = (replace(workload, created_at=0.0), runtime) if workload.created_at > kept.newest_created_at else None
+    with kept.lock:  # the dry run sets the job's runtimes on the shared cycle while it answers
+        if shape is not None and (known := kept.answers.get(shape)) is not None:
+            return known
+        check = dry_run.check(workload, runtime)
+        lq = dry_run.cycle.lq_by_name.get(workload.local_queue)
+        models = dry_run.cycle.quota.flavors.get(lq.cluster_queue, ()) if lq is not None else ()
+        suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
+        nodes = {n.name: n for n in dry_run.snapshot.nodes}
+        types = {node_capacity_type(nodes[p.node]) for p in check.placements if p.node in nodes}
+        answer = JobCheck(check, suggestions, kept.as_of, types.pop() if len(types) == 1 else "on-demand")
+        if shape is not None and len(kept.answers) < ANSWERS_KEPT:
+            kept.answers[shape] = answer
+        return answer
 
 
 def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

@@ -38,6 +38,7 @@ the same steps, keeping nothing (``trial``).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -67,6 +68,7 @@ from .preemption import Holder, Victim, VictimIndex, select_victims
 from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
 from .standing import capacity_totals
 from .taints import allowed_tolerations
+from .timeline import Replay, Timeline
 from .verdict import Feasibility
 from .windows import opens_at
 
@@ -164,6 +166,7 @@ class _Cycle:
         self.runtimes = {wid: (p50, p90) for wid, p50, p90 in snapshot.runtimes}
         self.waiting: list[tuple[Workload, str]] = []  # step 4's jobs, in the cycle's order
         self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
+        self.timelines = (Timeline(), Timeline())  # step 4's runs, recorded for the dry run to replay
         self._forecast: Forecast | None = None  # built in step 4, after the last admission
 
     def run(self) -> Plan:
@@ -521,8 +524,8 @@ class _Cycle:
 
     def _plan(self) -> Plan:
         self.waiting = self._waiting()
-        p50 = self.forecast(self.waiting, P50)
-        p90 = self.forecast(self.waiting, P90)
+        p50 = self.forecast(self.waiting, P50, recorder=self.timelines[P50])
+        p90 = self.forecast(self.waiting, P90, recorder=self.timelines[P90])
         self.forecasts = (p50, p90)
         positions = self._positions()
         pending = []
@@ -576,19 +579,45 @@ class _Cycle:
         return waiting
 
     def forecast(
-        self, waiting: list[tuple[Workload, str]], which: int, until: str | None = None, decisions: int | None = None
+        self,
+        waiting: list[tuple[Workload, str]],
+        which: int,
+        until: str | None = None,
+        recorder: Timeline | None = None,
     ) -> dict[str, Start]:
         """Step 4's forward run from the final state (``estimate.Forecast``); changes nothing."""
-        if self._forecast is None:
-            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
-        return self._forecast.run(
+        return self._forecaster().run(
             waiting,
             self.holders,
             self.taken,
             which,
             until,
-            max_decisions=self.policy.forecast_decisions if decisions is None else decisions,
+            max_decisions=self.policy.forecast_decisions,
+            recorder=recorder,
         )
+
+    def replay(self, which: int) -> Replay:
+        """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
+        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now)
+
+    def _forecaster(self) -> Forecast:
+        if self._forecast is None:
+            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
+        return self._forecast
+
+    def clone(self) -> _Cycle:
+        """This cycle with its own copy of the state that decisions change (capacity, quota, fair
+        share, the placer and its scorers); the snapshot and its jobs are shared."""
+        twin = copy.copy(self)
+        shared = (self.snapshot, self.cluster.nodes, *self.cluster.nodes, *self.snapshot.workloads)
+        memo: dict[int, object] = {id(x): x for x in shared}
+        state = (self.cluster, self.placer, self.quota, self.fair, self.feasibility)
+        twin.cluster, twin.placer, twin.quota, twin.fair, twin.feasibility = copy.deepcopy(state, memo)
+        twin.memo = _Memo(requests=dict(self.memo.requests))
+        twin.stats = dict(self.stats)
+        twin.preemptors = dict(self.preemptors)
+        twin._forecast = None
+        return twin
 
     # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------
 
