@@ -54,6 +54,7 @@ def policy_from_settings() -> Policy:
         rack_label=settings.K8S_RACK_LABEL,
         zone_label=settings.K8S_ZONE_LABEL,
         nvlink_label=settings.K8S_NVLINK_LABEL,
+        inference_preempts_training=settings.INFERENCE_PREEMPTS_TRAINING,
     )
 
 

@@ -738,7 +738,8 @@ def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now:
     check = answer.check
     if check.placements:
         share = sum(placement_billed_units(p) for p in check.placements)
-        replicas = len(check.placements)
+        cpu_milli = sum(p.cpu_milli for p in check.placements)
+        memory_mib = sum(p.memory_mib for p in check.placements)
         model = check.gpu_model or ""
     else:  # waits without a forecast start: priced on the first GPU model its queue would try
         flavors = tuple(f.gpu_model.name for f in spec.local_queue.cluster_queue.flavors.select_related("gpu_model"))
@@ -747,8 +748,12 @@ def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now:
         if spec.gpu_memory_gib:
             return None  # its GPU count depends on the model's memory: known once placed
         share = billed_units(gpus=spec.gpu, gpu_milli=spec.gpu_milli, mig_profile=spec.mig_profile or None)
-        replicas = spec.replicas
-        share *= replicas
+        share *= spec.replicas
+        cpu_milli, memory_mib = spec.cpu_milli * spec.replicas, spec.memory_mib * spec.replicas
+        for pod_set in workload.pod_sets:  # a Ray job's worker groups (whole GPUs)
+            share += billed_units(gpus=pod_set.resources.gpu) * pod_set.replicas
+            cpu_milli += pod_set.resources.cpu_milli * pod_set.replicas
+            memory_mib += pod_set.resources.memory_mib * pod_set.replicas
     start = now
     if check.estimated_start_p50 is not None:
         start = max(now, datetime.fromtimestamp(check.estimated_start_p50, tz=now.tzinfo))
@@ -756,8 +761,8 @@ def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now:
         gpu_model=model,
         capacity_type=answer.capacity_type,
         gpu_share_7000ths=share,
-        cpu_milli=spec.cpu_milli * replicas,
-        memory_mib=spec.memory_mib * replicas,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
         start=start,
         runtime_s=check.runtime_s,
     )

@@ -87,11 +87,13 @@ class JobSpecPart:
     start_window: StartWindow | None
     preferred_labels: tuple[tuple[str, str, int], ...] = ()
     pod_sets: tuple[m.PodSet, ...] = ()  # a Ray job's worker groups
+    kind: str = ""  # the job's kind ("" for batch): the serving preemption rule reads it
 
 
 # The job columns ``spec_part`` reads besides the placement rules, in its arguments' order.
 SPEC_COLUMNS = (
     "node_selector", "tolerations", "spot", "start_after", "start_window", "window_timezone", "off_peak", "ray",
+    "kind",
 )  # fmt: skip
 
 
@@ -104,6 +106,7 @@ def spec_part(
     window_timezone: str,
     off_peak: bool,
     ray: dict | None = None,
+    kind: str = "",
     *,
     rules: m.PlacementRules | None,
 ) -> JobSpecPart:
@@ -124,6 +127,7 @@ def spec_part(
         # preferred node affinity would, and may still run on-demand.
         preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
         pod_sets=ray_pod_sets(ray),
+        kind="" if kind == Job.Kind.BATCH else kind,
     )
 
 
@@ -166,6 +170,7 @@ def workload_from_row(
         placements=placements,
         started_at=_ts(started_at or admitted_at),
         pod_sets=spec.pod_sets,
+        kind=spec.kind,
     )
 
 

@@ -370,7 +370,9 @@ class _Cycle:
 
     def _try_preemption(self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]) -> Preempt | None:
         for shape, minimum in tried:
-            key = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules, job.gang_size, job.pod_sets)
+            # the kind too: the serving rule lets an inference replica preempt more
+            key: tuple[object, ...] = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules)
+            key += (job.gang_size, job.kind, job.pod_sets)
             if key in self.memo.preemption_failed:
                 continue
             victims = self._victims(job, cq, shape, minimum)
@@ -494,6 +496,7 @@ class _Cycle:
             on_useful_node=on_useful_node,
             frees_a_node=frees_a_node,
             placed_on=placed_on,
+            serving_rule=self.policy.inference_preempts_training,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
@@ -504,6 +507,11 @@ class _Cycle:
             names.append(w.id)
             if victim.kind == "priority":
                 why = f"priority: {job.id} (priority {job.priority}) outranks it (priority {w.priority})"
+            elif victim.kind == "serving":
+                why = (
+                    f"serving: inference replica {job.id} (priority {job.priority}) preempts training of lower "
+                    f"priority (priority {w.priority}; INFERENCE_PREEMPTS_TRAINING)"
+                )
             else:
                 why = (
                     f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "

@@ -342,6 +342,7 @@ def decision_key(job: Workload, cq: str, priority: int) -> tuple[object, ...]:
         job.rules,
         priority,
         job.pod_sets,
+        job.kind,
     )
 
 

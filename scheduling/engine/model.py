@@ -258,6 +258,7 @@ class Workload:
     placements: tuple[ReplicaPlacement, ...] = ()  # admitted/running
     started_at: float | None = None  # admitted/running
     pod_sets: tuple[PodSet, ...] = ()
+    kind: str = ""  # the job's kind: "" (batch), "training", "inference", "ray"
 
     @property
     def gang_size(self) -> int:
@@ -327,6 +328,9 @@ class Policy:
     # Decisions the forecast of estimated starts may take per run (Slurm's bf_max_job_test idea): jobs
     # it does not reach within them get no estimate (beyond the forecast's reach).
     forecast_decisions: int = 3000
+    # An inference replica may preempt training jobs of strictly lower priority in any ClusterQueue
+    # (not only its own): serving traffic before training throughput (``preemption``, kind "serving").
+    inference_preempts_training: bool = False
 
 
 @dataclass(frozen=True, slots=True)
