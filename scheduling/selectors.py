@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.conf import settings
+from django.db import connection as db_connection
 from django.db.models import Max
 from django.utils import timezone
 
@@ -230,8 +231,6 @@ def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
 
 # -- the dry run ------------------------------------------------------------------------------------
 
-DRY_RUN_TTL_S = 5.0  # a kept cycle state answers dry runs this long at most (nodes change without rows)
-
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
@@ -242,7 +241,9 @@ class _Kept:
 
 
 _kept: dict[str, _Kept] = {}
-_kept_lock = threading.Lock()
+_kept_lock = threading.Lock()  # guards _kept and _building
+_building: set[tuple[object, ...]] = set()  # keys being built behind the requests
+_check_lock = threading.Lock()
 
 
 def _last_cycle_key() -> tuple[object, ...]:
@@ -252,18 +253,49 @@ def _last_cycle_key() -> tuple[object, ...]:
 
 def dry_run_state(*, backend: ClusterBackend | None = None) -> tuple[DryRun, datetime]:
     """The last cycle's state for dry runs, kept per process: one cycle over the snapshot, as the
-    scheduler runs it, rebuilt once a scheduling cycle has run since or after ``DRY_RUN_TTL_S`` (a job
-    submitted in between is seen by the next cycle, and by dry runs from then on)."""
+    scheduler runs it. It is current until a scheduling cycle has run since or it is
+    ``DRY_RUN_TTL_S`` old (nodes change without rows); a job submitted in between is seen by the next
+    cycle, and by dry runs from then on. A state no longer current is rebuilt: behind the requests
+    (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time, while
+    it is at most ``DRY_RUN_STALE_S`` old), else in the request."""
     key = _last_cycle_key()
     with _kept_lock:
         kept = _kept.get("state")
-        if kept is not None and kept.key == key and time.monotonic() - kept.built < DRY_RUN_TTL_S:
-            return kept.dry_run, kept.as_of
-        now = timezone.now()
-        snapshot = snapshot_for_cycle(backend=backend or cluster_backend(), now=now)
-        dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
-        _kept["state"] = _Kept(key, time.monotonic(), now, dry_run)
-        return dry_run, now
+        age = time.monotonic() - kept.built if kept is not None else None
+        if kept is not None and age is not None:
+            if kept.key == key and age < settings.DRY_RUN_TTL_S:
+                return kept.dry_run, kept.as_of
+            if settings.DRY_RUN_REFRESH_BEHIND and age < settings.DRY_RUN_STALE_S:
+                if key not in _building:
+                    _building.add(key)
+                    threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
+                return kept.dry_run, kept.as_of
+        kept = _kept["state"] = _fresh(key, backend or cluster_backend())
+        return kept.dry_run, kept.as_of
+
+
+def _fresh(key: tuple[object, ...], backend: ClusterBackend) -> _Kept:
+    """A cycle over a fresh snapshot, to keep under ``key`` (its replay's state copies made now, not in
+    the first check)."""
+    now = timezone.now()
+    snapshot = snapshot_for_cycle(backend=backend, now=now)
+    dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
+    dry_run.warm()
+    return _Kept(key, time.monotonic(), now, dry_run)
+
+
+def _build_behind(key: tuple[object, ...]) -> None:
+    """``_fresh`` in a thread of its own (its own database connection, closed after), then kept."""
+    try:
+        fresh = _fresh(key, cluster_backend())
+        with _kept_lock:
+            _kept["state"] = fresh
+    except Exception:  # the requests go on with the kept state; the next one tries again
+        logger.exception("building the dry run's state failed")
+    finally:
+        with _kept_lock:
+            _building.discard(key)
+        db_connection.close()
 
 
 def dry_run_forget() -> None:
@@ -287,10 +319,12 @@ def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> J
     smallest changes that start it sooner (``scheduling.engine.dryrun``)."""
     dry_run, as_of = dry_run_state(backend=backend)
     runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())}
-    check = dry_run.check(workload, runtimes.get(workload.id))
     lq = dry_run.cycle.lq_by_name.get(workload.local_queue)
     models = dry_run.cycle.quota.flavors.get(lq.cluster_queue, ()) if lq is not None else ()
-    suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
+    # A check stages changes on the kept state and undoes them: one at a time per process.
+    with _check_lock:
+        check = dry_run.check(workload, runtimes.get(workload.id))
+        suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
     nodes = {n.name: n for n in dry_run.snapshot.nodes}
     types = {node_capacity_type(nodes[p.node]) for p in check.placements if p.node in nodes}
     return JobCheck(check, suggestions, as_of, types.pop() if len(types) == 1 else "on-demand")
