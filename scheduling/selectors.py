@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
+from django.db import connection as db_connection
 from django.db.models import Max
 from django.utils import timezone
 
@@ -234,8 +235,6 @@ def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
 
 # -- the dry run ------------------------------------------------------------------------------------
 
-DRY_RUN_TTL_S = 5.0  # a kept cycle state answers dry runs this long at most (nodes change without rows)
-
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
@@ -250,7 +249,8 @@ class _Kept:
 
 
 _kept: dict[str, _Kept] = {}
-_kept_lock = threading.Lock()
+_kept_lock = threading.Lock()  # guards _kept and _building
+_building: set[tuple[object, ...]] = set()  # keys being built behind the requests
 ANSWERS_KEPT = 256  # request shapes remembered per state
 
 
@@ -260,26 +260,57 @@ def _last_cycle_key() -> tuple[object, ...]:
 
 
 def _kept_state(backend: ClusterBackend | None) -> _Kept:
+    """The kept state (see :func:`dry_run_state`)."""
     key = _last_cycle_key()
     with _kept_lock:
         kept = _kept.get("state")
-        if kept is not None and kept.key == key and time.monotonic() - kept.built < DRY_RUN_TTL_S:
-            return kept
-        now = timezone.now()
-        snapshot = snapshot_for_cycle(backend=backend or cluster_backend(), now=now)
-        dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
-        newest = max((w.created_at for w in snapshot.workloads), default=float("-inf"))
-        kept = _Kept(key, time.monotonic(), now, dry_run, newest)
-        _kept["state"] = kept
+        age = time.monotonic() - kept.built if kept is not None else None
+        if kept is not None and age is not None:
+            if kept.key == key and age < settings.DRY_RUN_TTL_S:
+                return kept
+            if settings.DRY_RUN_REFRESH_BEHIND and age < settings.DRY_RUN_STALE_S:
+                if key not in _building:
+                    _building.add(key)
+                    threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
+                return kept
+        kept = _kept["state"] = _fresh(key, backend or cluster_backend())
         return kept
 
 
 def dry_run_state(*, backend: ClusterBackend | None = None) -> tuple[DryRun, datetime]:
     """The last cycle's state for dry runs, kept per process: one cycle over the snapshot, as the
-    scheduler runs it, rebuilt once a scheduling cycle has run since or after ``DRY_RUN_TTL_S`` (a job
-    submitted in between is seen by the next cycle, and by dry runs from then on)."""
+    scheduler runs it. It is current until a scheduling cycle has run since or it is
+    ``DRY_RUN_TTL_S`` old (nodes change without rows); a job submitted in between is seen by the next
+    cycle, and by dry runs from then on. A state no longer current is rebuilt: behind the requests
+    (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time, while
+    it is at most ``DRY_RUN_STALE_S`` old), else in the request."""
     kept = _kept_state(backend)
     return kept.dry_run, kept.as_of
+
+
+def _fresh(key: tuple[object, ...], backend: ClusterBackend) -> _Kept:
+    """A cycle over a fresh snapshot, to keep under ``key`` (its replay's state copies made now, not in
+    the first check)."""
+    now = timezone.now()
+    snapshot = snapshot_for_cycle(backend=backend, now=now)
+    dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
+    dry_run.warm()
+    newest = max((w.created_at for w in snapshot.workloads), default=float("-inf"))
+    return _Kept(key, time.monotonic(), now, dry_run, newest)
+
+
+def _build_behind(key: tuple[object, ...]) -> None:
+    """``_fresh`` in a thread of its own (its own database connection, closed after), then kept."""
+    try:
+        fresh = _fresh(key, cluster_backend())
+        with _kept_lock:
+            _kept["state"] = fresh
+    except Exception:  # the requests go on with the kept state; the next one tries again
+        logger.exception("building the dry run's state failed")
+    finally:
+        with _kept_lock:
+            _building.discard(key)
+        db_connection.close()
 
 
 def dry_run_forget() -> None:
@@ -311,7 +342,8 @@ def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> J
     runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())}
     runtime = runtimes.get(workload.id)
     shape = (replace(workload, created_at=0.0), runtime) if workload.created_at > kept.newest_created_at else None
-    with kept.lock:  # the dry run sets the job's runtimes on the shared cycle while it answers
+    # A check stages changes on the kept state and undoes them: one at a time on a state.
+    with kept.lock:
         if shape is not None and (known := kept.answers.get(shape)) is not None:
             return known
         check = dry_run.check(workload, runtime)

@@ -81,6 +81,11 @@ class DryRun:
             if w.state == WorkloadState.PENDING:
                 self._pending_by_lq.setdefault(w.local_queue, []).append(w)
 
+    def warm(self) -> None:
+        """Make the replays' copies of the state now rather than in the first checks."""
+        for replay in self._replays:
+            replay.warm()
+
     def check(self, workload: Workload, runtimes: tuple[float, float] | None = None) -> Check:
         """The answer for ``workload`` (a pending job not in the snapshot, its id unused there);
         ``runtimes``: its (P50, P90) expected runtime in the cluster's seconds (default ``runtime_s``)."""

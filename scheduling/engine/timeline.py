@@ -179,6 +179,11 @@ class Replay:
         self.now = now
         self.cursors: list[_Cursor] = []
 
+    def warm(self) -> None:
+        """Make the copies now (each costs about a copy of the cycle's arrays)."""
+        while len(self.cursors) < CURSORS:
+            self.cursors.append(_Cursor(self.copy()))
+
     def start(self, job: Workload, cq: str) -> Start | None:
         """When (and where) ``job`` of ClusterQueue ``cq`` would start in the recorded run, had it been
         waiting too (last in the waiting list); ``None``: beyond the run's reach. Changes nothing."""
