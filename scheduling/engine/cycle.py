@@ -22,7 +22,8 @@ Steps (each is one call in :meth:`_Cycle.run`):
    b. a job of the same shape in the same ClusterQueue already failed this cycle -> the same outcome
       (capacity and quota only shrink during a cycle, so it would fail again);
    c. try each allowed GPU model in the ClusterQueue's flavor order: quota (with cohort borrowing),
-      then placement of the gang in a ``Statement``; the first model where both succeed -> ``Fit``;
+      then placement of the gang in a ``Statement``; the first model where both succeed -> ``Fit``
+      (a workload of several pod sets, a Ray cluster, needs quota and room for all of them: ``podsets``);
    d. otherwise, if the policy allows, select victims (``preemption.select_victims``) on the first
       model where that works -> ``Preempt`` (reason ``preempting``; the job starts in a later cycle);
    e. otherwise, in the first pass, a job that would have to borrow -> ``Deferred`` to the second;
@@ -37,10 +38,12 @@ the same steps, keeping nothing (``trial``).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import podsets
 from .admission import AdmissionOrder, FairShare, lq_order_key
 from .capacity import Cluster, Statement
 from .estimate import P50, P90, Forecast, Start, decision_key
@@ -65,6 +68,7 @@ from .preemption import Holder, Victim, VictimIndex, select_victims
 from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
 from .standing import capacity_totals
 from .taints import allowed_tolerations
+from .timeline import Replay, Timeline
 from .verdict import Feasibility
 from .windows import opens_at
 
@@ -162,6 +166,7 @@ class _Cycle:
         self.runtimes = {wid: (p50, p90) for wid, p50, p90 in snapshot.runtimes}
         self.waiting: list[tuple[Workload, str]] = []  # step 4's jobs, in the cycle's order
         self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
+        self.timelines = (Timeline(), Timeline())  # step 4's runs, recorded for the dry run to replay
         self._forecast: Forecast | None = None  # built in step 4, after the last admission
 
     def run(self) -> Plan:
@@ -222,7 +227,7 @@ class _Cycle:
         for w in self.snapshot.workloads:
             if w.state != WorkloadState.PENDING:
                 continue
-            never = self.feasibility.never_fits(w)
+            never = podsets.never_fits(w, self.feasibility.never_fits)
             if never is not None:
                 self.pending[w.id] = (never, None)
                 continue
@@ -316,20 +321,24 @@ class _Cycle:
 
     def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: _Misses) -> Fit | None:
         shape = self.placer.shape_for(job, model)
-        if isinstance(shape, str):
-            misses.invalid.append(shape)
+        sets = podsets.members(job, model, self.placer.shape_for)  # a gang of several pod sets (podsets)
+        if isinstance(shape, str) or isinstance(sets, str):
+            misses.invalid.append(shape if isinstance(shape, str) else str(sets))
             return None
-        minimum = self._request(shape, job.gang_size)
+        minimum = podsets.total_request(self._request(shape, job.gang_size), sets)
         if not borrow and self.quota.would_borrow(cq, minimum):
             misses.deferrable = True
             return None
-        needed = self._quota_count(cq, shape, job.replicas, borrow)
+        if sets:
+            needed = self._quota_all(cq, minimum, job, borrow)
+        else:
+            needed = self._quota_count(cq, shape, job.replicas, borrow)
         misses.tried.append((shape, minimum))
         if needed < job.gang_size:
             misses.quota.append(self._quota_reason(cq, minimum))
             return None
         misses.fitting.append(shape)
-        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size)
+        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size, job.pod_sets)
         if pkey in self.memo.placement_failed:
             self.stats["cache_hits"] += 1
             misses.placement = misses.placement or self.memo.placement_failed[pkey]
@@ -340,13 +349,18 @@ class _Cycle:
             job, shape, stmt, needed, job.gang_size, explain=self.explaining and job.gang_size > 1
         )
         if result.explanation is None:
+            more, failed = podsets.place(sets, stmt, self.placer.place_gang)
+            if failed is not None:
+                self.memo.placement_failed[pkey] = failed
+                misses.placement = misses.placement or failed
+                return None
             if self.keep_fits:
                 stmt.commit()
             else:
                 stmt.discard()
-            request = self._request(shape, len(result.placements))
+            request = podsets.total_request(self._request(shape, len(result.placements)), sets)
             borrowed = self.quota.would_borrow(cq, request)
-            return Fit(Admission(job.id, model, result.placements, borrowed), request)
+            return Fit(Admission(job.id, model, result.placements + more, borrowed), request)
         failure = None
         if job.gang_size > 1 and result.fit_count:
             failure = gang_reason(result.fit_count, job.gang_size, self.cluster.n, result.explanation, result.within)
@@ -356,7 +370,9 @@ class _Cycle:
 
     def _try_preemption(self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]) -> Preempt | None:
         for shape, minimum in tried:
-            key = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules, job.gang_size)
+            # the kind too: the serving rule lets an inference replica preempt more
+            key: tuple[object, ...] = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules)
+            key += (job.gang_size, job.kind, job.pod_sets)
             if key in self.memo.preemption_failed:
                 continue
             victims = self._victims(job, cq, shape, minimum)
@@ -404,6 +420,15 @@ class _Cycle:
                 count = min(count, room // amount)
         return count
 
+    def _quota_all(self, cq: str, request: dict[str, int], job: Workload, borrow: bool) -> int:
+        """All the job's replicas when the queue has room for the whole ``request`` now (within
+        nominal unless ``borrow``), else 0: a gang of several pod sets is admitted whole."""
+        for key, amount in request.items():
+            room = self.quota.room(cq, key, borrow)
+            if room is not None and room < amount:
+                return 0
+        return job.replicas
+
     def _quota_reason(self, cq: str, request: dict[str, int]) -> Reason:
         for key, amount in request.items():
             available = self.quota.available(cq, key)
@@ -420,8 +445,14 @@ class _Cycle:
         return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))
 
     def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
+        sets = podsets.members(job, shape.gpu_model, self.placer.shape_for) if job.pod_sets else ()
+        if isinstance(sets, str):
+            return None
+
         def fits() -> bool:
-            return self.placer.can_place(job, shape, job.gang_size)
+            if not sets:
+                return self.placer.can_place(job, shape, job.gang_size)
+            return bool(placed_on())
 
         eligible = np.zeros(self.cluster.n, dtype=bool)
         eligible[self.placer.eligible(job, shape)] = True
@@ -441,8 +472,12 @@ class _Cycle:
         def placed_on() -> set[str]:
             trial = Statement(self.cluster)
             result = self.placer.place_gang(job, shape, trial, job.gang_size, job.gang_size, explain=False)
+            placements = result.placements
+            if result.explanation is None and sets:
+                more, failed = podsets.place(sets, trial, self.placer.place_gang)
+                placements = () if failed is not None else placements + more
             trial.discard()
-            return {p.node for p in result.placements}
+            return {p.node for p in placements}
 
         if self._victim_index is None:
             self._victim_index = VictimIndex(self._initial_holders, self.cohort_of, self.now)
@@ -461,6 +496,7 @@ class _Cycle:
             on_useful_node=on_useful_node,
             frees_a_node=frees_a_node,
             placed_on=placed_on,
+            serving_rule=self.policy.inference_preempts_training,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
@@ -471,6 +507,11 @@ class _Cycle:
             names.append(w.id)
             if victim.kind == "priority":
                 why = f"priority: {job.id} (priority {job.priority}) outranks it (priority {w.priority})"
+            elif victim.kind == "serving":
+                why = (
+                    f"serving: inference replica {job.id} (priority {job.priority}) preempts training of lower "
+                    f"priority (priority {w.priority}; INFERENCE_PREEMPTS_TRAINING)"
+                )
             else:
                 why = (
                     f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "
@@ -491,8 +532,8 @@ class _Cycle:
 
     def _plan(self) -> Plan:
         self.waiting = self._waiting()
-        p50 = self.forecast(self.waiting, P50)
-        p90 = self.forecast(self.waiting, P90)
+        p50 = self.forecast(self.waiting, P50, recorder=self.timelines[P50])
+        p90 = self.forecast(self.waiting, P90, recorder=self.timelines[P90])
         self.forecasts = (p50, p90)
         positions = self._positions()
         pending = []
@@ -546,19 +587,45 @@ class _Cycle:
         return waiting
 
     def forecast(
-        self, waiting: list[tuple[Workload, str]], which: int, until: str | None = None, decisions: int | None = None
+        self,
+        waiting: list[tuple[Workload, str]],
+        which: int,
+        until: str | None = None,
+        recorder: Timeline | None = None,
     ) -> dict[str, Start]:
         """Step 4's forward run from the final state (``estimate.Forecast``); changes nothing."""
-        if self._forecast is None:
-            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
-        return self._forecast.run(
+        return self._forecaster().run(
             waiting,
             self.holders,
             self.taken,
             which,
             until,
-            max_decisions=self.policy.forecast_decisions if decisions is None else decisions,
+            max_decisions=self.policy.forecast_decisions,
+            recorder=recorder,
         )
+
+    def replay(self, which: int) -> Replay:
+        """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
+        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now)
+
+    def _forecaster(self) -> Forecast:
+        if self._forecast is None:
+            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
+        return self._forecast
+
+    def clone(self) -> _Cycle:
+        """This cycle with its own copy of the state that decisions change (capacity, quota, fair
+        share, the placer and its scorers); the snapshot and its jobs are shared."""
+        twin = copy.copy(self)
+        shared = (self.snapshot, self.cluster.nodes, *self.cluster.nodes, *self.snapshot.workloads)
+        memo: dict[int, object] = {id(x): x for x in shared}
+        state = (self.cluster, self.placer, self.quota, self.fair, self.feasibility)
+        twin.cluster, twin.placer, twin.quota, twin.fair, twin.feasibility = copy.deepcopy(state, memo)
+        twin.memo = _Memo(requests=dict(self.memo.requests))
+        twin.stats = dict(self.stats)
+        twin.preemptors = dict(self.preemptors)
+        twin._forecast = None
+        return twin
 
     # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------
 
@@ -582,7 +649,7 @@ class _Cycle:
         cycle decides for it when nothing else changes (``dryrun``). A job that never fits is a
         ``NoFit`` whose reason has ``waits`` false."""
         job = _granted(replace(self.snapshot, workloads=(job,))).workloads[0]
-        never = self.feasibility.never_fits(job)
+        never = podsets.never_fits(job, self.feasibility.never_fits)
         if never is not None:
             return NoFit(never)
         if job.start_window is not None and (opens := opens_at(job.start_window, self.now)) > self.now:
