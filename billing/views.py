@@ -19,6 +19,7 @@ from billing import charts
 from billing.api.params import parse_window
 from billing.core.advice import CENTS
 from billing.core.allocation import IDLE
+from billing.core.units import hours_between
 from billing.core.windows import month_start, next_month
 from billing.selectors import AllocationQuery, cost_allocation, team_efficiency_list
 from billing.selectors.allocation import SharedReads
@@ -54,7 +55,11 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
     teams = team_list_for_user(user=request.user)
     shared = SharedReads()  # the price book, teams and running jobs, read once for the three allocations
     by_namespace = cost_allocation(query, now=now, shared=shared)
-    by_model = cost_allocation(replace(query, aggregate="gpu_model", show_idle=False), now=now, shared=shared)
+    # The model charts show window totals: one step, not the page's steps (the same totals, fewer rows).
+    whole = hours_between(query.start, query.end)
+    by_model = cost_allocation(
+        replace(query, aggregate="gpu_model", show_idle=False, step_hours=whole), now=now, shared=shared
+    )
     figures = charts.cost_dashboard_figures(by_namespace, by_model)
     this_month = month_start(now)
     query_string = f"window={window_text}&aggregate=namespace&step={step_hours}h"
