@@ -17,7 +17,7 @@ from decimal import Decimal
 
 from billing import sql
 from billing.core.allocation import Allocation, AllocationQuery
-from billing.core.units import epoch_hour, epoch_us
+from billing.core.units import epoch_hour, epoch_us, hours_between
 from billing.selectors.allocation import SharedReads, cost_allocation
 from billing.selectors.prices import price_segment_list
 from billing.selectors.rollups import group_label_keys
@@ -37,15 +37,19 @@ class GroupCost:
 
 def cost_by_user(query: AllocationQuery, *, now: datetime, shared: SharedReads | None = None) -> list[GroupCost]:
     """Cost per job owner over the query's window, costliest first."""
-    return _groups(cost_allocation(replace(query, aggregate="owner", show_idle=False), now=now, shared=shared))
+    return _groups(cost_allocation(_totals_only(query, "owner"), now=now, shared=shared))
 
 
 def cost_by_label(
     query: AllocationQuery, *, key: str, now: datetime, shared: SharedReads | None = None
 ) -> list[GroupCost]:
     """Cost per value of label ``key`` (``__unallocated__``: jobs without it), costliest first."""
-    label = replace(query, aggregate=f"label:{key}", show_idle=False)
-    return _groups(cost_allocation(label, now=now, shared=shared))
+    return _groups(cost_allocation(_totals_only(query, f"label:{key}"), now=now, shared=shared))
+
+
+def _totals_only(query: AllocationQuery, aggregate: str) -> AllocationQuery:
+    """The query by ``aggregate`` in one step: the breakdowns show window totals (the same figures)."""
+    return replace(query, aggregate=aggregate, show_idle=False, step_hours=hours_between(query.start, query.end))
 
 
 def _groups(allocation: Allocation) -> list[GroupCost]:
