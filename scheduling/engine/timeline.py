@@ -91,6 +91,20 @@ class Timeline:
     def popped(self, key: tuple[object, ...], index: int, decided: bool, started: _End | None) -> None:
         self.steps[-1].pops.append(_Pop(key, index, decided, started))
 
+    def same_run(self, other: Timeline) -> bool:
+        """Whether ``other`` recorded the same run: the same ends and starts, at the same times, and the
+        same heap (then a replay of either gives the same answers)."""
+
+        def facts(t: Timeline) -> tuple[object, ...]:
+            ends = [(e.at, e.placements, e.lq, e.cq, e.request) for e in t.ends]
+            steps = [
+                (s.at, [(e.at, e.placements) for e in s.released], [(p.key, p.index, p.decided) for p in s.pops])
+                for s in t.steps
+            ]
+            return (t.groups, t.budget, t.left, ends, steps, _started(t))
+
+        return facts(self) == facts(other)
+
     def finish(self, ends: list[_End], left: int, steps: int) -> None:
         self.ends = ends
         self.left = left
@@ -101,6 +115,10 @@ class Timeline:
                 if pop.started is not None:
                     self.events.append((pop.started, 1))
             step.after = len(self.events)
+
+
+def _started(t: Timeline) -> list[tuple[object, ...]]:
+    return [(p.started.at, p.started.placements) for s in t.steps for p in s.pops if p.started is not None]
 
 
 class ReplayHost(Protocol):
@@ -224,7 +242,10 @@ class Replay:
         tried_at = 0
         dirty = _Dirty(models)
         seen = 0  # jobs of its group started so far
+        decision = group_key(job, cq)[1:]  # the cycle's memo key (with the priority, the stricter one)
+        shapes = {i: key[1:] for key, (i, _) in timeline.groups.items()}
         for step_no, step in enumerate(timeline.steps, start=1):
+            failed: set[tuple[object, ...]] = set()  # decisions that failed in this step so far
             _charge(fair, cq, step.released, -1)
             dirty.came_back(step_no, step.models)
             mine = (order_key(fair, job, rank), index) if seen >= ahead and dirty.since(tried_at) else None
@@ -238,7 +259,8 @@ class Replay:
                         continue
                     used += 1
                     tried_at = step_no
-                    yield step.at, pop.before if pop is not None else step.after
+                    if decision not in failed:  # else the forecast's memo answers: it does not fit
+                        yield step.at, pop.before if pop is not None else step.after
                     mine = None  # it did not fit: off the heap for this step
                 if pop is None:
                     break
@@ -246,6 +268,8 @@ class Replay:
                     return
                 used += pop.decided
                 if pop.started is None:
+                    if pop.decided:
+                        failed.add(shapes[pop.index])
                     continue
                 _charge(fair, cq, (pop.started,), 1)
                 if pop.index == index:
