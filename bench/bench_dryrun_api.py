@@ -4,7 +4,7 @@ PostgreSQL, beside the scheduling cycle over the same rows.
     DATABASE_URL=postgres://... .venv/bin/python bench/bench_dryrun_api.py [--nodes 500] [--jobs 4000]
                                                                              [--checks 100]
 
-Creates a scratch database (``test_`` + the database's name, dropped after), simulated nodes of 8
+Creates a scratch database (``bench_dryrun_`` + the database's name, dropped after), simulated nodes of 8
 A100s in two teams' queues, and ``--jobs`` pending jobs of 1, 2, 4 and 8 GPUs; one scheduling cycle
 (``cycle_run``: sync, snapshot, engine, plan written) admits what fits. Then it prints the wall and
 CPU time of:
@@ -49,7 +49,9 @@ def main() -> None:
     setup_test_environment()
     settings.CLUSTER_BACKEND = "simulated"
     settings.DRY_RUN_REFRESH_BEHIND = False
-    old_name = connection.creation.create_test_db(verbosity=0)
+    # A name of its own: not the test suite's test database, which may be in use.
+    settings.DATABASES["default"]["TEST"]["NAME"] = f"bench_dryrun_{settings.DATABASES['default']['NAME']}"
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
         run(args)
     finally:

@@ -47,7 +47,7 @@ from .model import Workload
 from .outcome import Fit, Outcome
 from .quota import QuotaBook
 
-CURSORS = 2  # copies of the state parked along one record
+CURSORS = 3  # copies of the state parked along one record
 
 
 @dataclass(slots=True)
@@ -204,9 +204,13 @@ class Replay:
         self.cursors: list[_Cursor] = []
 
     def warm(self) -> None:
-        """Make the copies now (each costs about a copy of the cycle's arrays)."""
+        """Make the copies now and park them spread along the record (each costs about a copy of the
+        cycle's arrays, and moving it there), so that the first checks do not."""
         while len(self.cursors) < CURSORS:
             self.cursors.append(_Cursor(self.copy()))
+        events = self.timeline.events
+        for k, cursor in enumerate(self.cursors):
+            cursor.move(events, len(events) * k // max(1, CURSORS - 1))
 
     def start(self, job: Workload, cq: str) -> Start | None:
         """When (and where) ``job`` of ClusterQueue ``cq`` would start in the recorded run, had it been
