@@ -75,7 +75,7 @@ from .preemption import Holder, Victim, VictimIndex, any_protected, protected_un
 from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
 from .standing import capacity_totals
 from .taints import allowed_tolerations
-from .timeline import Replay, Timeline
+from .timeline import Bound, Replay, Timeline
 from .verdict import Feasibility
 from .windows import opens_at
 
@@ -638,7 +638,8 @@ class _Cycle:
 
     def replay(self, which: int) -> Replay:
         """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
-        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now)
+        bound = Bound(self.cluster, self.placer.shape_for)
+        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now, bound)
 
     def _forecaster(self) -> Forecast:
         if self._forecast is None:
