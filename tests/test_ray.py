@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.models import PriceBookEntry
+from billing.models import PriceBookEntry, UsageRecord
 from billing.services import metering_run, price_book_seed_defaults
 from portal.jobs.models import FlavorQuota, Job, JobTransition
 from scheduling.adapters.simulated import SimulatedCluster
@@ -125,6 +125,11 @@ def test_a_ray_job_runs_whole_on_the_simulated_cluster_and_bills_every_pod(api, 
     assert Decimal(job["gpu_hours"]) == gpus * hours
     expected = gpus * hours * price("gpu", "A100-80GB") + cores * hours * price("cpu") + gib * hours * price("memory")
     assert Decimal(job["cost_usd"]) == expected.quantize(Decimal(job["cost_usd"]))
+    # the usage records (invoices, team rollups) bill the same pods
+    records = UsageRecord.objects.filter(job_id=job_id)
+    assert sum(r.gpu_seconds for r in records) == gpus * 7200
+    assert sum(r.cpu_core_seconds for r in records) == cores * 7200
+    assert sum(r.memory_gib_seconds for r in records) == gib * 7200
 
 
 def test_nothing_of_a_ray_job_starts_until_every_worker_group_fits(api, world):

@@ -592,6 +592,9 @@ def admission_apply(
         "gpu_model": admission.gpu_model or "",
         "gpus": str(placement_gpus(admission.placements)),
         "replicas": len(admission.placements),
+        # All replicas together: a Ray job's head and workers differ (metering bills these).
+        "cpu_milli": sum(p.cpu_milli for p in admission.placements),
+        "memory_mib": sum(p.memory_mib for p in admission.placements),
         "capacity_type": capacity_type,
         "nodes": sorted({p.node for p in admission.placements}),
         "borrowed": admission.borrowed,
