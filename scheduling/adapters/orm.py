@@ -394,12 +394,12 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
     fields = (
         "id", "local_queue__team__slug", "local_queue__name", "team__slug", "priority_class__value", "created_at",
         "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib", "cpu_milli", "memory_mib", "replicas", "min_available",
-        "runtime_s", "state", "gpu_model__name",
+        "runtime_s", "state", "gpu_model__name", "ray",
     )  # fmt: skip
     workloads = []
     for row in Job.objects.filter(state__in=live).order_by("id").values_list(*fields):
         (pk, lq_team, lq_name, team, priority, created, gpu, milli, mig, memory_gib, cpu, memory, replicas,
-         min_available, runtime_s, state, model) = row  # fmt: skip
+         min_available, runtime_s, state, model, ray) = row  # fmt: skip
         workloads.append(
             m.Workload(
                 id=str(pk),
@@ -415,6 +415,7 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
                 state=ENGINE_STATE[JobState(state)],
                 gpu_model=model,
                 placements=tuple(placements.get(pk, ())),
+                pod_sets=ray_pod_sets(ray),  # a pending Ray job's workers count too
             )
         )
     cluster_queues, local_queues = queues_load()
