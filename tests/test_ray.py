@@ -147,3 +147,13 @@ def test_nothing_of_a_ray_job_starts_until_every_worker_group_fits(api, world):
     assert job["placements"] == []
     assert job["pending_reason"]["kind"] == "gang"
     assert "pod set small" in job["pending_reason"]["message"]
+
+
+def test_a_ray_spec_broken_behind_the_apis_back_runs_nowhere_and_the_cycle_goes_on(api, world):
+    alice = api("alice")
+    job_id = submit(alice).json()["id"]
+    Job.objects.filter(pk=job_id).update(ray={"worker_groups": [{"name": "gpu", "replicas": "many"}]})  # the admin
+    other = alice.post("/api/v1/jobs/", {"queue": "default", "image": "pytorch:2.4", "gpu": 1}, format="json")
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    assert alice.get(f"/api/v1/jobs/{job_id}/").json()["state"] == "Pending"
+    assert alice.get(f"/api/v1/jobs/{other.json()['id']}/").json()["state"] == "Admitted"

@@ -110,6 +110,10 @@ def spec_part(
     *,
     rules: m.PlacementRules | None,
 ) -> JobSpecPart:
+    sets = ray_pod_sets(ray)
+    if sets is None:  # a Ray spec the submit path would have refused runs nowhere (as broken rules do)
+        logger.warning("a job's Ray spec does not parse; it matches no node")
+        rules = m.PlacementRules(required_terms=())
     return JobSpecPart(
         node_selector=m.labels_of(node_selector),
         tolerations=tuple(
@@ -126,7 +130,7 @@ def spec_part(
         # A spot job prefers spot nodes (the cheaper capacity it opted in to), as kube-scheduler's
         # preferred node affinity would, and may still run on-demand.
         preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
-        pod_sets=ray_pod_sets(ray),
+        pod_sets=sets or (),
         kind="" if kind == Job.Kind.BATCH else kind,
     )
 
@@ -415,7 +419,7 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
                 state=ENGINE_STATE[JobState(state)],
                 gpu_model=model,
                 placements=tuple(placements.get(pk, ())),
-                pod_sets=ray_pod_sets(ray),  # a pending Ray job's workers count too
+                pod_sets=ray_pod_sets(ray) or (),  # a pending Ray job's workers count too
             )
         )
     cluster_queues, local_queues = queues_load()
