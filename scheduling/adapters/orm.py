@@ -110,6 +110,10 @@ def spec_part(
     *,
     rules: m.PlacementRules | None,
 ) -> JobSpecPart:
+    sets = ray_pod_sets(ray)
+    if sets is None:  # a Ray spec the submit path would have refused runs nowhere (as broken rules do)
+        logger.warning("a job's Ray spec does not parse; it matches no node")
+        rules = m.PlacementRules(required_terms=())
     return JobSpecPart(
         node_selector=m.labels_of(node_selector),
         tolerations=tuple(
@@ -126,7 +130,7 @@ def spec_part(
         # A spot job prefers spot nodes (the cheaper capacity it opted in to), as kube-scheduler's
         # preferred node affinity would, and may still run on-demand.
         preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
-        pod_sets=ray_pod_sets(ray),
+        pod_sets=sets or (),
         kind="" if kind == Job.Kind.BATCH else kind,
     )
 
@@ -394,12 +398,12 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
     fields = (
         "id", "local_queue__team__slug", "local_queue__name", "team__slug", "priority_class__value", "created_at",
         "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib", "cpu_milli", "memory_mib", "replicas", "min_available",
-        "runtime_s", "state", "gpu_model__name",
+        "runtime_s", "state", "gpu_model__name", "ray",
     )  # fmt: skip
     workloads = []
     for row in Job.objects.filter(state__in=live).order_by("id").values_list(*fields):
         (pk, lq_team, lq_name, team, priority, created, gpu, milli, mig, memory_gib, cpu, memory, replicas,
-         min_available, runtime_s, state, model) = row  # fmt: skip
+         min_available, runtime_s, state, model, ray) = row  # fmt: skip
         workloads.append(
             m.Workload(
                 id=str(pk),
@@ -415,6 +419,7 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
                 state=ENGINE_STATE[JobState(state)],
                 gpu_model=model,
                 placements=tuple(placements.get(pk, ())),
+                pod_sets=ray_pod_sets(ray) or (),  # a pending Ray job's workers count too
             )
         )
     cluster_queues, local_queues = queues_load()
@@ -592,6 +597,9 @@ def admission_apply(
         "gpu_model": admission.gpu_model or "",
         "gpus": str(placement_gpus(admission.placements)),
         "replicas": len(admission.placements),
+        # All replicas together: a Ray job's head and workers differ (metering bills these).
+        "cpu_milli": sum(p.cpu_milli for p in admission.placements),
+        "memory_mib": sum(p.memory_mib for p in admission.placements),
         "capacity_type": capacity_type,
         "nodes": sorted({p.node for p in admission.placements}),
         "borrowed": admission.borrowed,
