@@ -41,6 +41,7 @@ from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.adapters.k8s.pods import valid_label
 from scheduling.adapters.orm import workload_from_request
+from scheduling.dry_run import JobCheck, job_check
 from scheduling.engine import model as engine
 from scheduling.engine.admission import pending_limit_error
 from scheduling.engine.codec import reason_to_json
@@ -49,7 +50,7 @@ from scheduling.engine.model import Reason
 from scheduling.engine.quota import models_to_try
 from scheduling.engine.shares import billed_units, placement_billed_units
 from scheduling.engine.windows import parse_span, zone_problem
-from scheduling.selectors import JobCheck, job_check, job_never_fits
+from scheduling.selectors import job_never_fits
 from scheduling.services import cycle_request_claim
 from scheduling.tasks import scheduling_cycle_task
 
@@ -699,7 +700,7 @@ class SpecCheck:
 
 def job_check_spec(*, spec: JobSpec, now: datetime | None = None) -> SpecCheck:
     """Dry run of a job request (the submit body): validated as ``job_submit`` validates it, then
-    answered by the engine on the current state (``scheduling.selectors.job_check``) and priced from
+    answered by the engine on the current state (``scheduling.dry_run.job_check``) and priced from
     the price book on the GPU model and capacity type it would get, for its expected runtime.
     Nothing is written."""
     job_spec_validate(spec)
