@@ -4,11 +4,10 @@ a submission's answer ask the engine).
 1. The state: one cycle over the current snapshot (``scheduling.engine.dryrun.DryRun``), as the
    scheduler runs it, rebuilt once a scheduling cycle has run since or after ``DRY_RUN_TTL_S`` (a
    job submitted in between is seen by the next cycle, and by dry runs from then on).
-2. Shared by the web processes through the default cache (Redis in production): each scheduling
-   cycle publishes the state it ends in (``dry_run_publish``: the scheduler's own run over its
-   snapshot, kept); a process that finds no fresh state builds it (the others wait for it, up to
-   ``DRY_RUN_WAIT_S``) and stores it pickled; the others load it instead of running the cycle
-   again. Without a shared cache each process builds its own.
+2. Shared by the web processes through the default cache (Redis in production): the first process
+   that needs the state of a cycle builds it (the others wait for it, up to ``DRY_RUN_WAIT_S``) and
+   stores it pickled; the others load it instead of running the cycle again. Without a shared cache
+   each process builds its own.
 3. The answers, per request shape, on that state: the engine is a function of the state and the
    request, and a request's ``created_at`` (its submission time) only orders it among the queued
    jobs, so two requests that differ in nothing else, both newer than every job of the state, get
@@ -124,16 +123,6 @@ def _build(key: tuple[object, ...], backend: ClusterBackend | None) -> _State:
     _cache_call("set", _shared_key(key), state, timeout=int(DRY_RUN_TTL_S) + 1)
     _cache_call("delete", building)
     return state
-
-
-def dry_run_publish(*, cycle: CycleRun, dry_run: DryRun, now: datetime) -> None:
-    """Share the state a scheduling cycle ends in (``dry_run``: the cycle run over its snapshot, whose
-    plan the cycle applied) as the dry runs' state until the next cycle: the web processes load it
-    instead of running the cycle again."""
-    newest = max((w.created_at for w in dry_run.snapshot.workloads), default=float("-inf"))
-    key = (cycle.pk, settings.CLUSTER_BACKEND)
-    state = _State(key, uuid.uuid4().hex, now.timestamp(), now, dry_run, newest)
-    _cache_call("set", _shared_key(key), state, timeout=int(DRY_RUN_TTL_S) + 1)
 
 
 def _kept_state(backend: ClusterBackend | None) -> _Kept:
