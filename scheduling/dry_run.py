@@ -7,11 +7,10 @@ a submission's answer ask the engine).
    cycle, and by dry runs from then on. A state no longer current is rebuilt: behind the requests
    (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time,
    while it is at most ``DRY_RUN_STALE_S`` old), else in the request.
-2. Shared by the web processes through the default cache (Redis in production): each scheduling
-   cycle publishes the state it ends in (``dry_run_publish``: the scheduler's own run over its
-   snapshot, kept); a process that finds no fresh state builds it (the others wait for it, up to
-   ``DRY_RUN_WAIT_S``) and stores it pickled; the others load it instead of running the cycle
-   again. Without a shared cache each process builds its own.
+2. Shared by the web processes through the default cache (Redis in production): the first process
+   that needs the state of a cycle builds it (the others wait for it, up to ``DRY_RUN_WAIT_S``) and
+   stores it pickled; the others load it instead of running the cycle again. Without a shared cache
+   each process builds its own.
 3. The answers, per request shape, on that state: the engine is a function of the state and the
    request, and a request's ``created_at`` (its submission time) only orders it among the queued
    jobs, so two requests that differ in nothing else, both newer than every job of the state, get
@@ -134,16 +133,6 @@ def _build(key: tuple[object, ...], backend: ClusterBackend | None) -> _State:
     _cache_call("delete", building)
     dry_run.warm()  # the replays' state copies, made now (after sharing: not pickled) not in a check
     return state
-
-
-def dry_run_publish(*, cycle: CycleRun, dry_run: DryRun, now: datetime) -> None:
-    """Share the state a scheduling cycle ends in (``dry_run``: the cycle run over its snapshot, whose
-    plan the cycle applied) as the dry runs' state until the next cycle: the web processes load it
-    instead of running the cycle again."""
-    newest = max((w.created_at for w in dry_run.snapshot.workloads), default=float("-inf"))
-    key = (cycle.pk, settings.CLUSTER_BACKEND)
-    state = _State(key, uuid.uuid4().hex, now.timestamp(), now, dry_run, newest)
-    _cache_call("set", _shared_key(key), state, timeout=_ttl())
 
 
 def _kept_state(backend: ClusterBackend | None) -> _Kept:

@@ -39,8 +39,7 @@ from scheduling.adapters import orm
 from scheduling.adapters.contract import ClusterBackend, Observation
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.namespaces import namespace_manifest
-from scheduling.dry_run import dry_run_publish
-from scheduling.engine.dryrun import DryRun
+from scheduling.engine.cycle import run_cycle
 from scheduling.engine.provisioning import capacity_requests, with_capacity_requests
 from scheduling.models import CycleRun, NamespaceObject
 from scheduling.selectors import namespace_objects_wanted, policy_from_settings, snapshot_for_cycle
@@ -398,9 +397,7 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         snapshot = snapshot_for_cycle(backend=backend, now=now)
         steps.lap("snapshot")
         policy = policy_from_settings()
-        # The engine's cycle (``run_cycle``), its final state kept for the dry runs of the web.
-        dry_run = DryRun(snapshot, policy, now.timestamp())
-        plan = dry_run.plan
+        plan = run_cycle(snapshot, policy, now.timestamp())
         steps.lap("engine")
         # The capacity signal: the nodes that would let each job waiting for capacity start.
         plan = with_capacity_requests(plan, capacity_requests(snapshot, plan, policy))
@@ -420,8 +417,6 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
             allocated_gpus=allocated,
             total_gpus=sum(n.gpu_count for n in snapshot.nodes),
         )
-        dry_run_publish(cycle=run, dry_run=dry_run, now=now)
-        steps.lap("publish")
         # A cycle that changed nothing is routine (every few seconds): keep it out of INFO logs.
         logger.log(
             logging.INFO if counts["admitted"] or counts["preempted"] else logging.DEBUG,

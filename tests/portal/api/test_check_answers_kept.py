@@ -5,7 +5,6 @@ its answer is the one a dry run computed afresh on the same state gives."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 from decimal import Decimal
 
 import pytest
@@ -109,25 +108,3 @@ def test_another_process_answers_from_the_shared_state_as_the_one_that_built_it(
     cache.set(kept._shared_key(loaded.key), loaded)  # the state shared, its answers gone
     assert api("alice").post("/api/v1/jobs/check/", BODY, format="json").json() == first
     assert len(engine_checks) == 2
-
-
-def test_a_scheduling_cycle_shares_the_state_it_ends_in_and_it_answers_as_one_built_in_the_web(api, engine_checks):
-    world_job = api("alice").post("/api/v1/jobs/", BODY, format="json").json()
-    kept._kept.clear()
-    run = cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
-    published = cache.get(kept._shared_key((run.pk, "simulated")))
-    assert published is not None
-    assert {w.id for w in published.dry_run.snapshot.workloads} >= {str(world_job["id"])}
-    from_cycle = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
-    assert kept._kept["state"].state.state_id == published.state_id  # loaded, not built
-    # Built in the web from the rows the cycle left: the same answer, up to the moment it was read.
-    cache.clear()
-    kept._kept.clear()
-    built = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
-    assert kept._kept["state"].state.state_id != published.state_id
-    for key in ("verdict", "position", "reason", "gpu_model", "placements"):
-        assert built[key] == from_cycle[key], key
-    for key in ("estimated_start_p50", "estimated_start_p90"):
-        assert built[key] is not None
-        assert from_cycle[key] is not None
-        assert abs(datetime.fromisoformat(built[key]) - datetime.fromisoformat(from_cycle[key])).total_seconds() < 1.5
