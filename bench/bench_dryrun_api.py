@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> None:
     from bench.world import jobs_bulk, world_build
     from billing.services import price_book_seed_defaults
     from portal.jobs.models import Job
-    from scheduling.selectors import dry_run_forget
+    from scheduling.dry_run import dry_run_forget
     from scheduling.services import cycle_run
 
     rng = random.Random(args.seed)

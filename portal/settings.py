@@ -363,6 +363,9 @@ CELERY_BEAT_SCHEDULE["schedules-fire"] = {
 # The autoscaler's pass; the load comes from Prometheus (PROMETHEUS_URL, these queries with {namespace}
 # and {service} filled in) or, without it, from the simulated cluster's wave of SERVING_SIM_PERIOD_S.
 SERVING_AUTOSCALE_INTERVAL_S = env_float("SERVING_AUTOSCALE_INTERVAL_S", 15.0)
+# Inference replicas may preempt training jobs of lower priority in any queue, not only their own
+# (Policy.inference_preempts_training; off by default: preemption stays within a queue and reclaim).
+INFERENCE_PREEMPTS_TRAINING = env_bool("INFERENCE_PREEMPTS_TRAINING", False)
 SERVING_SIM_PERIOD_S = env_float("SERVING_SIM_PERIOD_S", 3600.0)
 SERVING_RPS_QUERY = env_str(
     "SERVING_RPS_QUERY", 'sum(rate(http_requests_total{namespace="{namespace}",service="{service}"}[1m]))'

@@ -9,17 +9,12 @@ cache); callers pass ``backend`` when they already hold one.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection as db_connection
-from django.db.models import Max
-from django.utils import timezone
 
 from portal.jobs.models import GpuModel, Job, JobAttempt, LocalQueue
 from portal.jobs.states import JobState
@@ -32,7 +27,7 @@ from scheduling.adapters.k8s.namespaces import NamespaceObjects, cpu_quantity, m
 from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
 from scheduling.adapters.orm import queues_load, workload_from_job
-from scheduling.engine.dryrun import Check, DryRun, Suggestion
+from scheduling.engine import podsets
 from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.filters import topology_levels
 from scheduling.engine.mig import mig_geometry
@@ -40,7 +35,7 @@ from scheduling.engine.model import GpuNode, Policy, Reason, Snapshot, Workload
 from scheduling.engine.pools import pool_index, share_capacity_milli
 from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
 from scheduling.engine.verdict import never_fits
-from scheduling.models import CycleRun, NamespaceObject
+from scheduling.models import NamespaceObject
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +49,7 @@ def policy_from_settings() -> Policy:
         rack_label=settings.K8S_RACK_LABEL,
         zone_label=settings.K8S_ZONE_LABEL,
         nvlink_label=settings.K8S_NVLINK_LABEL,
+        inference_preempts_training=settings.INFERENCE_PREEMPTS_TRAINING,
     )
 
 
@@ -166,7 +162,9 @@ def job_never_fits(*, job: Job, backend: ClusterBackend | None = None) -> Reason
         return None
     if not nodes:
         return None
-    return never_fits(cluster_configuration(nodes=nodes), workload_from_job(job, []), topology_level_labels())
+    configuration, levels = cluster_configuration(nodes=nodes), topology_level_labels()
+    # A Ray job's worker groups must each fit too (``podsets``): the first that never does is named.
+    return podsets.never_fits(workload_from_job(job, []), lambda w: never_fits(configuration, w, levels))
 
 
 def _unreadable() -> tuple[type[BaseException], ...]:
@@ -227,107 +225,6 @@ def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
     """The snapshot a cycle plans from: rows, nodes, team holds and the expected runtimes."""
     snapshot = orm.snapshot_load(backend=backend, teams_blocked=team_holds(), now=now)
     return replace(snapshot, runtimes=expected_runtimes(snapshot.workloads, speedup=runtime_speedup()))
-
-
-# -- the dry run ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Kept:
-    key: tuple[object, ...]
-    built: float  # time.monotonic()
-    as_of: datetime
-    dry_run: DryRun
-
-
-_kept: dict[str, _Kept] = {}
-_kept_lock = threading.Lock()  # guards _kept and _building
-_building: set[tuple[object, ...]] = set()  # keys being built behind the requests
-_check_lock = threading.Lock()
-
-
-def _last_cycle_key() -> tuple[object, ...]:
-    """Changes with every scheduling cycle (one indexed query)."""
-    return (CycleRun.objects.aggregate(last=Max("id"))["last"], settings.CLUSTER_BACKEND)
-
-
-def dry_run_state(*, backend: ClusterBackend | None = None) -> tuple[DryRun, datetime]:
-    """The last cycle's state for dry runs, kept per process: one cycle over the snapshot, as the
-    scheduler runs it. It is current until a scheduling cycle has run since or it is
-    ``DRY_RUN_TTL_S`` old (nodes change without rows); a job submitted in between is seen by the next
-    cycle, and by dry runs from then on. A state no longer current is rebuilt: behind the requests
-    (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time, while
-    it is at most ``DRY_RUN_STALE_S`` old), else in the request."""
-    key = _last_cycle_key()
-    with _kept_lock:
-        kept = _kept.get("state")
-        age = time.monotonic() - kept.built if kept is not None else None
-        if kept is not None and age is not None:
-            if kept.key == key and age < settings.DRY_RUN_TTL_S:
-                return kept.dry_run, kept.as_of
-            if settings.DRY_RUN_REFRESH_BEHIND and age < settings.DRY_RUN_STALE_S:
-                if key not in _building:
-                    _building.add(key)
-                    threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
-                return kept.dry_run, kept.as_of
-        kept = _kept["state"] = _fresh(key, backend or cluster_backend())
-        return kept.dry_run, kept.as_of
-
-
-def _fresh(key: tuple[object, ...], backend: ClusterBackend) -> _Kept:
-    """A cycle over a fresh snapshot, to keep under ``key`` (its replay's state copies made now, not in
-    the first check)."""
-    now = timezone.now()
-    snapshot = snapshot_for_cycle(backend=backend, now=now)
-    dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
-    dry_run.warm()
-    return _Kept(key, time.monotonic(), now, dry_run)
-
-
-def _build_behind(key: tuple[object, ...]) -> None:
-    """``_fresh`` in a thread of its own (its own database connection, closed after), then kept."""
-    try:
-        fresh = _fresh(key, cluster_backend())
-        with _kept_lock:
-            _kept["state"] = fresh
-    except Exception:  # the requests go on with the kept state; the next one tries again
-        logger.exception("building the dry run's state failed")
-    finally:
-        with _kept_lock:
-            _building.discard(key)
-        db_connection.close()
-
-
-def dry_run_forget() -> None:
-    """Drop the kept state (tests that change nodes without touching a job)."""
-    with _kept_lock:
-        _kept.clear()
-
-
-@dataclass(frozen=True, slots=True)
-class JobCheck:
-    """A dry run's answer with what the caller needs to price and word it."""
-
-    check: Check
-    suggestions: tuple[Suggestion, ...]
-    as_of: datetime
-    capacity_type: str  # of the nodes it would run on (on-demand when they differ or none)
-
-
-def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> JobCheck:
-    """What the next cycle decides for ``workload`` (not submitted), when it would start, and the
-    smallest changes that start it sooner (``scheduling.engine.dryrun``)."""
-    dry_run, as_of = dry_run_state(backend=backend)
-    runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())}
-    lq = dry_run.cycle.lq_by_name.get(workload.local_queue)
-    models = dry_run.cycle.quota.flavors.get(lq.cluster_queue, ()) if lq is not None else ()
-    # A check stages changes on the kept state and undoes them: one at a time per process.
-    with _check_lock:
-        check = dry_run.check(workload, runtimes.get(workload.id))
-        suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
-    nodes = {n.name: n for n in dry_run.snapshot.nodes}
-    types = {node_capacity_type(nodes[p.node]) for p in check.placements if p.node in nodes}
-    return JobCheck(check, suggestions, as_of, types.pop() if len(types) == 1 else "on-demand")
 
 
 def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

@@ -36,6 +36,7 @@ from scheduling.adapters.contract import (
     spot_toleration,
 )
 from scheduling.adapters.k8s.affinity import RulesError, parse_rules
+from scheduling.adapters.k8s.ray import pod_sets as ray_pod_sets
 from scheduling.engine import model as m
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.shares import billed_gpus, placement_billed_units
@@ -85,10 +86,15 @@ class JobSpecPart:
     rules: m.PlacementRules | None
     start_window: StartWindow | None
     preferred_labels: tuple[tuple[str, str, int], ...] = ()
+    pod_sets: tuple[m.PodSet, ...] = ()  # a Ray job's worker groups
+    kind: str = ""  # the job's kind ("" for batch): the serving preemption rule reads it
 
 
 # The job columns ``spec_part`` reads besides the placement rules, in its arguments' order.
-SPEC_COLUMNS = ("node_selector", "tolerations", "spot", "start_after", "start_window", "window_timezone", "off_peak")
+SPEC_COLUMNS = (
+    "node_selector", "tolerations", "spot", "start_after", "start_window", "window_timezone", "off_peak", "ray",
+    "kind",
+)  # fmt: skip
 
 
 def spec_part(
@@ -99,9 +105,15 @@ def spec_part(
     start_window: str,
     window_timezone: str,
     off_peak: bool,
+    ray: dict | None = None,
+    kind: str = "",
     *,
     rules: m.PlacementRules | None,
 ) -> JobSpecPart:
+    sets = ray_pod_sets(ray)
+    if sets is None:  # a Ray spec the submit path would have refused runs nowhere (as broken rules do)
+        logger.warning("a job's Ray spec does not parse; it matches no node")
+        rules = m.PlacementRules(required_terms=())
     return JobSpecPart(
         node_selector=m.labels_of(node_selector),
         tolerations=tuple(
@@ -118,6 +130,8 @@ def spec_part(
         # A spot job prefers spot nodes (the cheaper capacity it opted in to), as kube-scheduler's
         # preferred node affinity would, and may still run on-demand.
         preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
+        pod_sets=sets or (),
+        kind="" if kind == Job.Kind.BATCH else kind,
     )
 
 
@@ -159,6 +173,8 @@ def workload_from_row(
         gpu_model=gpu_model,
         placements=placements,
         started_at=_ts(started_at or admitted_at),
+        pod_sets=spec.pod_sets,
+        kind=spec.kind,
     )
 
 
@@ -382,12 +398,12 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
     fields = (
         "id", "local_queue__team__slug", "local_queue__name", "team__slug", "priority_class__value", "created_at",
         "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib", "cpu_milli", "memory_mib", "replicas", "min_available",
-        "runtime_s", "state", "gpu_model__name",
+        "runtime_s", "state", "gpu_model__name", "ray",
     )  # fmt: skip
     workloads = []
     for row in Job.objects.filter(state__in=live).order_by("id").values_list(*fields):
         (pk, lq_team, lq_name, team, priority, created, gpu, milli, mig, memory_gib, cpu, memory, replicas,
-         min_available, runtime_s, state, model) = row  # fmt: skip
+         min_available, runtime_s, state, model, ray) = row  # fmt: skip
         workloads.append(
             m.Workload(
                 id=str(pk),
@@ -403,6 +419,7 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
                 state=ENGINE_STATE[JobState(state)],
                 gpu_model=model,
                 placements=tuple(placements.get(pk, ())),
+                pod_sets=ray_pod_sets(ray) or (),  # a pending Ray job's workers count too
             )
         )
     cluster_queues, local_queues = queues_load()
@@ -580,6 +597,9 @@ def admission_apply(
         "gpu_model": admission.gpu_model or "",
         "gpus": str(placement_gpus(admission.placements)),
         "replicas": len(admission.placements),
+        # All replicas together: a Ray job's head and workers differ (metering bills these).
+        "cpu_milli": sum(p.cpu_milli for p in admission.placements),
+        "memory_mib": sum(p.memory_mib for p in admission.placements),
         "capacity_type": capacity_type,
         "nodes": sorted({p.node for p in admission.placements}),
         "borrowed": admission.borrowed,

@@ -22,7 +22,8 @@ Steps (each is one call in :meth:`_Cycle.run`):
    b. a job of the same shape in the same ClusterQueue already failed this cycle -> the same outcome
       (capacity and quota only shrink during a cycle, so it would fail again);
    c. try each allowed GPU model in the ClusterQueue's flavor order: quota (with cohort borrowing),
-      then placement of the gang in a ``Statement``; the first model where both succeed -> ``Fit``;
+      then placement of the gang in a ``Statement``; the first model where both succeed -> ``Fit``
+      (a workload of several pod sets, a Ray cluster, needs quota and room for all of them: ``podsets``);
    d. otherwise, if the policy allows, select victims (``preemption.select_victims``) on the first
       model where that works -> ``Preempt`` (reason ``preempting``; the job starts in a later cycle);
    e. otherwise, in the first pass, a job that would have to borrow -> ``Deferred`` to the second;
@@ -42,10 +43,18 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import podsets
 from .admission import AdmissionOrder, FairShare, lq_order_key
 from .capacity import Cluster, Statement
 from .estimate import P50, P90, Forecast, Start, decision_key
-from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
+from .explain import (
+    gang_reason,
+    invalid_reason,
+    placement_reason,
+    protected_reason,
+    quota_reason,
+    window_reason,
+)
 from .fit import Shape
 from .frag.plugins import workload_mix
 from .model import (
@@ -62,7 +71,7 @@ from .model import (
 )
 from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
 from .placement import Placer
-from .preemption import Holder, Victim, VictimIndex, select_victims
+from .preemption import Holder, Victim, VictimIndex, any_protected, protected_until, select_victims
 from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
 from .standing import capacity_totals
 from .taints import allowed_tolerations
@@ -90,6 +99,7 @@ class _Misses:
     quota: list[Reason] = field(default_factory=list)
     fitting: list[Shape] = field(default_factory=list)  # shapes that had quota
     placement: Reason | None = None  # the first placement (gang) reason
+    protected: tuple[list[str], float] | None = None  # victims within their minimum runtime, and until
 
 
 @dataclass(slots=True)
@@ -148,6 +158,7 @@ class _Cycle:
         self.holders: list[Holder] = []
         self._initial_holders: list[Holder] = []
         self._victim_index: VictimIndex | None = None  # built on the first preemption attempt
+        self._any_protected: bool | None = None  # some holder is within its minimum runtime (on first use)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[str, tuple[Reason, float | None]] = {}  # reason, fixed estimated start
@@ -225,7 +236,7 @@ class _Cycle:
         for w in self.snapshot.workloads:
             if w.state != WorkloadState.PENDING:
                 continue
-            never = self.feasibility.never_fits(w)
+            never = podsets.never_fits(w, self.feasibility.never_fits)
             if never is not None:
                 self.pending[w.id] = (never, None)
                 continue
@@ -310,29 +321,53 @@ class _Cycle:
             preempt = self._try_preemption(job, cq, misses.tried)
             if preempt is not None:
                 return preempt
+            if self.explaining and not misses.deferrable:
+                misses.protected = self._protected(job, cq, misses.tried)
         # e. Deferred to the borrowing pass, or the reason.
         if misses.deferrable:
             return Deferred()
         if not self.explaining:
             return _NOT_EXPLAINED
-        return NoFit(self._reason(job, misses))
+        reason = self._reason(job, misses)
+        if misses.protected is not None:
+            reason = protected_reason(reason, *misses.protected, self.now)
+        return NoFit(reason)
+
+    def _protected(
+        self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]
+    ) -> tuple[list[str], float] | None:
+        """The victims the job would take if none were within its minimum runtime, when some are."""
+        if self._any_protected is None:
+            self._any_protected = any_protected(self._initial_holders, self.now)
+        if not self._any_protected:
+            return None
+        for shape, minimum in tried:
+            victims = self._victims(job, cq, shape, minimum, min_runtime=False)
+            until = protected_until(victims, self.now) if victims else None
+            if victims and until is not None:
+                return [v.holder.workload.id for v in victims], until
+        return None
 
     def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: _Misses) -> Fit | None:
         shape = self.placer.shape_for(job, model)
-        if isinstance(shape, str):
-            misses.invalid.append(shape)
+        sets = podsets.members(job, model, self.placer.shape_for)  # a gang of several pod sets (podsets)
+        if isinstance(shape, str) or isinstance(sets, str):
+            misses.invalid.append(shape if isinstance(shape, str) else str(sets))
             return None
-        minimum = self._request(shape, job.gang_size)
+        minimum = podsets.total_request(self._request(shape, job.gang_size), sets)
         if not borrow and self.quota.would_borrow(cq, minimum):
             misses.deferrable = True
             return None
-        needed = self._quota_count(cq, shape, job.replicas, borrow)
+        if sets:
+            needed = self._quota_all(cq, minimum, job, borrow)
+        else:
+            needed = self._quota_count(cq, shape, job.replicas, borrow)
         misses.tried.append((shape, minimum))
         if needed < job.gang_size:
             misses.quota.append(self._quota_reason(cq, minimum))
             return None
         misses.fitting.append(shape)
-        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size)
+        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size, job.pod_sets)
         if pkey in self.memo.placement_failed:
             self.stats["cache_hits"] += 1
             misses.placement = misses.placement or self.memo.placement_failed[pkey]
@@ -343,13 +378,18 @@ class _Cycle:
             job, shape, stmt, needed, job.gang_size, explain=self.explaining and job.gang_size > 1
         )
         if result.explanation is None:
+            more, failed = podsets.place(sets, stmt, self.placer.place_gang)
+            if failed is not None:
+                self.memo.placement_failed[pkey] = failed
+                misses.placement = misses.placement or failed
+                return None
             if self.keep_fits:
                 stmt.commit()
             else:
                 stmt.discard()
-            request = self._request(shape, len(result.placements))
+            request = podsets.total_request(self._request(shape, len(result.placements)), sets)
             borrowed = self.quota.would_borrow(cq, request)
-            return Fit(Admission(job.id, model, result.placements, borrowed), request)
+            return Fit(Admission(job.id, model, result.placements + more, borrowed), request)
         failure = None
         if job.gang_size > 1 and result.fit_count:
             failure = gang_reason(result.fit_count, job.gang_size, self.cluster.n, result.explanation, result.within)
@@ -359,7 +399,9 @@ class _Cycle:
 
     def _try_preemption(self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]) -> Preempt | None:
         for shape, minimum in tried:
-            key = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules, job.gang_size)
+            # the kind too: the serving rule lets an inference replica preempt more
+            key: tuple[object, ...] = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules)
+            key += (job.gang_size, job.kind, job.pod_sets)
             if key in self.memo.preemption_failed:
                 continue
             victims = self._victims(job, cq, shape, minimum)
@@ -407,6 +449,15 @@ class _Cycle:
                 count = min(count, room // amount)
         return count
 
+    def _quota_all(self, cq: str, request: dict[str, int], job: Workload, borrow: bool) -> int:
+        """All the job's replicas when the queue has room for the whole ``request`` now (within
+        nominal unless ``borrow``), else 0: a gang of several pod sets is admitted whole."""
+        for key, amount in request.items():
+            room = self.quota.room(cq, key, borrow)
+            if room is not None and room < amount:
+                return 0
+        return job.replicas
+
     def _quota_reason(self, cq: str, request: dict[str, int]) -> Reason:
         for key, amount in request.items():
             available = self.quota.available(cq, key)
@@ -422,9 +473,17 @@ class _Cycle:
                 )
         return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))
 
-    def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
+    def _victims(
+        self, job: Workload, cq: str, shape: Shape, request: dict[str, int], min_runtime: bool = True
+    ) -> list[Victim] | None:
+        sets = podsets.members(job, shape.gpu_model, self.placer.shape_for) if job.pod_sets else ()
+        if isinstance(sets, str):
+            return None
+
         def fits() -> bool:
-            return self.placer.can_place(job, shape, job.gang_size)
+            if not sets:
+                return self.placer.can_place(job, shape, job.gang_size)
+            return bool(placed_on())
 
         eligible = np.zeros(self.cluster.n, dtype=bool)
         eligible[self.placer.eligible(job, shape)] = True
@@ -444,8 +503,12 @@ class _Cycle:
         def placed_on() -> set[str]:
             trial = Statement(self.cluster)
             result = self.placer.place_gang(job, shape, trial, job.gang_size, job.gang_size, explain=False)
+            placements = result.placements
+            if result.explanation is None and sets:
+                more, failed = podsets.place(sets, trial, self.placer.place_gang)
+                placements = () if failed is not None else placements + more
             trial.discard()
-            return {p.node for p in result.placements}
+            return {p.node for p in placements}
 
         if self._victim_index is None:
             self._victim_index = VictimIndex(self._initial_holders, self.cohort_of, self.now)
@@ -464,6 +527,8 @@ class _Cycle:
             on_useful_node=on_useful_node,
             frees_a_node=frees_a_node,
             placed_on=placed_on,
+            serving_rule=self.policy.inference_preempts_training,
+            min_runtime=min_runtime,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
@@ -474,6 +539,11 @@ class _Cycle:
             names.append(w.id)
             if victim.kind == "priority":
                 why = f"priority: {job.id} (priority {job.priority}) outranks it (priority {w.priority})"
+            elif victim.kind == "serving":
+                why = (
+                    f"serving: inference replica {job.id} (priority {job.priority}) preempts training of lower "
+                    f"priority (priority {w.priority}; INFERENCE_PREEMPTS_TRAINING)"
+                )
             else:
                 why = (
                     f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "
@@ -612,7 +682,7 @@ class _Cycle:
         cycle decides for it when nothing else changes (``dryrun``). A job that never fits is a
         ``NoFit`` whose reason has ``waits`` false."""
         job = _granted(replace(self.snapshot, workloads=(job,))).workloads[0]
-        never = self.feasibility.never_fits(job)
+        never = podsets.never_fits(job, self.feasibility.never_fits)
         if never is not None:
             return NoFit(never)
         if job.start_window is not None and (opens := opens_at(job.start_window, self.now)) > self.now:

@@ -341,6 +341,8 @@ def decision_key(job: Workload, cq: str, priority: int) -> tuple[object, ...]:
         job.tolerations,
         job.rules,
         priority,
+        job.pod_sets,
+        job.kind,
     )
 
 

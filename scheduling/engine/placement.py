@@ -124,6 +124,9 @@ class Placer:
         single = self.scorer_names == [policy.placement]
         self._unit_scale = single and policy.placement in _UNIT_SCALE_POLICIES
         self._fast = self._unit_scale and fast_path
+        # A single plugin that scores a block of nodes in place (fgd, portal): see :meth:`_block_pick`.
+        block = self.plugins[0] if single and fast_path else None
+        self._block: ScorerPlugin | None = block if hasattr(block, "score_block") else None
 
     def _pool_scorers(self) -> tuple[list[str], np.ndarray]:
         """The scorer names in use and, per node, the index of its pool's scorer among them."""
@@ -210,6 +213,24 @@ class Placer:
         score = self._single_vote_score(shape, nodes, raw)
         best = int(np.argmax(np.where(ok, score, -np.inf)))
         return lo + best if ok[best] else None
+
+    def _block_pick(self, plugin: ScorerPlugin, shape: Shape, mask: np.ndarray, lo: int) -> int | bool | None:
+        """The scored path's choice for one GPU replica under a single block-scoring plugin (fgd,
+        portal): its scores read over the GPU model's block of nodes, masked by the fit rule, no
+        gathering; the same first-best node. ``False`` when the plugin cannot score the block."""
+        if len(mask) == 0:
+            return None
+        ok = fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask)
+        count = int(np.count_nonzero(ok))
+        if count <= 1:  # as the scored path: no scoring for one candidate
+            return lo + int(np.argmax(ok)) if count else None
+        scores = plugin.score_block(shape, lo, ok)  # type: ignore[attr-defined]
+        if scores is None:
+            return False
+        best = int(np.argmax(np.where(ok, scores, -np.inf)))
+        if ok[best]:
+            return lo + best
+        return lo + int(np.argmax(ok))  # every feasible node scored -inf: the scored path takes the first
 
     def _score(
         self,
@@ -320,6 +341,16 @@ class Placer:
             fast = gang is None and self._fast and shape.kind != "mig"
             if fast and self._single_vote(workload, gang_nodes, remaining):
                 return self._fast_pick(shape, mask, lo)
+            if (
+                gang is None
+                and self._block is not None
+                and shape.gpus <= 1
+                and shape.kind in ("whole", "fraction")
+                and self._single_vote(workload, gang_nodes, remaining)
+            ):
+                picked = self._block_pick(self._block, shape, mask, lo)
+                if picked is not False:
+                    return picked
             if len(eligible) == 0:
                 return None
             in_rack = None if gang is not None else self._same_rack(shape, mask, lo, gang_nodes)

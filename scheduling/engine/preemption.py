@@ -8,7 +8,10 @@ For a job that fits neither quota nor nodes as they are:
    - *priority*: same ClusterQueue, strictly lower priority;
    - *reclaim*: another ClusterQueue of the same cohort that is borrowing this resource, and only when
      the job's own queue stays within its nominal quota after admission. A reclaim candidate only
-     counts while its queue still borrows.
+     counts while its queue still borrows;
+   - *serving* (``Policy.inference_preempts_training``): for an inference replica, a training job of
+     strictly lower priority in any other ClusterQueue (it frees nodes; the replica's own quota
+     must still fit, as for any job).
 2. Cost order of one victim (:func:`victim_cost`): lowest priority, then fewest GPU-seconds lost
    (its GPUs times the seconds it has run), then youngest (latest start), then id. The order of
    victim *sets* (:func:`set_cost`): the highest priority in the set, then the GPU-seconds the set
@@ -37,6 +40,7 @@ queue cannot reclaim from it (it is not borrowing).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +50,7 @@ from .model import ReplicaPlacement, Workload
 from .quota import QuotaBook
 
 GPU_PREFIX = "gpu/"  # quota keys of GPU models (``quota.gpu_key``)
+INFERENCE, TRAINING = "inference", "training"  # the kinds the serving rule reads (``Workload.kind``)
 
 # Step 5's bounds per preemptor: placement trials, partial sets visited, victims in one partial set.
 MAX_TRIALS = 256
@@ -85,7 +90,7 @@ class Holder:
 @dataclass(frozen=True, slots=True)
 class Victim:
     holder: Holder
-    kind: str  # "priority" | "reclaim"
+    kind: str  # "priority" | "reclaim" | "serving"
     lost_gpu_milli_s: int = 0
 
 
@@ -136,6 +141,10 @@ class VictimIndex:
             found = self._victims[key] = sorted(group, key=victim_cost)
         return found
 
+    def queues(self) -> list[str]:
+        """The queues that hold preemptible workloads, by name."""
+        return sorted(self._holders)
+
     def holding(self, cq: str, key: str | None) -> list[Victim]:
         """The queue's victims (kind ``reclaim``) that hold ``key`` (all for ``None``), in cost order."""
         group = self.victims(cq, "reclaim")
@@ -147,6 +156,16 @@ class VictimIndex:
 def protected(holder: Holder, now: float) -> bool:
     """Whether it has not yet run its priority class's minimum runtime (it may not be preempted)."""
     return now - holder.started < holder.workload.min_runtime_s
+
+
+def protected_until(victims: list[Victim], now: float) -> float | None:
+    """When the last of ``victims`` still within its minimum runtime reaches it (``None``: none is)."""
+    ends = [v.holder.started + v.holder.workload.min_runtime_s for v in victims if protected(v.holder, now)]
+    return max(ends) if ends else None
+
+
+def any_protected(holders: list[Holder], now: float) -> bool:
+    return any(h.workload.preemptible and protected(h, now) for h in holders)
 
 
 def select_victims(
@@ -165,12 +184,24 @@ def select_victims(
     on_useful_node: Callable[[Holder], bool],
     frees_a_node: Callable[[Holder], bool],
     placed_on: Callable[[], set[str]] = set,
+    serving_rule: bool = False,
+    min_runtime: bool = True,
 ) -> list[Victim] | None:
-    """The cheapest minimal set of victims after which ``fits()`` holds (in cost order), or ``None``."""
+    """The cheapest minimal set of victims after which ``fits()`` holds (in cost order), or ``None``.
+
+    ``min_runtime=False`` ignores the minimum runtime (only to tell a waiting job which protected jobs
+    it would preempt once they have run it: :func:`protected_until`)."""
     keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
+    if not min_runtime:
+        now = math.inf  # ``protected`` is false for every holder
     # 1.-2. Candidates in cost order.
     candidates = _reclaim_candidates(cq, cohort, request, gpu_key, keys, index, taken, quota, now)
     candidates += _priority_candidates(job, cq, gpu_key, index, taken, now)
+    if serving_rule and job.kind == INFERENCE:
+        seen = {v.holder.workload.id for v in candidates}  # a borrowing trainer is a reclaim candidate already
+        candidates += [
+            v for v in _serving_candidates(job, cq, gpu_key, index, taken, now) if v.holder.workload.id not in seen
+        ]
     if not candidates:
         return None
     candidates.sort(key=victim_cost)
@@ -243,6 +274,25 @@ def _priority_candidates(
         if holder.workload.id not in taken and not protected(holder, now):
             own.append(victim)
     return own
+
+
+def _serving_candidates(
+    job: Workload, cq: str, gpu_key: str | None, index: VictimIndex, taken: set[str], now: float
+) -> list[Victim]:
+    """Training jobs of strictly lower priority in the other queues (holding the GPU model it tries)."""
+    found: list[Victim] = []
+    for other in index.queues():
+        if other == cq:
+            continue
+        for victim in index.victims(other, "serving"):
+            holder = victim.holder
+            if holder.workload.priority >= job.priority:
+                break  # in cost order, priority first
+            if holder.workload.kind != TRAINING or (gpu_key is not None and holder.request.get(gpu_key, 0) <= 0):
+                continue
+            if holder.workload.id not in taken and not protected(holder, now):
+                found.append(victim)
+    return found
 
 
 class _VictimSearch:

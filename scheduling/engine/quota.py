@@ -76,7 +76,7 @@ def _model_of(cluster: Cluster, node: str) -> str | None:
 def models_to_try(workload: Workload, flavors: Sequence[str]) -> list[str | None]:
     """The GPU models ``workload`` may use in a ClusterQueue with ``flavors``, in flavor order
     (``[None]`` for CPU-only work)."""
-    if not workload.resources.wants_gpu:
+    if not workload.wants_gpu:
         return [None]
     if workload.allowed_gpu_models:
         allowed = set(workload.allowed_gpu_models)

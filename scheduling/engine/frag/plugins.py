@@ -18,7 +18,7 @@ import numpy as np
 
 from ..capacity import FULL, Cluster
 from ..mig import default_device_memory_gib, devices_for_memory
-from ..model import Policy, ReplicaPlacement, Snapshot
+from ..model import Policy, ReplicaPlacement, Resources, Snapshot
 from ..scorers import (
     DevicePick,
     PluginSetup,
@@ -35,6 +35,7 @@ from .workload import Shape4, typical_pods
 
 # Policies that score without the workload mix (computing it costs a pass over all jobs).
 _MIX_FREE = frozenset({"binpack", "spread", "random"})
+_FEW = 8  # up to this many changed nodes are synced one by one
 
 
 def workload_mix(snapshot: Snapshot, policy: Policy) -> tuple[Shape4, ...]:
@@ -59,22 +60,29 @@ def replica_shapes(snapshot: Snapshot) -> tuple[Shape4, ...]:
         if node.gpu_model and node.gpu_memory_gib:
             memory.setdefault(node.gpu_model, node.gpu_memory_gib)
     out: list[Shape4] = []
+    seen: dict[tuple[object, ...], Shape4 | None] = {}  # jobs of one request share their entry
     for w in snapshot.workloads:
-        res = w.resources
-        if res.gpu:
-            entry = (res.cpu_milli, FULL, res.gpu, w.allowed_gpu_models)
-        elif res.gpu_milli:
-            entry = (res.cpu_milli, res.gpu_milli, 1, w.allowed_gpu_models)
-        elif res.gpu_memory_gib:
-            sizes = [memory.get(m, 0) or default_device_memory_gib(m) for m in w.allowed_gpu_models]
-            size = min([s for s in sizes if s > 0] or [80])
-            entry = (res.cpu_milli, FULL, devices_for_memory(res.gpu_memory_gib, size), w.allowed_gpu_models)
-        elif res.mig_profile:
-            continue
-        else:
-            entry = (res.cpu_milli, 0, 0, ())
-        out.extend([entry] * w.replicas)
+        key = (w.resources, w.allowed_gpu_models)
+        if key not in seen:
+            seen[key] = _replica_shape(w.resources, w.allowed_gpu_models, memory)
+        entry = seen[key]
+        if entry is not None:
+            out.extend([entry] * w.replicas)
     return tuple(out)
+
+
+def _replica_shape(res: Resources, allowed: tuple[str, ...], memory: dict[str, int]) -> Shape4 | None:
+    if res.gpu:
+        return (res.cpu_milli, FULL, res.gpu, allowed)
+    if res.gpu_milli:
+        return (res.cpu_milli, res.gpu_milli, 1, allowed)
+    if res.gpu_memory_gib:
+        sizes = [memory.get(m, 0) or default_device_memory_gib(m) for m in allowed]
+        size = min([s for s in sizes if s > 0] or [80])
+        return (res.cpu_milli, FULL, devices_for_memory(res.gpu_memory_gib, size), allowed)
+    if res.mig_profile:
+        return None
+    return (res.cpu_milli, 0, 0, ())
 
 
 def _pod_of(shape: Shape) -> PodShape:
@@ -112,30 +120,57 @@ class FragPlugin:
                 # Its per-node pod counts by GPU count need every placement: mirror from the start.
                 self.scorer = NodeScorer(self._arrays, self.frag_policy, typical=typical)
             cluster.listeners.append(self._mirror)
+        self._dirty: list[int] = []  # nodes changed since the scorer last saw them
+        self._width = 0
+        self._exists = np.zeros((0, 0), dtype=bool)
         self._device: np.ndarray | None = None
         self._device_key: tuple[int, int, int] | None = None
 
     def _ready(self) -> NodeScorer | None:
         """The scorer, built on first use from the cluster's free capacity as it is then (one
-        vectorised load instead of a ``bind`` per running replica), then kept current by ``_mirror``."""
+        vectorised load instead of a ``bind`` per running replica), then brought up to date with the
+        nodes the cluster changed since (``_mirror``, ``NodeScorer.sync``)."""
         if self.scorer is None and self.frag_policy is not None:
             scorer = NodeScorer(self._arrays, self.frag_policy, typical=self._typical)
-            c = self.cluster
-            width = scorer.gpu_free_milli.shape[1]
-            dev = np.full((c.n, width), -1, dtype=np.int64)
-            cols = min(width, c.width)
-            # A device's free share as the paper's model sees it (of ``FULL``): what an overcommitted pool
-            # adds beyond one device is not there for whole-GPU pods. MIG nodes have no devices here.
-            taken = (c.dev_cap[:, None] - c.dev_free[:, :cols]).astype(np.int64)
-            exists = np.arange(cols)[None, :] < scorer.nodes.gpu_count[:, None]  # 0 on MIG nodes
-            dev[:, :cols] = np.where(exists, np.clip(FULL - taken, 0, FULL), -1)
-            scorer.load(c.cpu_free, c.mem_free, dev)
+            self._width = scorer.gpu_free_milli.shape[1]
+            self._exists = np.arange(min(self._width, self.cluster.width))[None, :] < scorer.nodes.gpu_count[:, None]
+            self._dirty.clear()
+            scorer.load(*self._rows(slice(None)))
             self.scorer = scorer
+        elif self._dirty and self.scorer is not None:
+            dirty = set(self._dirty)
+            self._dirty.clear()
+            if len(dirty) > _FEW:
+                nodes = np.array(sorted(dirty), dtype=np.int64)
+                self.scorer.sync(nodes, *self._rows(nodes))
+            else:  # a placement or two since the last score: scalar work beats array calls
+                c, width = self.cluster, self._width
+                for i in dirty:
+                    count = int(self.cluster.gpu_count[i]) if not c.mig_node[i] else 0
+                    cap = int(c.dev_cap[i])
+                    row = [min(max(FULL - cap + v, 0), FULL) for v in c.dev_free[i, :count].tolist()]
+                    row += [-1] * (width - count)
+                    self.scorer.sync_node(i, int(c.cpu_free[i]), int(c.mem_free[i]), row)
         return self.scorer
+
+    def _rows(self, nodes: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cluster's free CPU, memory and per-device GPU of ``nodes`` as the scorer holds them."""
+        c = self.cluster
+        cols = min(self._width, c.width)
+        # A device's free share as the paper's model sees it (of ``FULL``): what an overcommitted pool
+        # adds beyond one device is not there for whole-GPU pods. MIG nodes have no devices here.
+        taken = (c.dev_cap[nodes, None] - c.dev_free[nodes, :cols]).astype(np.int64)
+        dev = np.full((len(taken), self._width), -1, dtype=np.int64)
+        dev[:, :cols] = np.where(self._exists[nodes], np.clip(FULL - taken, 0, FULL), -1)  # 0 on MIG nodes
+        return c.cpu_free[nodes], c.mem_free[nodes], dev
 
     def _mirror(self, i: int, placement: ReplicaPlacement, sign: int) -> None:
         if self.scorer is None:
             return  # not built yet: it will load the cluster's state as it is then
+        if self.frag_policy != "clustering":
+            self._dirty.append(i)  # synced before the next score (``_ready``)
+            return
+        # Clustering counts pods per node by their GPU count: every change one by one.
         if placement.mig_profile is not None or self.cluster.mig_node[i]:
             if not placement.cpu_milli and not placement.memory_mib:
                 return
@@ -162,6 +197,17 @@ class FragPlugin:
             self._device = device
             self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
         return np.asarray(scores, dtype=np.float64)
+
+    def score_block(self, shape: Shape, lo: int, ok: np.ndarray) -> np.ndarray | None:
+        """``score`` of the nodes ``lo:lo+len(ok)`` where ``ok`` holds (the rest are not to be read), for
+        one GPU replica under fgd or portal; ``None`` where only ``score`` answers."""
+        scorer = self._ready()
+        if scorer is None or self.frag_policy not in ("fgd", "portal") or shape.kind not in ("whole", "fraction"):
+            return None
+        pod = _pod_of(shape)
+        scores, self._device = scorer.score_range(pod, lo, lo + len(ok), ok)
+        self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        return scores
 
     def pick(self, cluster: Cluster, i: int, shape: Shape, workload_id: str) -> DevicePick | None:
         if (

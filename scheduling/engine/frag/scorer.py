@@ -5,8 +5,10 @@ Per pod shape, the score of every candidate node (higher wins; ties are the call
 * ``fgd``: FGD's integer score ``int(100 * sigmoid((F_before - F_after) / 1000))`` for the decrease of
   the node's fragmentation (``measure.frag_milli``); a sharing pod tries every fitting device and keeps
   the first best one.
-* ``portal`` (our default): FGD's decision, refined only where FGD's coarse integer scores tie. The
-  score is one float that compares like the key (FGD's integer score, secondary): for a GPU-sharing
+* ``portal`` (our default): for a GPU pod, first the lowest model pressure (``pressure``: the GPU
+  models constrained pods need the least; all equal when no typical pod names a model), then FGD's
+  decision, refined only where FGD's coarse integer scores tie. The score is one float that compares
+  like the key (pressure level, FGD's integer score, secondary): for a GPU-sharing
   pod the tightest device (least milli left on it after placement); for a CPU-only pod the least free
   GPU on the node, then the least free CPU (CPU stays free where GPUs are still free); for other pods
   the decrease of stranded GPU (``measure.stranded_milli``). docs/simulator.md has the measurements,
@@ -30,9 +32,11 @@ import numpy as np
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
 from .measure import frag_and_stranded, frag_milli, sigmoid_score
+from .pressure import demand_share, pressure_levels
 from .workload import TypicalArrays, TypicalPod
 
-_LEX = 1e9  # weight of the primary (integer) score in portal's lexicographic key
+_LEX = 1e10  # weight of FGD's integer score in portal's lexicographic key (secondary keys stay below)
+_PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..100 range
 _MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
@@ -80,6 +84,7 @@ class NodeScorer:
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
     _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
     _delta_memo: dict[ShapeKey, dict[bytes, list[float]]] = field(init=False)  # see _memo_delta
+    _press_share: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -145,6 +150,25 @@ class NodeScorer:
         if cache is None:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = idx[cache.version[idx] != self._version[idx]]
+        self._rescore(pod, key, cache, stale)
+        if self.policy == "portal" and pod.gpu_count > 0:
+            return cache.score[idx] + self._pressure_term(idx), cache.device
+        return cache.score[idx], cache.device
+
+    def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """FGD/portal: :meth:`score_nodes` of the nodes ``lo:hi`` where ``ok`` holds, as a view over the
+        whole range (entries outside ``ok`` are stale: not to be read) and the device per node."""
+        key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
+        cache = self._score_caches.get(key)
+        if cache is None:
+            cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
+        stale = np.flatnonzero(ok & (cache.version[lo:hi] != self._version[lo:hi])) + lo
+        self._rescore(pod, key, cache, stale)
+        if self.policy == "portal" and pod.gpu_count > 0:
+            return cache.score[lo:hi] + self._pressure_term(np.arange(lo, hi)), cache.device
+        return cache.score[lo:hi], cache.device
+
+    def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
         if stale.size:
             score, device, after, after_primary = self._memo_delta(pod, key, stale)
             cache.score[stale] = score
@@ -153,7 +177,21 @@ class NodeScorer:
             cache.after_primary[stale] = after_primary
             cache.version[stale] = self._version[stale]
         self._last = (key, cache)
-        return cache.score[idx], cache.device
+
+    def _pressure_term(self, idx: np.ndarray) -> np.ndarray:
+        """portal's first key for a GPU pod: minus the model pressure level of each node
+        (``pressure``), in units above FGD's whole score range; 0 when no typical pod is constrained."""
+        table = self._table
+        assert table is not None
+        rows = len(self.nodes.models) + 1
+        if self._press_share is None:
+            capacity = np.bincount(self._model_row, weights=self.nodes.gpu_count.astype(np.float64), minlength=rows)
+            self._press_share = demand_share(table, capacity)
+        if not self._press_share.any():
+            return np.zeros(idx.size)
+        free = np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
+        levels = pressure_levels(self._press_share, free)
+        return -_PRESSURE_UNIT * levels[self._model_row[idx]]
 
     def _memo_delta(
         self, pod: PodShape, key: ShapeKey, idx: np.ndarray
@@ -303,6 +341,49 @@ class NodeScorer:
         self.gpu_free_milli[:] = gpu_free_milli
         self._version += 1
         self.invalidate()
+
+    def sync(self, nodes: np.ndarray, cpu: np.ndarray, memory: np.ndarray, gpu: np.ndarray) -> None:
+        """Take the free capacity of ``nodes`` as it is now (rows as in :meth:`load`): what a run of
+        ``bind``/``release`` calls on them left, in one vectorised step. Nodes whose state did not
+        change keep their cached scores; the others are rescored (and measured) when next read.
+        Clustering's per-node pod counts are not part of the state: they come only from ``bind``."""
+        changed = (
+            (self.cpu_free_milli[nodes] != cpu)
+            | (self.memory_free_mib[nodes] != memory)
+            | (self.gpu_free_milli[nodes] != gpu).any(axis=1)
+        )
+        if not changed.any():
+            return
+        nodes, gpu = nodes[changed], gpu[changed]
+        self.cpu_free_milli[nodes] = cpu[changed]
+        self.memory_free_mib[nodes] = memory[changed]
+        self.gpu_free_milli[nodes] = gpu
+        self._gpu_free_total[nodes] = np.maximum(gpu, 0).sum(axis=1)
+        self._gpu_max[nodes] = gpu.max(axis=1)
+        self._gpu_full[nodes] = np.count_nonzero(gpu == MILLI, axis=1)
+        self._version[nodes] += 1
+        self._last = None
+        if self._table is not None:
+            self._metric_fresh[nodes] = False
+
+    def sync_node(self, n: int, cpu: int, memory: int, gpu: list[int]) -> None:
+        """:meth:`sync` of one node (plain numbers: cheaper than arrays for one row)."""
+        if (
+            cpu == self.cpu_free_milli[n]
+            and memory == self.memory_free_mib[n]
+            and gpu == self.gpu_free_milli[n].tolist()
+        ):
+            return
+        self.cpu_free_milli[n] = cpu
+        self.memory_free_mib[n] = memory
+        self.gpu_free_milli[n] = gpu
+        self._gpu_free_total[n] = sum(v for v in gpu if v > 0)
+        self._gpu_max[n] = max(gpu)
+        self._gpu_full[n] = gpu.count(MILLI)
+        self._version[n] += 1
+        self._last = None
+        if self._table is not None:
+            self._metric_fresh[n] = False
 
     # ------------------------------------------------------------------------------ state changes
     def bind(self, pod: PodShape, choice: Choice) -> None:

@@ -8,6 +8,7 @@ of all pods, frequencies renormalised over the kept shapes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -34,10 +35,11 @@ def typical_pods(requests: Iterable[Shape4], *, popularity: float = DEFAULT_POPU
     """The target workload of ``requests`` (one shape per pod; see the module docstring)."""
     counts: dict[Shape4, float] = {}
     total = 0.0
-    for cpu, milli, num, models in requests:
+    # Requests repeat a lot: count the distinct ones first (in order of first appearance), then merge.
+    for (cpu, milli, num, models), n in Counter(requests).items():
         key = (int(cpu), int(milli), int(num), tuple(models))
-        counts[key] = counts.get(key, 0.0) + 1.0
-        total += 1.0
+        counts[key] = counts.get(key, 0.0) + float(n)
+        total += float(n)
     if not counts:
         return ()
     # Go: sort.Reverse on (count, then cpu, milli, num, model string) ascending.

@@ -293,18 +293,26 @@ def test_a_foreign_pod_on_a_mig_device_blocks_its_slices():
     assert [(a.workload_id, a.placements[0].gpu_indices) for a in plan.admissions] == [("s0", (1,))]
 
 
+# A job mix for the fragmentation-aware policies (cpu_milli, gpu_milli, gpu_count, allowed models).
+_MIX = ((4000, 1000, 1, ()), (2000, 500, 1, ()), (2000, 250, 1, ()), (8000, 1000, 2, ()), (1000, 0, 0, ()))
+
+
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), placement=st.sampled_from(("binpack", "spread")))
+@given(data=st.data(), placement=st.sampled_from(("binpack", "spread", "portal", "fgd")))
 def test_the_fast_path_picks_the_node_the_scored_path_picks(data, placement):
     """``Placer._fast_pick`` (a masked argmax over the GPU model's block of nodes) forks the scored
-    path for a single replica under binpack/spread: both choose the same node on any load and shape
-    (whole GPUs with the contiguity vote, fractions, CPU-only work with GPU avoidance)."""
+    path for a single replica under binpack/spread, and ``Placer._block_pick`` (the same over the
+    plugin's cached scores) under fgd/portal: the fast and scored paths choose the same node, and the
+    same devices, on any load and shape (whole GPUs with the contiguity vote, fractions, CPU-only work
+    with GPU avoidance)."""
     cluster = data.draw(loaded_clusters())
     shape = data.draw(shapes(cluster))
     workload = job("j", "a")
-    fast = Placer(cluster, Policy(placement=placement))
-    scored = Placer(cluster, Policy(placement=placement), fast_path=False)
+    fast = Placer(cluster, Policy(placement=placement), typical=_MIX)
+    scored = Placer(cluster, Policy(placement=placement), typical=_MIX, fast_path=False)
     chosen = fast.choose_node(workload, shape)
     assert chosen == scored.choose_node(workload, shape)
+    if chosen is not None and shape.kind == "fraction":
+        assert fast.plugins[0].pick(cluster, chosen, shape, "j") == scored.plugins[0].pick(cluster, chosen, shape, "j")
     feasible = scored.feasible(shape, scored.eligible(workload, shape))
     assert (chosen is None) == (len(feasible) == 0)
