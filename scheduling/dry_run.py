@@ -131,7 +131,13 @@ def _build(key: tuple[object, ...], backend: ClusterBackend | None) -> _State:
     state = _State(key, uuid.uuid4().hex, time.time(), now, dry_run, newest)
     _cache_call("set", _shared_key(key), state, timeout=_ttl())
     _cache_call("delete", building)
-    dry_run.warm()  # the replays' state copies, made now (after sharing: not pickled) not in a check
+    return state
+
+
+def _warm(state: _State) -> _State:
+    """The replays' state copies, made before the state answers checks (after sharing: not pickled),
+    also for a state loaded from the cache."""
+    state.dry_run.warm()
     return state
 
 
@@ -150,7 +156,7 @@ def _kept_state(backend: ClusterBackend | None) -> _Kept:
                 _building.add(key)
                 threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
             return kept
-        kept = _Kept(_shared_state(key) or _build(key, backend))
+        kept = _Kept(_warm(_shared_state(key) or _build(key, backend)))
         _kept["state"] = kept
         return kept
 
@@ -158,7 +164,7 @@ def _kept_state(backend: ClusterBackend | None) -> _Kept:
 def _build_behind(key: tuple[object, ...]) -> None:
     """The state of ``key`` in a thread of its own (its own database connection, closed after), then kept."""
     try:
-        state = _shared_state(key) or _build(key, None)
+        state = _warm(_shared_state(key) or _build(key, None))
         with _kept_lock:
             _kept["state"] = _Kept(state)
     except Exception:  # the requests go on with the kept state; the next one tries again

@@ -206,6 +206,8 @@ class Replay:
     def warm(self) -> None:
         """Make the copies now and park them spread along the record (each costs about a copy of the
         cycle's arrays, and moving it there), so that the first checks do not."""
+        if len(self.cursors) >= CURSORS:
+            return  # warm already, or parked by checks
         while len(self.cursors) < CURSORS:
             self.cursors.append(_Cursor(self.copy()))
         events = self.timeline.events
