@@ -12,6 +12,7 @@ CPU time of:
 - the first check (no kept state: the request builds it, one cycle over a fresh snapshot);
 - ``--checks`` checks of varied requests on the kept state (P50/P95/max): validation, the engine's
   answer and suggestions, pricing, the queries (the state rebuilt behind them once its TTL is over);
+  each request of its own shape (memory varies), so no answer kept per shape serves it;
 - checks right after another cycle with the state rebuilt behind the requests
   (``DRY_RUN_REFRESH_BEHIND``), answered from the kept state meanwhile.
 """
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> None:
             "gpu": gpu,
             "replicas": rng.choice((1, 1, 1, 2)),
             "cpu_milli": 4000 * gpu,
-            "memory_mib": 16384 * gpu,
+            "memory_mib": 16384 * gpu + rng.randrange(1024),  # a shape of its own: no answer kept for it
             "runtime_s": rng.choice((600, 3600, 7200)),
             "allowed_gpu_models": ["A100-80GB"],
         }
