@@ -39,17 +39,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
-from .admission import AdmissionOrder, FairShare, lq_order_key
+from .admission import AdmissionOrder, FairShare
 from .capacity import Cluster, Statement
+from .cycle_plan import plan_of, waiting_jobs
 from .estimate import P50, P90, Forecast, Start, decision_key
-from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
+from .explain import gang_reason, invalid_reason, placement_reason, preemption_why, quota_reason, window_reason
 from .fit import Shape
 from .frag.plugins import workload_mix
 from .model import (
     Admission,
-    PendingInfo,
     Plan,
     Policy,
     Preemption,
@@ -62,9 +60,10 @@ from .model import (
 from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
 from .placement import Placer
 from .preemption import Holder, Victim, VictimIndex, select_victims
+from .probes import PlacementProbes
 from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
 from .standing import capacity_totals
-from .taints import allowed_tolerations
+from .taints import granted_snapshot
 from .verdict import Feasibility
 from .windows import opens_at
 
@@ -106,29 +105,9 @@ class _Memo:
 _NOT_EXPLAINED = NoFit(Reason(ReasonKind.PLACEMENT, "does not fit (forecast)"))
 
 
-def _granted(snapshot: Snapshot) -> Snapshot:
-    """The snapshot with each pending job's tolerations cut to those its team was granted (when the
-    snapshot carries the allow-list)."""
-    if snapshot.toleration_grants is None:
-        return snapshot
-    grants = dict(snapshot.toleration_grants)
-    kept: dict[tuple[str, tuple], tuple] = {}
-    workloads = list(snapshot.workloads)
-    changed = False
-    for i, w in enumerate(workloads):
-        if w.tolerations and w.state == WorkloadState.PENDING:
-            key = (w.team, w.tolerations)
-            if key not in kept:
-                kept[key] = allowed_tolerations(w.tolerations, grants.get(w.team, ()))
-            if kept[key] != w.tolerations:
-                workloads[i] = replace(w, tolerations=kept[key])
-                changed = True
-    return replace(snapshot, workloads=tuple(workloads)) if changed else snapshot
-
-
 class _Cycle:
     def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
-        snapshot = _granted(snapshot)
+        snapshot = granted_snapshot(snapshot)
         self.snapshot = snapshot
         self.policy = policy
         self.now = now
@@ -420,30 +399,7 @@ class _Cycle:
         return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))
 
     def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
-        def fits() -> bool:
-            return self.placer.can_place(job, shape, job.gang_size)
-
-        eligible = np.zeros(self.cluster.n, dtype=bool)
-        eligible[self.placer.eligible(job, shape)] = True
-        index = self.cluster.index
-
-        def nodes_of(holder: Holder) -> np.ndarray:
-            return np.array([index[p.node] for p in holder.placements if p.node in index], dtype=np.int64)
-
-        def on_useful_node(holder: Holder) -> bool:
-            nodes = nodes_of(holder)
-            return bool(len(nodes)) and bool(eligible[nodes].any())
-
-        def frees_a_node(holder: Holder) -> bool:
-            nodes = nodes_of(holder)
-            return bool(len(self.placer.feasible(shape, nodes[eligible[nodes]])))
-
-        def placed_on() -> set[str]:
-            trial = Statement(self.cluster)
-            result = self.placer.place_gang(job, shape, trial, job.gang_size, job.gang_size, explain=False)
-            trial.discard()
-            return {p.node for p in result.placements}
-
+        probes = PlacementProbes(self.placer, job, shape)
         if self._victim_index is None:
             self._victim_index = VictimIndex(self._initial_holders, self.cohort_of, self.now)
         return select_victims(
@@ -457,10 +413,10 @@ class _Cycle:
             quota=self.quota,
             cluster=self.cluster,
             now=self.now,
-            fits=fits,
-            on_useful_node=on_useful_node,
-            frees_a_node=frees_a_node,
-            placed_on=placed_on,
+            fits=probes.fits,
+            on_useful_node=probes.on_useful_node,
+            frees_a_node=probes.frees_a_node,
+            placed_on=probes.placed_on,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
@@ -469,18 +425,8 @@ class _Cycle:
             w = victim.holder.workload
             self.taken.add(w.id)
             names.append(w.id)
-            if victim.kind == "priority":
-                why = f"priority: {job.id} (priority {job.priority}) outranks it (priority {w.priority})"
-            else:
-                why = (
-                    f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "
-                    f"that queue {victim.holder.cq} borrowed"
-                )
-            why += (
-                f"; rule: least-work minimal victim set (lowest priority, then fewest GPU-seconds lost, then "
-                f"youngest; {len(victims)} victim(s)); it loses {victim.lost_gpu_milli_s / 1000:.0f} GPU-seconds"
-            )
-            self.preemptions.append(Preemption(w.id, job.id, why))
+            cq = self.lq_by_name[job.local_queue].cluster_queue
+            self.preemptions.append(Preemption(w.id, job.id, preemption_why(job, cq, victim, len(victims))))
         message = f"preempting: waiting for {len(victims)} job(s) to stop: {', '.join(names)}"
         self.pending[job.id] = (
             Reason(ReasonKind.PREEMPTING, message, (("victims", len(victims)), ("waits_for", "victims"))),
@@ -490,60 +436,10 @@ class _Cycle:
     # -- 4. the plan ------------------------------------------------------------------------------
 
     def _plan(self) -> Plan:
-        self.waiting = self._waiting()
-        p50 = self.forecast(self.waiting, P50)
-        p90 = self.forecast(self.waiting, P90)
-        self.forecasts = (p50, p90)
-        positions = self._positions()
-        pending = []
-        for w in self.snapshot.workloads:
-            if w.state != WorkloadState.PENDING or w.id not in self.pending:
-                continue
-            reason, fixed = self.pending[w.id]
-            if fixed is not None:
-                early: float | None = fixed
-                late: float | None = fixed
-            else:
-                early = p50[w.id].at if w.id in p50 else None
-                late = p90[w.id].at if w.id in p90 else None
-                if early is not None and late is not None:
-                    late = max(early, late)
-            pending.append(PendingInfo(w.id, reason, positions.get(w.id, 0), early, late))
-        pending.sort(key=lambda p: p.workload_id)
-        admissions = sorted(self.admissions, key=lambda a: a.workload_id)
-        stats = dict(self.stats)
-        stats.update(
-            {
-                "nodes": self.cluster.n,
-                "pending_considered": len(self.considered),
-                "admitted": len(admissions),
-                "preempted": len(self.preemptions),
-                "still_pending": len(pending),
-            }
-        )
-        return Plan(tuple(admissions), tuple(self.preemptions), tuple(pending), tuple(sorted(stats.items())))
-
-    def _positions(self) -> dict[str, int]:
-        by_lq: dict[str, list[Workload]] = {}
-        for w in self.snapshot.workloads:
-            if w.state == WorkloadState.PENDING and w.id in self.pending:
-                by_lq.setdefault(w.local_queue, []).append(w)
-        positions: dict[str, int] = {}
-        for jobs in by_lq.values():
-            for k, w in enumerate(sorted(jobs, key=lq_order_key), start=1):
-                positions[w.id] = k
-        return positions
-
-    def _waiting(self) -> list[tuple[Workload, str]]:
-        """The jobs still pending without a fixed start, in the cycle's order, with their ClusterQueue;
-        a blocked team's jobs and invalid requests are left out (they get no estimate)."""
-        waiting = []
-        for job in self.considered:
-            entry = self.pending.get(job.id)
-            if entry is None or entry[1] is not None or entry[0].kind in (ReasonKind.BUDGET, ReasonKind.INVALID):
-                continue
-            waiting.append((job, self.lq_by_name[job.local_queue].cluster_queue))
-        return waiting
+        self.waiting = waiting_jobs(self.considered, self.pending, self.lq_by_name)
+        self.forecasts = (self.forecast(self.waiting, P50), self.forecast(self.waiting, P90))
+        stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
+        return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
 
     def forecast(
         self, waiting: list[tuple[Workload, str]], which: int, until: str | None = None, decisions: int | None = None
@@ -581,7 +477,7 @@ class _Cycle:
         """Steps 2 and 3 for one more pending ``job`` on the final state, keeping nothing: what the next
         cycle decides for it when nothing else changes (``dryrun``). A job that never fits is a
         ``NoFit`` whose reason has ``waits`` false."""
-        job = _granted(replace(self.snapshot, workloads=(job,))).workloads[0]
+        job = granted_snapshot(replace(self.snapshot, workloads=(job,))).workloads[0]
         never = self.feasibility.never_fits(job)
         if never is not None:
             return NoFit(never)

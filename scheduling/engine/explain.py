@@ -11,7 +11,8 @@ from .capacity import FULL, Cluster
 from .filters import CPU, FIT, GPUS, MEMORY
 from .fit import Shape, gpu_fits
 from .mig import COMPUTE_SLICES
-from .model import Reason, ReasonKind
+from .model import Reason, ReasonKind, Workload
+from .preemption import Victim
 from .windows import StartWindow
 from .windows import describe as describe_window
 
@@ -334,3 +335,17 @@ def window_reason(window: StartWindow, opens_s: float) -> Reason:
     opens = datetime.fromtimestamp(opens_s, UTC)
     message = f"waits for its start window ({describe_window(window)}): opens at {opens:%Y-%m-%d %H:%M} UTC"
     return Reason(ReasonKind.WINDOW, message, (("opens_at", opens_s), ("waits_for", "window")))
+
+
+def preemption_why(job: Workload, cq: str, victim: Victim, count: int) -> str:
+    """Why ``victim`` is preempted for ``job`` (of ClusterQueue ``cq``), one of ``count`` victims: the
+    kind of preemption and the rule that chose it."""
+    w = victim.holder.workload
+    if victim.kind == "priority":
+        why = f"priority: {job.id} (priority {job.priority}) outranks it (priority {w.priority})"
+    else:
+        why = f"reclaim: queue {cq} reclaims quota that queue {victim.holder.cq} borrowed"
+    return why + (
+        f"; rule: least-work minimal victim set (lowest priority, then fewest GPU-seconds lost, then "
+        f"youngest; {count} victim(s)); it loses {victim.lost_gpu_milli_s / 1000:.0f} GPU-seconds"
+    )
