@@ -9,8 +9,9 @@ data and fill again), ``--repeat N`` (timed runs, default 7). Target (issue 6): 
 
 Steps:
 1. Fill (only when the data set is missing or ``--rebuild``): teams, one local queue each, jobs, usage
-   records (COPY), and the hourly rollup computed by ``billing.core.usage.rollup_increments`` from the same
-   records, so the benchmark reads exactly what metering would have written.
+   records (COPY), and the hourly rollups computed by ``billing.core.usage`` (``rollup_increments``,
+   ``group_increments``) from the same records, so the benchmark reads exactly what metering would have
+   written, in the order it writes them (records as their intervals close, rollup rows hour after hour).
 2. Time ``billing.selectors.cost_allocation`` (SQL + assembly) and, separately, rendering it as the
    API's JSON; report median and worst of ``--repeat`` runs after one warm-up.
 """
@@ -24,7 +25,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -56,6 +57,7 @@ class Rec:
     cpu_milli_us: int
     memory_mib_us: int
     gpu_util_pct: float | None
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def ensure_database() -> None:
@@ -150,15 +152,19 @@ def _generated_records(rng: random.Random, *, teams: list[Any], jobs: list[Any],
             Rec(job.pk, job.team_id, "default", "bench", model, ctype, start, end, share, micros,
                 2000 * micros, 8192 * micros, rng.choice([None, 12.5, 48.0, 93.0]))
         )  # fmt: skip
+    recs.sort(key=lambda r: (r.end, r.job_id))  # metering writes a record when its interval closes
     print(f"{len(recs)} records generated in {time.perf_counter() - t0:.1f} s", flush=True)
     return recs
 
 
 def _copy_records(recs: list[Rec], *, namespaces_by_id: dict[int, str]) -> None:
-    """The records and the hourly rollup computed from them, by COPY."""
+    """The records and the hourly rollups computed from them (per queue; per job owner and label set),
+    by COPY, each rollup hour after hour as metering writes them."""
     from django.db import connection, transaction
 
-    from billing.core.usage import rollup_increments
+    from billing.core.usage import group_increments, rollup_increments
+    from billing.services.rollups import group_rollup_rows
+    from portal.jobs.models import Job
 
     t0 = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
@@ -176,7 +182,7 @@ def _copy_records(recs: list[Rec], *, namespaces_by_id: dict[int, str]) -> None:
                         r.capacity_type, r.start, r.end, Decimal(r.gpu_share_7000ths) / 7000,
                         Decimal(gpu_usage) / 7_000_000_000, Decimal(r.cpu_milli_us) / 1_000_000_000,
                         Decimal(r.memory_mib_us) / 1_024_000_000, r.gpu_share_7000ths, r.duration_us, gpu_usage,
-                        r.cpu_milli_us, r.memory_mib_us, r.gpu_util_pct, "{}",
+                        r.cpu_milli_us, r.memory_mib_us, r.gpu_util_pct, json.dumps(r.labels),
                     )
                 )  # fmt: skip
         print(f"records copied in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -186,9 +192,18 @@ def _copy_records(recs: list[Rec], *, namespaces_by_id: dict[int, str]) -> None:
             "COPY billing_usagehourly (epoch_hour, team_id, local_queue, cluster_queue, gpu_model, capacity_type, "
             "gpu_usage, cpu_milli_us, memory_mib_us, gpu_util_usage, gpu_util_measured_usage) FROM STDIN"
         ) as copy:
-            for key, values in increments.items():
+            for key, values in sorted(increments.items()):
                 copy.write_row((*key, *values.as_row()))
-    print(f"{len(increments)} hourly rollup rows in {time.perf_counter() - t0:.1f} s", flush=True)
+        owners = dict(Job.objects.values_list("pk", "owner_id"))
+        groups = group_rollup_rows(group_increments(recs, owners))
+        with cursor.cursor.copy(
+            "COPY billing_usagegrouphourly (epoch_hour, team_id, owner_id, labels_hash, labels_text, labels, "
+            "gpu_model, capacity_type, gpu_usage, cpu_milli_us, memory_mib_us, gpu_util_usage, "
+            "gpu_util_measured_usage) FROM STDIN"
+        ) as copy:
+            for row in groups:
+                copy.write_row(row)
+    print(f"{len(increments)} hourly and {len(groups)} owner and label rollup rows in {time.perf_counter() - t0:.1f} s")
 
 
 def derived_rollups() -> None:
@@ -203,12 +218,13 @@ def derived_rollups() -> None:
         cursor.execute(
             "INSERT INTO billing_gpuallocationhourly (epoch_hour, gpu_model, capacity_type, gpu_usage)"
             " SELECT epoch_hour, gpu_model, capacity_type, SUM(gpu_usage) FROM billing_usagehourly"
-            " GROUP BY epoch_hour, gpu_model, capacity_type"
+            " GROUP BY epoch_hour, gpu_model, capacity_type ORDER BY epoch_hour"
         )
         rows = cost_rollup_reprice()
         for table in (
             "billing_usagerecord",
             "billing_usagehourly",
+            "billing_usagegrouphourly",
             "billing_gpuallocationhourly",
             "billing_teamcosthourly",
         ):

@@ -20,14 +20,13 @@ Steps:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,46 +49,15 @@ def fill(*, jobs: int, records: int, namespaces: int) -> None:
     rng = random.Random(SEED)
     teams, job_rows = alloc._teams_and_jobs(namespaces=namespaces, jobs_per_team=max(1, jobs // namespaces))
     recs = alloc._generated_records(rng, teams=teams, jobs=job_rows, records=records)
-    _copy_records(recs, {t.pk: t.namespace for t in teams})
+    # Labels as metering adds them (the owner), and a project per job.
+    recs = [
+        replace(r, labels={"owner": "bench", "kind": "training", "project": PROJECTS[r.job_id % len(PROJECTS)]})
+        for r in recs
+    ]
+    alloc._copy_records(recs, namespaces_by_id={t.pk: t.namespace for t in teams})
     alloc.derived_rollups()
     _attempts(rng, job_rows)
     _member(teams[0])
-
-
-def _copy_records(recs, namespaces_by_id) -> None:
-    """``bench_allocation``'s records with labels (a project per team, the owner as metering adds it)."""
-    from django.db import connection, transaction
-
-    from billing.core.usage import rollup_increments
-
-    t0 = time.perf_counter()
-    with transaction.atomic(), connection.cursor() as cursor:
-        columns = (
-            'job_id, team_id, namespace, local_queue, cluster_queue, gpu_model, capacity_type, start, "end", gpus, '
-            "gpu_seconds, cpu_core_seconds, memory_gib_seconds, gpu_share_7000ths, duration_us, gpu_usage, "
-            "cpu_milli_us, memory_mib_us, gpu_util_pct, labels"
-        )
-        with cursor.cursor.copy(f"COPY billing_usagerecord ({columns}) FROM STDIN") as copy:
-            for r in recs:
-                gpu_usage = r.gpu_share_7000ths * r.duration_us
-                labels = {"owner": "bench", "kind": "training", "project": PROJECTS[r.job_id % len(PROJECTS)]}
-                copy.write_row(
-                    (
-                        r.job_id, r.team_id, namespaces_by_id[r.team_id], r.local_queue, r.cluster_queue, r.gpu_model,
-                        r.capacity_type, r.start, r.end, Decimal(r.gpu_share_7000ths) / 7000,
-                        Decimal(gpu_usage) / 7_000_000_000, Decimal(r.cpu_milli_us) / 1_000_000_000,
-                        Decimal(r.memory_mib_us) / 1_024_000_000, r.gpu_share_7000ths, r.duration_us, gpu_usage,
-                        r.cpu_milli_us, r.memory_mib_us, r.gpu_util_pct, json.dumps(labels),
-                    )
-                )  # fmt: skip
-        increments = rollup_increments(recs)
-        with cursor.cursor.copy(
-            "COPY billing_usagehourly (epoch_hour, team_id, local_queue, cluster_queue, gpu_model, capacity_type, "
-            "gpu_usage, cpu_milli_us, memory_mib_us, gpu_util_usage, gpu_util_measured_usage) FROM STDIN"
-        ) as copy:
-            for key, values in increments.items():
-                copy.write_row((*key, *values.as_row()))
-    print(f"{len(recs)} records and {len(increments)} rollup rows in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def _attempts(rng: random.Random, job_rows) -> None:

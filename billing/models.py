@@ -66,7 +66,24 @@ class UsageRecord(models.Model):
         return f"job {self.job_id} {self.start:%Y-%m-%d %H:%M}: {self.gpu_seconds} GPU-s"
 
 
-class UsageHourly(models.Model):
+class HourUsageColumns(models.Model):
+    """The usage summed in an hourly rollup row (``billing.core.usage.HourUsage``)."""
+
+    # One hour of one key fits 64 bits (e.g. 366,000 GPUs' usage), and PostgreSQL sums bigints in
+    # 128-bit accumulators: exact and several times faster than NUMERIC for the allocation query.
+    gpu_usage = models.BigIntegerField(default=0)
+    cpu_milli_us = models.BigIntegerField(default=0)
+    memory_mib_us = models.BigIntegerField(default=0)
+    # Σ utilization % × gpu_usage over the measured part (a weight, not money: a float is enough),
+    # and that part's gpu_usage.
+    gpu_util_usage = models.FloatField(default=0.0)
+    gpu_util_measured_usage = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class UsageHourly(HourUsageColumns):
     """Usage records cut at hour boundaries and summed per hour and key: what the allocation API reads.
 
     Written in the same transaction as the records it sums (``billing.services.metering.metering_run``), so it is
@@ -80,15 +97,6 @@ class UsageHourly(models.Model):
     cluster_queue = models.CharField(max_length=63)
     gpu_model = models.CharField(max_length=64, blank=True)
     capacity_type = models.CharField(max_length=20)
-    # One hour of one key fits 64 bits (e.g. 366,000 GPUs' usage), and PostgreSQL sums bigints in
-    # 128-bit accumulators: exact and several times faster than NUMERIC for the allocation query.
-    gpu_usage = models.BigIntegerField(default=0)
-    cpu_milli_us = models.BigIntegerField(default=0)
-    memory_mib_us = models.BigIntegerField(default=0)
-    # Σ utilization % × gpu_usage over the measured part (a weight, not money: a float is enough),
-    # and that part's gpu_usage.
-    gpu_util_usage = models.FloatField(default=0.0)
-    gpu_util_measured_usage = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -102,6 +110,38 @@ class UsageHourly(models.Model):
 
     def __str__(self) -> str:
         return f"hour {self.epoch_hour} team {self.team_id} {self.gpu_model or 'CPU'} {self.capacity_type}"
+
+
+class UsageGroupHourly(HourUsageColumns):
+    """Usage records cut at hour boundaries and summed per hour, team, job owner, label set, GPU model and
+    capacity type: what the cost by user and by label (``aggregate=label:<key>``) read.
+
+    Written with ``UsageHourly`` in the same transaction as the records it sums, so it is always exactly
+    their sum. ``labels`` is the records' label set; ``labels_text`` its canonical JSON (sorted keys,
+    ``billing.core.usage.labels_text``), which keys the row (a label set can be longer than an index entry,
+    so the unique key holds its hash).
+    """
+
+    epoch_hour = models.PositiveIntegerField()
+    team = models.ForeignKey("tenants.Team", on_delete=models.CASCADE, related_name="+")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    labels_hash = models.CharField(max_length=64, help_text="SHA-256 of labels_text.")
+    labels_text = models.TextField()
+    labels = models.JSONField(default=dict)
+    gpu_model = models.CharField(max_length=64, blank=True)
+    capacity_type = models.CharField(max_length=20)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["epoch_hour", "team", "owner", "labels_hash", "gpu_model", "capacity_type"],
+                name="uniq_usage_group_hourly",
+            )
+        ]
+        verbose_name_plural = "usage group hourly rollups"
+
+    def __str__(self) -> str:
+        return f"hour {self.epoch_hour} team {self.team_id} owner {self.owner_id} {self.labels_text}"
 
 
 class TeamCostHourly(models.Model):

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from billing.core.allocation import UNALLOCATED
 from billing.core.prices import PriceSegment
 from billing.core.units import CPU, GPU, MEMORY, US_PER_HOUR, Meter
 
@@ -200,7 +201,25 @@ def rollup_priced_sql(cte: str, cols: Sequence[str], where: str) -> str:
     """
 
 
-def rollup_per_segment_sql(cte: str, group_cols: Sequence[str], where: str) -> str:
+USAGE_HOURLY = "billing_usagehourly r"
+GROUP_HOURLY = "billing_usagegrouphourly r CROSS JOIN k"
+"""The two usage rollups as a FROM clause; the group rollup's label key (``label:<key>``) is the one row
+of ``k`` (``group_key_sql``), so a label's value is a column expression and no parameter sits between
+the SELECT list's."""
+
+GROUP_AGGREGATES = {
+    "owner": "r.owner_id",
+    "label": f"COALESCE(r.labels ->> k.label_key, '{UNALLOCATED}')",
+}
+"""The group rollup's aggregates (``label`` stands for every ``label:<key>``) and their group column."""
+
+
+def group_key_sql(label_key: str) -> tuple[str, list[Any]]:
+    """``k``: the label key the group rollup is aggregated by (empty for ``owner``), after ``p``."""
+    return ", k (label_key) AS (VALUES (CAST(%s AS TEXT)))", [label_key]
+
+
+def rollup_per_segment_sql(cte: str, group_cols: Sequence[str], where: str, table: str = USAGE_HOURLY) -> str:
     """Per (group, model, capacity type, price segment): usage summed, to be priced in integers."""
     cols = ", ".join(group_cols)
     usage = ", ".join(f"SUM(r.{c.usage})" for c in COLUMNS)
@@ -209,37 +228,51 @@ def rollup_per_segment_sql(cte: str, group_cols: Sequence[str], where: str) -> s
         SELECT {cols}, r.gpu_model, r.capacity_type, p.h0,
             {usage},
             SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
-        FROM billing_usagehourly r {PRICE_JOIN}
+        FROM {table} {PRICE_JOIN}
         WHERE {where}
         GROUP BY {cols}, r.gpu_model, r.capacity_type, p.h0
     """
 
 
-def rollup_step_figures_sql(cte: str, aggregate: str, where: str) -> str:
-    """Per (group, step): ``(name, bucket, *StepFigures fields)`` summed, priced (prices in USD as
-    floats) and named by the database. Parameters: the segments', first hour, step, the filter's."""
-    group_cols = ROLLUP_AGGREGATES[aggregate]
-    cols = ", ".join(group_cols)
-    inner_cols = ", ".join(f"{c} AS {c.removeprefix('r.')}" for c in group_cols)
-    join_team = "JOIN tenants_team t ON t.id = x.team_id" if "r.team_id" in group_cols else ""
+def _step_figures_sql(cte: str, names: str, inner_cols: str, group_by: str, where: str, table: str, join: str) -> str:
+    """Per (group, step): ``(name, bucket, *StepFigures fields)`` summed and priced (prices in USD as
+    floats) in an inner query ``x``, named by ``names``. Parameters: the segments', first hour, step,
+    the filter's."""
     short = {GPU: "g", CPU: "c", MEMORY: "r"}
     figures = ",\n                ".join(
         f"{hours_sql(c)} AS {short[c.meter]}h,\n                {cost_usd_sql(c)} AS {short[c.meter]}c" for c in COLUMNS
     )
     return f"""
         WITH {cte}
-        SELECT {ROLLUP_NAMES[aggregate]}, x.bucket, x.gh, x.gc, x.ch, x.cc, x.rh, x.rc,
+        SELECT {names}, x.bucket, x.gh, x.gc, x.ch, x.cc, x.rh, x.rc,
             CAST(0 AS DOUBLE PRECISION), x.gc + x.cc + x.rc, CASE WHEN x.um > 0 THEN x.uw / x.um / 100 END
         FROM (
             SELECT {inner_cols}, (r.epoch_hour - %s) / %s AS bucket,
                 {figures},
                 SUM(r.gpu_util_usage) AS uw, CAST(SUM(r.gpu_util_measured_usage) AS DOUBLE PRECISION) AS um
-            FROM billing_usagehourly r {PRICE_JOIN}
+            FROM {table} {PRICE_JOIN}
             WHERE {where}
-            GROUP BY {cols}, bucket
-        ) x {join_team}
+            GROUP BY {group_by}, bucket
+        ) x {join}
     """
 
+
+def rollup_step_figures_sql(cte: str, aggregate: str, where: str) -> str:
+    """``UsageHourly``'s figures per (group, step), named by the database (``_step_figures_sql``)."""
+    group_cols = ROLLUP_AGGREGATES[aggregate]
+    cols = ", ".join(group_cols)
+    inner_cols = ", ".join(f"{c} AS {c.removeprefix('r.')}" for c in group_cols)
+    join_team = "JOIN tenants_team t ON t.id = x.team_id" if "r.team_id" in group_cols else ""
+    return _step_figures_sql(cte, ROLLUP_NAMES[aggregate], inner_cols, cols, where, USAGE_HOURLY, join_team)
+
+
+def group_step_figures_sql(cte: str, group_col: str, where: str) -> str:
+    """``UsageGroupHourly``'s figures per (group key, step): the caller names the keys."""
+    return _step_figures_sql(cte, "x.g", f"{group_col} AS g", group_col, where, GROUP_HOURLY, "")
+
+
+GROUP_LABEL_KEYS_SQL = """SELECT DISTINCT jsonb_object_keys(r.labels) AS label_key FROM billing_usagegrouphourly r
+    WHERE {where} ORDER BY label_key LIMIT %s"""
 
 GPU_ALLOCATION_SQL = (
     "SELECT epoch_hour, gpu_model, capacity_type, gpu_usage FROM billing_gpuallocationhourly"
@@ -309,6 +342,19 @@ ON CONFLICT (epoch_hour, team_id, local_queue, cluster_queue, gpu_model, capacit
     gpu_util_measured_usage = billing_usagehourly.gpu_util_measured_usage + EXCLUDED.gpu_util_measured_usage
 """
 
+GROUP_UPSERT = """
+INSERT INTO billing_usagegrouphourly
+    (epoch_hour, team_id, owner_id, labels_hash, labels_text, labels, gpu_model, capacity_type,
+     gpu_usage, cpu_milli_us, memory_mib_us, gpu_util_usage, gpu_util_measured_usage)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (epoch_hour, team_id, owner_id, labels_hash, gpu_model, capacity_type) DO UPDATE SET
+    gpu_usage = billing_usagegrouphourly.gpu_usage + EXCLUDED.gpu_usage,
+    cpu_milli_us = billing_usagegrouphourly.cpu_milli_us + EXCLUDED.cpu_milli_us,
+    memory_mib_us = billing_usagegrouphourly.memory_mib_us + EXCLUDED.memory_mib_us,
+    gpu_util_usage = billing_usagegrouphourly.gpu_util_usage + EXCLUDED.gpu_util_usage,
+    gpu_util_measured_usage = billing_usagegrouphourly.gpu_util_measured_usage + EXCLUDED.gpu_util_measured_usage
+"""
+
 ALLOCATION_UPSERT = """
 INSERT INTO billing_gpuallocationhourly (epoch_hour, gpu_model, capacity_type, gpu_usage) VALUES (%s, %s, %s, %s)
 ON CONFLICT (epoch_hour, gpu_model, capacity_type) DO UPDATE SET
@@ -360,7 +406,9 @@ TEAMS_FILTER = " AND team_id IN ({})"
 
 def team_cost_reprice_sql(cte: str) -> str:
     """Recompute ``TeamCostHourly`` from ``UsageHourly`` with prices in whole 10^-6 USD, so the sums
-    are the exact cost numerators (``PriceSegment.in_units``)."""
+    are the exact cost numerators (``PriceSegment.in_units``). Rows are written hour after hour, as
+    metering adds them: a window's rows then sit in few pages (a hash order spreads a month over
+    most of the table)."""
     usage = ", ".join(f"SUM(r.{c.usage})" for c in COLUMNS)
     cost = ", ".join(f"SUM({cost_units_sql(c)})" for c in COLUMNS)
     return f"""
@@ -372,6 +420,7 @@ def team_cost_reprice_sql(cte: str) -> str:
             {cost}, SUM(r.gpu_util_usage), SUM(r.gpu_util_measured_usage)
         FROM billing_usagehourly r {PRICE_JOIN}
         GROUP BY r.epoch_hour, r.team_id
+        ORDER BY r.epoch_hour, r.team_id
     """
 
 

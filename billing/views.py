@@ -87,7 +87,7 @@ def cost_breakdown(request: HttpRequest) -> HttpResponse:
     label, guaranteed vs borrowed quota."""
     now = timezone.now()
     window_text, query = _window_query(request, now)
-    keys = label_keys(start=query.start, end=query.end, team_ids=query.team_ids)
+    keys = label_keys(query)
     key = request.GET.get("label", "")
     if key not in keys:
         key = keys[0] if keys else ""

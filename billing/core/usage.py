@@ -13,12 +13,13 @@ idle GPU capacity measured against it.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from billing.core.allocation import IdleRow, UsageRow, UsageSums
 from billing.core.prices import PriceLookup, PriceTriple
@@ -131,6 +132,8 @@ class MeteredUsage(Protocol):
     def gpu_util_pct(self) -> float | None: ...
 
 
+K = TypeVar("K")
+
 RollupKey = tuple[int, int, str, str, str, str]
 """(epoch hour, team id, local queue, cluster queue, GPU model, capacity type)"""
 
@@ -151,16 +154,48 @@ class HourUsage:
 
 def rollup_increments(records: Iterable[MeteredUsage]) -> dict[RollupKey, HourUsage]:
     """Records cut at hour boundaries and summed per rollup key (exact: pieces sum to the record)."""
-    sums: dict[RollupKey, HourUsage] = defaultdict(HourUsage)
+
+    def key_of(record: MeteredUsage, hour: int) -> RollupKey:
+        return (hour, record.team_id, record.local_queue, record.cluster_queue, record.gpu_model, record.capacity_type)
+
+    return hour_increments(records, key_of)
+
+
+GroupKey = tuple[int, int, int, str, str, str]
+"""(epoch hour, team id, job owner's user id, label set as canonical JSON, GPU model, capacity type)"""
+
+
+def labels_text(labels: Mapping[str, Any] | None) -> str:
+    """A label set as one canonical JSON text (sorted keys, no spaces): the group rollup's key."""
+    return json.dumps(dict(labels or {}), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def group_increments(records: Iterable[Any], owners: Mapping[int, int]) -> dict[GroupKey, HourUsage]:
+    """Records (with ``job_id`` and ``labels``) cut at hour boundaries and summed per (hour, team, owner,
+    label set, model, capacity type); ``owners`` maps each record's job id to its owner's user id."""
+    texts: dict[int, str] = {}
+
+    def key_of(record: Any, hour: int) -> GroupKey:
+        text = texts.get(id(record))
+        if text is None:
+            text = texts[id(record)] = labels_text(record.labels)
+        owner = owners[record.job_id]
+        return (hour, record.team_id, owner, text, record.gpu_model, record.capacity_type)
+
+    return hour_increments(records, key_of)
+
+
+def hour_increments(records: Iterable[MeteredUsage], key_of: Callable[[Any, int], K]) -> dict[K, HourUsage]:
+    """Records cut at hour boundaries and summed per ``key_of(record, hour)`` (exact: the pieces sum to
+    the record; CPU and memory at the record's exact rate per microsecond)."""
+    sums: dict[K, HourUsage] = defaultdict(HourUsage)
     for record in records:
         duration = max(1, record.duration_us)
         cpu_rate = int(record.cpu_milli_us) // duration  # cpu_milli × replicas, exactly
         memory_rate = int(record.memory_mib_us) // duration
         util = record.gpu_util_pct
-        team = record.team_id
         for hour, micros in hour_pieces(record.start, record.end):
-            key = (hour, team, record.local_queue, record.cluster_queue, record.gpu_model, record.capacity_type)
-            row = sums[key]
+            row = sums[key_of(record, hour)]
             gpu_usage = record.gpu_share_7000ths * micros
             row.gpu_usage += gpu_usage
             row.cpu_milli_us += cpu_rate * micros

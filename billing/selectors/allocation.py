@@ -4,14 +4,17 @@ budgets).
 ``cost_allocation`` steps:
 1. Prices: the price book's entries become piecewise-constant segments per (GPU model, capacity type)
    over the window (``billing.core.prices.price_segments``); a price applies from its hour on only.
-2. Usage: ``allocation_path`` chooses one of four paths by the aggregate and the flags:
+2. Usage: ``allocation_path`` chooses one of five paths by the aggregate and the flags:
    a. ``team_cost_path`` (namespace, team): ``TeamCostHourly``, one priced row per team-hour (exact cost
       numerators for the totals, stored floats for the steps), when it is priced with the current book;
    b. ``rollup_path`` (queue, cluster_queue, gpu_model, capacity_type, and a. with a stale price book):
       ``UsageHourly`` joined with the price segments hour by hour in SQL;
    c. ``rollup_shared_idle_path`` (the same aggregates with ``share_idle``): ``UsageHourly`` priced per
       model and capacity type, so idle can be shared by each group's use of each model;
-   d. ``record_path`` (job, label:<key>): the usage records, cut at hour boundaries and priced in Python.
+   d. ``group_path`` (owner, label:<key>): ``UsageGroupHourly`` (hour x team x job owner x label set x
+      model x capacity type) priced like b.;
+   e. ``record_path`` (job, and c. or d. with ``share_idle``): the usage records, cut at hour boundaries
+      and priced in Python.
    Running jobs' open intervals are added up to ``now`` on every path.
 3. Idle: recorded capacity per model and hour minus all tenants' allocation (``GpuAllocationHourly``),
    clamped at zero (``billing.core.usage.idle_rows``).
@@ -26,6 +29,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from billing import sql
@@ -48,6 +52,9 @@ from billing.selectors.capacity import capacity_changes
 from billing.selectors.prices import cost_rollup_current, gpu_model_names_used, price_list
 from billing.selectors.rollups import (
     gpu_allocation,
+    group_aggregate,
+    group_step_rows,
+    group_totals,
     rollup_group,
     rollup_rows,
     rollup_step_rows,
@@ -103,7 +110,7 @@ def allocation_inputs(query: AllocationQuery, *, now: datetime) -> Inputs:
 def allocation_path(query: AllocationQuery, prices: list[Price]) -> AllocationPath:
     """The path that answers ``query`` (step 2 of the module docstring)."""
     if query.aggregate not in sql.ROLLUP_AGGREGATES:
-        return record_path
+        return group_path if group_aggregate(query.aggregate) and not query.share_idle else record_path
     if query.share_idle:
         return rollup_shared_idle_path
     if query.aggregate in ("namespace", "team") and cost_rollup_current(prices):
@@ -131,6 +138,22 @@ def rollup_path(inputs: Inputs) -> Allocation:
     totals, _unpriced = rollup_totals(query, segments, inputs.teams)
     running, idle = _running_and_idle(inputs, PriceLookup(segments))
     return _assemble_fast(inputs, rollup_step_rows(query, segments), totals, running, idle)
+
+
+def group_path(inputs: Inputs) -> Allocation:
+    """2d. Per job owner or label value from ``UsageGroupHourly``, priced like ``rollup_path``."""
+    query = inputs.query
+    names = owner_names() if query.aggregate == "owner" else None
+    totals, _unpriced = group_totals(query, inputs.segments, names)
+    running, idle = _running_and_idle(inputs, PriceLookup(inputs.segments))
+    step_rows = group_step_rows(query, inputs.segments)
+    return _assemble_fast(inputs, step_rows, totals, running, idle, group_names=names)
+
+
+def owner_names() -> dict[int, str]:
+    """Every user's name by id (the ``owner`` aggregate's groups)."""
+    users = get_user_model()
+    return dict(users.objects.values_list("pk", users.USERNAME_FIELD))
 
 
 def _assemble_fast(
@@ -169,7 +192,7 @@ def rollup_shared_idle_path(inputs: Inputs) -> Allocation:
 
 
 def record_path(inputs: Inputs) -> Allocation:
-    """2d. The usage records themselves, cut at hour boundaries and priced in Python: any aggregate
+    """2e. The usage records themselves, cut at hour boundaries and priced in Python: any aggregate
     (job, label:<key>, and every rollup one), the general path the others must agree with."""
     query = inputs.query
     prices = PriceLookup(inputs.segments)
@@ -229,6 +252,8 @@ def record_group(record: UsageRecord, *, aggregate: str, teams: Mapping[int, Tea
     """A usage record's group under ``aggregate``."""
     if aggregate == "job":
         return str(record.job_id)
+    if aggregate == "owner":
+        return record.job.owner.get_username()
     if aggregate.startswith("label:"):
         return str((record.labels or {}).get(aggregate.removeprefix("label:"), UNALLOCATED))
     team = teams.get(record.team_id)

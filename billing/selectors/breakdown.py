@@ -1,9 +1,9 @@
 """The cost page's breakdowns over its window: by user, by a label, and guaranteed vs borrowed use.
 
-By user and by label are the allocation's own figures (the record path: ``aggregate="job"`` summed per
-job owner, and ``label:<key>``), so they add up to the namespace totals. Guaranteed vs borrowed reads
-the jobs' attempts (``JobAttempt.borrowed``: whether the admission used quota borrowed from the
-cohort): GPU-hours = billed share x the attempt's run inside the window, cost = those GPU-hours
+By user and by label are the allocation's own figures (``aggregate="owner"`` and ``label:<key>``, read
+from the hourly rollup per job owner and label set), so they add up to the namespace totals.
+Guaranteed vs borrowed reads the jobs' attempts (``JobAttempt.borrowed``: whether the admission used
+quota borrowed from the cohort): GPU-hours = billed share x the attempt's run inside the window, cost = those GPU-hours
 priced hour by hour (the price book's GPU-hour price of the attempt's model and capacity type).
 """
 
@@ -15,17 +15,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
 
-from django.db import connection
 from django.db.models import Q
 
-from billing.core.allocation import AllocationQuery
+from billing.core.allocation import Allocation, AllocationQuery
 from billing.core.prices import PriceLookup
 from billing.core.units import epoch_hour, hour_pieces
 from billing.selectors.allocation import cost_allocation
 from billing.selectors.prices import price_segment_list
-from portal.jobs.models import Job, JobAttempt
+from billing.selectors.rollups import group_label_keys
+from portal.jobs.models import JobAttempt
 
 MICROS_PER_HOUR = 3_600_000_000
 UNITS_PER_GPU = 7000
@@ -42,47 +41,26 @@ class GroupCost:
 
 def cost_by_user(query: AllocationQuery, *, now: datetime) -> list[GroupCost]:
     """Cost per job owner over the query's window, costliest first."""
-    per_job = cost_allocation(replace(query, aggregate="job", show_idle=False), now=now).group_totals()
-    owners = dict(
-        Job.objects.filter(pk__in=[int(k) for k in per_job if k.isdigit()]).values_list("pk", "owner__username")
-    )
-    hours: dict[str, Decimal] = defaultdict(Decimal)
-    cost: dict[str, Decimal] = defaultdict(Decimal)
-    for job_id, figures in per_job.items():
-        user = owners.get(int(job_id), "?") if job_id.isdigit() else job_id
-        hours[user] += figures.gpu_hours
-        cost[user] += figures.total_cost
-    return sorted((GroupCost(u, hours[u], cost[u]) for u in hours), key=lambda g: (-g.total_cost, g.name))
+    return _groups(cost_allocation(replace(query, aggregate="owner", show_idle=False), now=now))
 
 
 def cost_by_label(query: AllocationQuery, *, key: str, now: datetime) -> list[GroupCost]:
     """Cost per value of label ``key`` (``__unallocated__``: jobs without it), costliest first."""
-    totals = cost_allocation(replace(query, aggregate=f"label:{key}", show_idle=False), now=now).group_totals()
-    groups = [GroupCost(name, f.gpu_hours, f.total_cost) for name, f in totals.items()]
+    return _groups(cost_allocation(replace(query, aggregate=f"label:{key}", show_idle=False), now=now))
+
+
+def _groups(allocation: Allocation) -> list[GroupCost]:
+    groups = [GroupCost(name, f.gpu_hours, f.total_cost) for name, f in allocation.group_totals().items()]
     return sorted(groups, key=lambda g: (-g.total_cost, g.name))
 
 
 AUTOMATIC_LABELS = ("kind", "priority-class", "owner", "capacity-type")  # metering adds them (billing.records)
 
 
-def label_keys(*, start: datetime, end: datetime, team_ids: Iterable[int] | None) -> list[str]:
-    """Label keys of the usage in the window (at most ``LABEL_KEYS_MAX``): the jobs' own labels first,
-    then the ones metering adds to every record, each part sorted."""
-    where = 'u.start < %s AND u."end" > %s'
-    params: list[Any] = [end, start]
-    if team_ids is not None:
-        ids = list(team_ids)
-        if not ids:
-            return []
-        where += f" AND u.team_id IN ({', '.join(['%s'] * len(ids))})"
-        params += ids
-    sql = (
-        f"SELECT DISTINCT jsonb_object_keys(u.labels) AS k FROM billing_usagerecord u "
-        f"WHERE {where} AND u.labels <> '{{}}'::jsonb ORDER BY k LIMIT {LABEL_KEYS_MAX}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        keys = [row[0] for row in cursor.fetchall()]
+def label_keys(query: AllocationQuery) -> list[str]:
+    """Label keys of the usage in the query's window and teams (at most ``LABEL_KEYS_MAX``): the jobs'
+    own labels first, then the ones metering adds to every record, each part sorted."""
+    keys = group_label_keys(query, LABEL_KEYS_MAX)
     return sorted(keys, key=lambda k: (k in AUTOMATIC_LABELS, k))
 
 

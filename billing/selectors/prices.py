@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from billing.core.prices import Price, PriceSegment, price_segments, price_version
-from billing.models import CostRollupState, PriceBookEntry, UsageHourly
+from billing.models import CostRollupState, GpuAllocationHourly, PriceBookEntry
 from portal.jobs.models import GpuModel
 
 
@@ -30,7 +30,9 @@ def gpu_model_names() -> set[str]:
 def gpu_model_names_used(hour_from: int, hour_to: int) -> set[str]:
     """GPU models of the catalogue and the price book, and every model with usage in [hour_from, hour_to):
     usage on a model outside the catalogue is priced by the fallback entries, never left at $0."""
-    used = UsageHourly.objects.filter(epoch_hour__gte=hour_from, epoch_hour__lt=hour_to).exclude(gpu_model="")
+    # GpuAllocationHourly has a row per (hour, model, capacity type) of every UsageHourly row (both are
+    # written from the same increments): the same models, from a table a hundred times smaller.
+    used = GpuAllocationHourly.objects.filter(epoch_hour__gte=hour_from, epoch_hour__lt=hour_to).exclude(gpu_model="")
     return gpu_model_names() | set(used.values_list("gpu_model", flat=True).distinct())
 
 

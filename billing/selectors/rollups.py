@@ -8,7 +8,7 @@ priced (when ``cost_rollup_current``). The SQL is in ``billing.sql``.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from billing import sql
@@ -88,8 +88,14 @@ def rollup_totals(
     group_cols = sql.ROLLUP_AGGREGATES[query.aggregate]
     cte, params = sql.price_segments_sql(segments)
     fetched = sql.fetch_all(sql.rollup_per_segment_sql(cte, group_cols, where), [*params, *where_params])
+    return _priced_totals(fetched, len(group_cols), segments, lambda key: rollup_group(key, query.aggregate, teams))
+
+
+def _priced_totals(
+    fetched: list[tuple[Any, ...]], n: int, segments: Sequence[PriceSegment], name_of: Callable[[tuple[Any, ...]], str]
+) -> tuple[dict[str, UsageSums], set[str]]:
+    """Rows of ``rollup_per_segment_sql`` (``n`` group columns) priced in integers and summed per group."""
     price = {(s.gpu_model, s.capacity_type, s.hour_from): s for s in segments}
-    n = len(group_cols)
     totals: dict[str, UsageSums] = {}
     unpriced: set[str] = set()
     for row in fetched:
@@ -98,7 +104,7 @@ def rollup_totals(
         if segment is None:
             unpriced.add(model)
         gpu, cpu, memory = int(row[n + 3]), int(row[n + 4]), int(row[n + 5])
-        group = rollup_group(tuple(row[:n]), query.aggregate, teams)
+        group = name_of(tuple(row[:n]))
         sums = totals.get(group)
         if sums is None:
             sums = totals[group] = UsageSums()
@@ -112,6 +118,59 @@ def rollup_totals(
         sums.util_usage += float(row[n + 6] or 0)
         sums.util_measured_usage += int(row[n + 7] or 0)
     return totals, unpriced
+
+
+def group_aggregate(aggregate: str) -> tuple[str, str] | None:
+    """(group column, label key) of an aggregate ``UsageGroupHourly`` answers (``owner``,
+    ``label:<key>``), else None."""
+    if aggregate == "owner":
+        return sql.GROUP_AGGREGATES["owner"], ""
+    if aggregate.startswith("label:"):
+        return sql.GROUP_AGGREGATES["label"], aggregate.removeprefix("label:")
+    return None
+
+
+def group_totals(
+    query: AllocationQuery, segments: Sequence[PriceSegment], names: Mapping[Any, str] | None = None
+) -> tuple[dict[str, UsageSums], set[str]]:
+    """``rollup_totals`` from the group rollup: per owner (named by ``names``, user id to username) or
+    per value of a label."""
+    found = _filter(query)
+    group = group_aggregate(query.aggregate)
+    if found is None or group is None:
+        return {}, set()
+    (where, where_params), (column, label_key) = found, group
+    cte, params = sql.price_segments_sql(segments)
+    key_cte, key_params = sql.group_key_sql(label_key)
+    fetched = sql.fetch_all(
+        sql.rollup_per_segment_sql(cte + key_cte, [column], where, table=sql.GROUP_HOURLY),
+        [*params, *key_params, *where_params],
+    )
+    return _priced_totals(fetched, 1, segments, lambda key: names.get(key[0], str(key[0])) if names else key[0])
+
+
+def group_step_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) -> list[tuple[Any, ...]]:
+    """``rollup_step_rows`` from the group rollup: rows keyed by the owner's user id or the label value."""
+    found = _filter(query)
+    group = group_aggregate(query.aggregate)
+    if found is None or group is None:
+        return []
+    (where, where_params), (column, label_key) = found, group
+    cte, params = sql.price_segments_sql(segments, money="DOUBLE PRECISION")
+    key_cte, key_params = sql.group_key_sql(label_key)
+    return sql.fetch_binary(
+        sql.group_step_figures_sql(cte + key_cte, column, where),
+        [*params, *key_params, epoch_hour(query.start), query.step_hours, *where_params],
+    )
+
+
+def group_label_keys(query: AllocationQuery, limit: int) -> list[str]:
+    """The label keys of the usage in the query's window and teams, sorted (at most ``limit``)."""
+    found = _filter(query)
+    if found is None:
+        return []
+    where, params = found
+    return [row[0] for row in sql.fetch_all(sql.GROUP_LABEL_KEYS_SQL.format(where=where), [*params, limit])]
 
 
 def rollup_step_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) -> list[tuple[Any, ...]]:

@@ -13,13 +13,14 @@ from billing.services.budgets import budget_check, budget_holds_refresh
 from billing.services.capacity import capacity_record
 from billing.services.metering import metering_run
 from billing.services.prices import price_book_seed_defaults
-from billing.services.rollups import cost_rollup_reprice, rollup_rebuild
+from billing.services.rollups import cost_rollup_reprice, group_rollup_rebuild, rollup_rebuild
 
 __all__ = [
     "budget_check",
     "budget_holds_refresh",
     "capacity_record",
     "cost_rollup_reprice",
+    "group_rollup_rebuild",
     "metering_run",
     "price_book_seed_defaults",
     "rollup_rebuild",

@@ -1,5 +1,6 @@
-"""Rollup writes: hourly usage, all tenants' GPU allocation and the priced per-team rollup, always
-exactly the sum of the usage records; re-pricing after a price book change; rebuilding from records.
+"""Rollup writes: hourly usage (per queue, and per job owner and label set), all tenants' GPU allocation
+and the priced per-team rollup, always exactly the sum of the usage records; re-pricing after a price
+book change; rebuilding from records.
 
 Every write here runs under ``metering_lock`` in a transaction (see there for the race it prevents).
 """
@@ -7,10 +8,12 @@ Every write here runs under ``metering_lock`` in a transaction (see there for th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Max, Min
@@ -18,9 +21,24 @@ from django.utils import timezone
 
 from billing import sql
 from billing.core.prices import PriceLookup, price_segments, price_version
-from billing.core.usage import HourUsage, RollupKey, rollup_increments, team_cost_increments
-from billing.models import CostRollupState, GpuAllocationHourly, TeamCostHourly, UsageHourly, UsageRecord
+from billing.core.usage import (
+    GroupKey,
+    HourUsage,
+    RollupKey,
+    group_increments,
+    rollup_increments,
+    team_cost_increments,
+)
+from billing.models import (
+    CostRollupState,
+    GpuAllocationHourly,
+    TeamCostHourly,
+    UsageGroupHourly,
+    UsageHourly,
+    UsageRecord,
+)
 from billing.selectors.prices import gpu_model_names, price_list
+from portal.jobs.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +72,54 @@ def rollup_add(records: list[UsageRecord]) -> int:
     for (hour, _team, _lq, _cq, model, ctype), usage in increments.items():
         allocated[(hour, model, ctype)] += usage.gpu_usage
     sql.execute_many(sql.ALLOCATION_UPSERT, [(*key, usage) for key, usage in allocated.items()])
+    group_rollup_add(records)
     if increments:
         cost_rollup_add(increments)
     return len(increments)
+
+
+def group_rollup_add(records: list[UsageRecord]) -> int:
+    """Add records to ``UsageGroupHourly`` (hour x team x job owner x label set x model x capacity type;
+    the caller holds the metering lock and a transaction). Returns the rows written."""
+    owners = dict(Job.objects.filter(pk__in={r.job_id for r in records}).values_list("pk", "owner_id"))
+    rows = group_rollup_rows(group_increments(records, owners))
+    sql.execute_many(sql.GROUP_UPSERT, rows)
+    return len(rows)
+
+
+def group_rollup_rows(increments: Mapping[GroupKey, HourUsage]) -> list[tuple[Any, ...]]:
+    """``UsageGroupHourly`` rows (the columns of ``sql.GROUP_UPSERT``) of group increments, hour after hour."""
+    return [
+        (hour, team, owner, hashlib.sha256(text.encode()).hexdigest(), text, text, model, ctype, *usage.as_row())
+        for (hour, team, owner, text, model, ctype), usage in sorted(increments.items())
+    ]
+
+
+GROUP_FIELDS = (
+    "job_id", "team_id", "gpu_model", "capacity_type", "start", "end", "gpu_share_7000ths", "duration_us",
+    "cpu_milli_us", "memory_mib_us", "gpu_util_pct", "labels",
+)  # fmt: skip
+"""What the group rollup reads of a usage record."""
+
+
+def group_rollup_rebuild() -> int:
+    """Recompute ``UsageGroupHourly`` alone from the usage records (its backfill; ``rollup_rebuild``
+    recomputes every rollup). Returns the rows written."""
+    with transaction.atomic(), metering_lock():
+        UsageGroupHourly.objects.all().delete()
+        return sum(group_rollup_add(batch) for batch in _record_batches(20000, *GROUP_FIELDS))
+
+
+def _record_batches(size: int = 20000, *fields: str) -> Iterator[list[UsageRecord]]:
+    """Every usage record in batches, in the order they were written (only ``fields``, if given)."""
+    batch: list[UsageRecord] = []
+    records = UsageRecord.objects.order_by("id")
+    for record in (records.only(*fields) if fields else records).iterator(chunk_size=5000):
+        batch.append(record)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    yield batch
 
 
 def cost_rollup_add(increments: Mapping[RollupKey, HourUsage]) -> None:
@@ -104,15 +167,9 @@ def rollup_rebuild() -> int:
     """Recompute every rollup from the usage records (repair after manual edits)."""
     with transaction.atomic(), metering_lock():
         UsageHourly.objects.all().delete()
+        UsageGroupHourly.objects.all().delete()
         GpuAllocationHourly.objects.all().delete()
         CostRollupState.objects.all().delete()  # re-priced as a whole by the first rollup_add
-        written = 0
-        batch: list[UsageRecord] = []
-        for record in UsageRecord.objects.order_by("id").iterator(chunk_size=5000):
-            batch.append(record)
-            if len(batch) == 20000:
-                written += rollup_add(batch)
-                batch = []
-        written += rollup_add(batch)
+        written = sum(rollup_add(batch) for batch in _record_batches())
         cost_rollup_reprice()
     return written

@@ -77,9 +77,23 @@ def _spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-model", action="append", help="an allowed GPU model (repeat for several)")
     group.add_argument("--priority-class")
     group.add_argument("--runtime", help="expected runtime: 3600, 45m, 2h, 1h30m")
-    group.add_argument("--restart-policy", choices=["Requeue", "Never"])
+    group.add_argument("--restart-policy", choices=["requeue", "never"])
     group.add_argument("--label", action="append", metavar="KEY=VALUE")
     group.add_argument("--node-selector", action="append", metavar="KEY=VALUE")
+    group.add_argument(
+        "--spot", action=argparse.BooleanOptionalAction, help="may run on spot nodes (requeued if reclaimed)"
+    )
+    group.add_argument("--checkpoint-path", help="passed to the pods as CHECKPOINT_PATH; named when requeued")
+    group.add_argument("--max-restarts", type=int, help="training: whole-gang restarts before the job fails")
+    ray = parser.add_argument_group("Ray jobs (--kind ray; --gpu, --cpu-milli, --memory-mib are the head's)")
+    ray.add_argument("--ray-mode", choices=["job", "cluster"], help="a RayJob (default) or a RayCluster")
+    ray.add_argument("--entrypoint", help="the RayJob's command, e.g. 'python train.py'")
+    ray.add_argument(
+        "--worker-group",
+        action="append",
+        metavar="NAME:REPLICAS:GPU[:CPU_MILLI[:MEMORY_MIB]]",
+        help="a worker group (repeat for several), e.g. gpu:4:2 or gpu:4:2:8000:65536",
+    )
 
 
 def _wait_flags(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,10 @@ The YAML file holds the same fields as ``POST /api/v1/jobs/`` (see ``gpuportal.t
     allowed_gpu_models: [A100-80GB, H100-80GB]
     runtime_s: 7200          # or runtime: 2h
 
+A Ray job (``kind: ray``): the job's own gpu, cpu_milli and memory_mib are the head's, and ``ray``
+holds ``mode`` (job or cluster), ``entrypoint`` and ``worker_groups`` (``--ray-mode``, ``--entrypoint``,
+``--worker-group gpu:4:2`` on the command line).
+
 Flags override the file's fields; the portal checks the result and names any field it refuses.
 """
 
@@ -99,7 +103,31 @@ PLAIN_FLAGS = {
     "memory_mib": "memory_mib",
     "priority_class": "priority_class",
     "restart_policy": "restart_policy",
+    "spot": "spot",
+    "checkpoint_path": "checkpoint_path",
+    "max_restarts": "max_restarts",
 }
+GROUP_FIELDS = ("name", "replicas", "gpu", "cpu_milli", "memory_mib")
+
+
+def worker_group(text: str) -> dict[str, Any]:
+    """``gpu:4:2[:8000[:65536]]`` → a Ray worker group (name, replicas, GPUs per worker, CPU, memory)."""
+    parts = text.split(":")
+    if not 3 <= len(parts) <= len(GROUP_FIELDS) or not all(p.isdigit() for p in parts[1:]) or not parts[0]:
+        raise SpecError(f"--worker-group takes NAME:REPLICAS:GPU[:CPU_MILLI[:MEMORY_MIB]], got {text!r}")
+    return {"name": parts[0], **{key: int(v) for key, v in zip(GROUP_FIELDS[1:], parts[1:], strict=False)}}
+
+
+def ray_from(spec: Mapping[str, Any], flags: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The spec's ``ray`` with the Ray flags on top (None when neither says anything)."""
+    ray = dict(spec.get("ray") or {})
+    if flags.get("ray_mode") is not None:
+        ray["mode"] = flags["ray_mode"]
+    if flags.get("entrypoint") is not None:
+        ray["entrypoint"] = flags["entrypoint"]
+    if flags.get("worker_group"):
+        ray["worker_groups"] = [worker_group(g) for g in flags["worker_group"]]
+    return ray or None
 
 
 def spec_from(file: str | None, flags: Mapping[str, Any], command: Sequence[str] | None = None) -> dict[str, Any]:
@@ -119,6 +147,8 @@ def spec_from(file: str | None, flags: Mapping[str, Any], command: Sequence[str]
         spec["runtime_s"] = parse_duration(flags["runtime"])
     if flags.get("gpu_model"):
         spec["allowed_gpu_models"] = list(flags["gpu_model"])
+    if (ray := ray_from(spec, flags)) is not None:
+        spec["ray"] = ray
     for dest, field in (("label", "labels"), ("node_selector", "node_selector")):
         if flags.get(dest):
             spec[field] = {**(spec.get(field) or {}), **key_values(flags[dest], "--" + dest.replace("_", "-"))}

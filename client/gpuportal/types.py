@@ -17,6 +17,26 @@ TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled"})
 Verdict = Literal["runs_now", "waits", "never"]
 
 
+class RayWorkerGroup(TypedDict, total=False):
+    """One group of identical Ray workers (``name`` and ``replicas`` required)."""
+
+    name: str
+    replicas: int
+    gpu: int  # whole GPUs per worker
+    cpu_milli: int
+    memory_mib: int
+
+
+class RaySpec(TypedDict, total=False):
+    """A Ray job beyond its head: a RayJob (``mode: job``, the default) runs ``entrypoint`` on a
+    cluster of the head and ``worker_groups``, admitted as one gang; a RayCluster (``mode: cluster``)
+    runs until cancelled."""
+
+    mode: str
+    entrypoint: str
+    worker_groups: list[RayWorkerGroup]
+
+
 class JobSpec(TypedDict, total=False):
     """The body of a submission (``POST /api/v1/jobs/``) and of a dry run; a plain ``dict`` works too.
 
@@ -57,6 +77,7 @@ class JobSpec(TypedDict, total=False):
     start_window: str  # e.g. "20:00-08:00": admitted only between these local times
     window_timezone: str  # IANA zone of start_window (default UTC)
     off_peak: bool  # starts only in the portal's off-peak hours, billed at the off-peak price
+    ray: RaySpec  # kind ray: mode, entrypoint and worker groups (the job's own resources are the head's)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -289,6 +310,11 @@ class Job(ApiValue):
     @property
     def succeeded(self) -> bool:
         return self.state == "Succeeded"
+
+    @property
+    def ray(self) -> Mapping[str, Any]:
+        """A Ray job's mode, entrypoint and worker groups (empty for other kinds)."""
+        return self.raw.get("ray") or {}
 
     @property
     def expected_end(self) -> datetime | None:

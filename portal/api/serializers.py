@@ -230,6 +230,23 @@ class AffinityField(serializers.DictField):
     """A pod spec's ``affinity``; the service checks it as Kubernetes would (400 naming the path)."""
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "kind ray: the Ray cluster beyond its head (the job's own gpu, cpu_milli and memory_mib, "
+        "one replica): mode (job: a RayJob running entrypoint; cluster: a RayCluster), entrypoint, and "
+        "worker_groups, each with name, replicas, gpu, cpu_milli and memory_mib per worker.",
+        "example": {
+            "mode": "job",
+            "entrypoint": "python train.py",
+            "worker_groups": [{"name": "gpu", "replicas": 2, "gpu": 4, "cpu_milli": 16000, "memory_mib": 131072}],
+        },
+    }
+)
+class RayField(serializers.DictField):
+    """A Ray job's spec; the service checks it (400 naming the path, e.g. ray.worker_groups.0.gpu)."""
+
+
 class JobCreateSerializer(serializers.Serializer):
     """A job submission. Unknown fields are refused (400 naming them), never silently dropped."""
 
@@ -329,6 +346,7 @@ class JobCreateSerializer(serializers.Serializer):
         default=False,
         help_text="Start only in the off-peak hours (OFFPEAK_HOURS) and be billed at the off-peak price.",
     )
+    ray = RayField(required=False, default=dict)
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):

@@ -2,22 +2,83 @@
 
 Rates come from settings at request time (``API_THROTTLE_*``), so a test or a benchmark can change
 them without reloading DRF. A throttled request is a 429 with ``Retry-After`` (DRF's ``Throttled``).
-Counters live in the default cache (Redis when ``REDIS_URL`` is set, shared by all web processes).
+Each key's requests of the last window are a sliding log, as DRF keeps them, but in a Redis sorted
+set when the default cache is Redis (``REDIS_URL``; shared by all web processes): one atomic round
+trip per request instead of reading, filtering and writing back the whole list (one address's list
+holds every request of the last minute), and two concurrent requests cannot lose each other's entry.
+Other caches (tests without Redis) keep DRF's list.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import uuid
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle
 
+_local_lock = threading.Lock()
+
+
+def _redis():
+    """The default cache's Redis client, or None when the cache is not Redis."""
+    backend = caches["default"]  # ``cache`` is a proxy to it, never a RedisCache itself
+    return backend._cache.get_client(write=True) if isinstance(backend, RedisCache) else None
+
+
+def log_add(key: str, *, window_s: float, now: float, limit: int | None = None) -> float | None:
+    """Log a request for ``key`` unless ``limit`` requests are logged within the last ``window_s``.
+
+    Returns None when logged, else the seconds until the oldest logged request leaves the window
+    (DRF's wait for a full log)."""
+    client = _redis()
+    if client is None:
+        with _local_lock:  # read, filter and write back as one step within this process
+            history = [at for at in cache.get(key, []) if at > now - window_s]
+            if limit is not None and len(history) >= limit:
+                return window_s - (now - history[-1])
+            cache.set(key, [now, *history], window_s)
+            return None
+    name = cache.make_key(key)
+    member = f"{now!r}:{uuid.uuid4().hex[:12]}"
+    pipe = client.pipeline(transaction=True)  # MULTI: the trim, the entry and the count at once
+    pipe.zremrangebyscore(name, "-inf", now - window_s)
+    pipe.zadd(name, {member: now})
+    pipe.zcard(name)
+    pipe.zrange(name, 0, 0, withscores=True)
+    pipe.expire(name, int(window_s) + 1)
+    _, _, count, oldest, _ = pipe.execute()
+    if limit is not None and count > limit:
+        client.zrem(name, member)  # refused requests are not counted, as in DRF
+        return window_s - (now - float(oldest[0][1]))
+    return None
+
+
+def log_wait(key: str, *, window_s: float, now: float, limit: int) -> float | None:
+    """The seconds until ``key`` may log a request again, or None when fewer than ``limit`` are logged."""
+    client = _redis()
+    if client is None:
+        history = [at for at in cache.get(key, []) if at > now - window_s]
+        return window_s - (now - history[-1]) if len(history) >= limit else None
+    name = cache.make_key(key)
+    pipe = client.pipeline(transaction=True)
+    pipe.zremrangebyscore(name, "-inf", now - window_s)
+    pipe.zcard(name)
+    pipe.zrange(name, 0, 0, withscores=True)
+    _, count, oldest = pipe.execute()
+    return window_s - (now - float(oldest[0][1])) if count >= limit else None
+
 
 class _SettingsRateThrottle(SimpleRateThrottle):
     setting = ""
+    num_requests: int  # set from the rate by SimpleRateThrottle.__init__ (and UserThrottle for anonymous)
+    duration: int
+    wait_s: float | None = None
 
     def get_rate(self) -> str:
         return str(getattr(settings, self.setting))
@@ -29,9 +90,17 @@ class _SettingsRateThrottle(SimpleRateThrottle):
         return limit, window_s
 
     def allow_request(self, request, view) -> bool:
-        if not settings.API_THROTTLE_ENABLED:
+        if not settings.API_THROTTLE_ENABLED or self.rate is None:
             return True
-        return super().allow_request(request, view)
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
+            return True
+        self.now = self.timer()
+        self.wait_s = log_add(self.key, window_s=self.duration, now=self.now, limit=self.num_requests)
+        return self.wait_s is None
+
+    def wait(self) -> float | None:
+        return self.wait_s
 
 
 class UserThrottle(_SettingsRateThrottle):
@@ -79,15 +148,10 @@ class AuthFailureThrottle(_SettingsRateThrottle):
     def check(self) -> None:
         if not settings.API_THROTTLE_ENABLED:
             return
-        now = time.time()
-        history = [at for at in cache.get(self.key, []) if at > now - self.window_s]
-        if len(history) >= self.limit:
-            raise Throttled(wait=max(1.0, self.window_s - (now - history[-1])), detail="too many failed logins")
+        wait_s = log_wait(self.key, window_s=self.window_s, now=time.time(), limit=self.limit)
+        if wait_s is not None:
+            raise Throttled(wait=max(1.0, wait_s), detail="too many failed logins")
 
     def record(self) -> None:
-        if not settings.API_THROTTLE_ENABLED:
-            return
-        now = time.time()
-        history = [at for at in cache.get(self.key, []) if at > now - self.window_s]
-        history.insert(0, now)
-        cache.set(self.key, history, self.window_s)
+        if settings.API_THROTTLE_ENABLED:
+            log_add(self.key, window_s=self.window_s, now=time.time())

@@ -195,6 +195,12 @@ class Job(models.Model):
         default=False,
         help_text="Starts only in the off-peak hours (OFFPEAK_HOURS) and is billed at the off-peak price.",
     )
+    ray = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Ray jobs: mode (job or cluster), entrypoint and worker_groups; the job's own resources "
+        "are the head's (scheduling.adapters.k8s.ray).",
+    )
 
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -262,7 +268,15 @@ class Job(models.Model):
             gpu = f"{self.gpu_memory_gib} GiB GPU memory"
         else:
             gpu = "no GPU"
-        return f"{self.replicas} × ({gpu}, {self.cpu_milli / 1000:g} CPU, {self.memory_mib} MiB)"
+        own = f"{self.replicas} × ({gpu}, {self.cpu_milli / 1000:g} CPU, {self.memory_mib} MiB)"
+        if self.kind != self.Kind.RAY:
+            return own
+        groups = "".join(
+            f" + {g.get('replicas', 1)} × ({g.get('gpu', 0)} GPU, {g.get('cpu_milli', 1000) / 1000:g} CPU, "
+            f"{g.get('memory_mib', 4096)} MiB) {g.get('name', '')}"
+            for g in (self.ray or {}).get("worker_groups") or ()
+        )
+        return f"head {own.removeprefix('1 × ')}{groups}"
 
 
 class JobTransition(models.Model):

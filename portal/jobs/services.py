@@ -40,6 +40,7 @@ from portal.tenants.tolerations import toleration_allowed, toleration_text
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.affinity import RulesError, parse_rules
 from scheduling.adapters.k8s.pods import valid_label
+from scheduling.adapters.k8s.ray import RaySpecError, ray_spec_check
 from scheduling.adapters.orm import workload_from_request
 from scheduling.engine import model as engine
 from scheduling.engine.admission import pending_limit_error
@@ -171,6 +172,7 @@ class JobSpec:
     start_window: str = ""
     window_timezone: str = "UTC"
     off_peak: bool = False
+    ray: dict = field(default_factory=dict)
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], **objects: Any) -> JobSpec:
@@ -272,8 +274,7 @@ def kind_validate(spec: JobSpec) -> None:
             f"a training job's workers start together or not at all: set 0 (all {spec.replicas}) or leave it out",
             field="min_available",
         )
-    if spec.kind == Job.Kind.RAY:
-        raise ServiceError("Ray clusters cannot be submitted yet", field="kind")
+    ray_validate(spec)
     if not 0 <= spec.max_restarts <= MAX_RESTARTS:
         raise ServiceError(f"must be between 0 and {MAX_RESTARTS}", field="max_restarts")
     path = spec.checkpoint_path
@@ -281,6 +282,20 @@ def kind_validate(spec: JobSpec) -> None:
         raise ServiceError("at most 1024 characters", field="checkpoint_path")
     if any(ch in path for ch in "\x00\n\r"):
         raise ServiceError("must not contain NUL or line breaks", field="checkpoint_path")
+
+
+def ray_validate(spec: JobSpec) -> None:
+    """A Ray job's head (its own pod) and worker groups (``scheduling.adapters.k8s.ray``); only a Ray
+    job takes ``ray``."""
+    if spec.kind != Job.Kind.RAY:
+        if spec.ray:
+            raise ServiceError("only a Ray job (kind ray) takes ray", field="ray")
+        return
+    fractional = next((name for name in ("gpu_milli", "mig_profile", "gpu_memory_gib") if getattr(spec, name)), "")
+    try:
+        ray_spec_check(spec.ray, replicas=spec.replicas, min_available=spec.min_available, fractional=fractional)
+    except RaySpecError as exc:
+        raise ServiceError(exc.message, field=exc.field) from None
 
 
 def placement_rules_validate(spec: JobSpec) -> None:
@@ -385,6 +400,11 @@ def never_fits_error(reason: Reason, spec: JobSpec) -> ServiceError:
             field = "affinity"
         elif first.startswith("without the label"):  # a one-domain level's or a spread constraint's
             field = "required_topology" if spec.required_topology else "topology_spread_constraints"
+    if spec.kind == Job.Kind.RAY and reason.message.startswith("pod set "):  # a worker group's (podsets)
+        name = reason.message.removeprefix("pod set ").split(":", 1)[0]
+        groups = [str(g.get("name")) for g in spec.ray.get("worker_groups") or ()]
+        part = {"cpu_milli": "cpu_milli", "memory_mib": "memory_mib"}.get(str(field), "gpu")
+        field = f"ray.worker_groups.{groups.index(name)}.{part}" if name in groups else "ray.worker_groups"
     error = ServiceError(reason.message, field=field)
     error.reason = reason_to_json(reason)
     return error
@@ -718,7 +738,8 @@ def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now:
     check = answer.check
     if check.placements:
         share = sum(placement_billed_units(p) for p in check.placements)
-        replicas = len(check.placements)
+        cpu_milli = sum(p.cpu_milli for p in check.placements)
+        memory_mib = sum(p.memory_mib for p in check.placements)
         model = check.gpu_model or ""
     else:  # waits without a forecast start: priced on the first GPU model its queue would try
         flavors = tuple(f.gpu_model.name for f in spec.local_queue.cluster_queue.flavors.select_related("gpu_model"))
@@ -727,8 +748,12 @@ def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now:
         if spec.gpu_memory_gib:
             return None  # its GPU count depends on the model's memory: known once placed
         share = billed_units(gpus=spec.gpu, gpu_milli=spec.gpu_milli, mig_profile=spec.mig_profile or None)
-        replicas = spec.replicas
-        share *= replicas
+        share *= spec.replicas
+        cpu_milli, memory_mib = spec.cpu_milli * spec.replicas, spec.memory_mib * spec.replicas
+        for pod_set in workload.pod_sets:  # a Ray job's worker groups (whole GPUs)
+            share += billed_units(gpus=pod_set.resources.gpu) * pod_set.replicas
+            cpu_milli += pod_set.resources.cpu_milli * pod_set.replicas
+            memory_mib += pod_set.resources.memory_mib * pod_set.replicas
     start = now
     if check.estimated_start_p50 is not None:
         start = max(now, datetime.fromtimestamp(check.estimated_start_p50, tz=now.tzinfo))
@@ -736,8 +761,8 @@ def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now:
         gpu_model=model,
         capacity_type=answer.capacity_type,
         gpu_share_7000ths=share,
-        cpu_milli=spec.cpu_milli * replicas,
-        memory_mib=spec.memory_mib * replicas,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
         start=start,
         runtime_s=check.runtime_s,
     )

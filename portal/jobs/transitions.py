@@ -127,8 +127,9 @@ def _attempt_open(
         borrowed=bool(detail.get("borrowed")),
         replicas=replicas,
         gpu_share_7000ths=share,
-        cpu_milli=job.cpu_milli * replicas,
-        memory_mib=job.memory_mib * replicas,
+        # Summed over the placements: a Ray job's head and workers have different shapes.
+        cpu_milli=sum(p.cpu_milli for p in placements) if placements else job.cpu_milli * replicas,
+        memory_mib=sum(p.memory_mib for p in placements) if placements else job.memory_mib * replicas,
         nodes=sorted({p.node for p in placements} or set(detail.get("nodes") or ())),
         placements=[placement_record(index, p) for index, p in enumerate(placements)],
     )

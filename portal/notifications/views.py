@@ -12,7 +12,7 @@ from portal.jobs.selectors import job_get
 from portal.notifications import selectors
 from portal.notifications.forms import EmailForm, PreferenceForm, WebhookForm
 from portal.notifications.services import preferences
-from portal.notifications.services.events import DEFAULT
+from portal.notifications.services.events import default_preference
 from portal.notifications.signing import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 
@@ -23,7 +23,7 @@ def _values(form: PreferenceForm) -> dict:
 @login_required
 def notification_settings(request):
     user = request.user
-    current = selectors.preference_get(user=user) or DEFAULT
+    current = selectors.preference_get(user=user) or default_preference()
     preference_form = PreferenceForm(instance=current)
     email_form = EmailForm(initial={"address": user.email})
     webhook = selectors.webhook_get(user=user)
@@ -86,7 +86,7 @@ def job_notifications(request, pk: int):
     if job is None or job.owner_id != request.user.pk:
         raise Http404("No such job of yours")
     own = selectors.preference_get(user=request.user, job=job)
-    default = selectors.preference_get(user=request.user) or DEFAULT
+    default = selectors.preference_get(user=request.user) or default_preference()
     form = PreferenceForm(instance=own or default)
     if request.method == "POST":
         if request.POST.get("action") == "default":

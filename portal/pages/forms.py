@@ -59,7 +59,8 @@ class JobForm(forms.Form):
     kind = forms.ChoiceField(
         choices=Job.Kind.choices,
         initial=Job.Kind.BATCH,
-        help_text="training: the replicas are one PyTorch gang (MASTER_ADDR, RANK, WORLD_SIZE ... set for you)",
+        help_text="training: the replicas are one PyTorch gang (MASTER_ADDR, RANK, WORLD_SIZE ... set for you); "
+        "ray: a Ray head and worker groups (below), one gang",
     )
     image = forms.CharField(max_length=500, initial="nvcr.io/nvidia/pytorch:24.08-py3")
     command = forms.CharField(max_length=2000, required=False, initial="python train.py")
@@ -138,6 +139,15 @@ class JobForm(forms.Form):
         required=False,
         label="Off-peak",
         help_text="start only in the off-peak hours and pay the price book's off-peak price",
+    )
+
+    ray = YamlField(
+        kind=dict,
+        wrapper="ray",
+        label="Ray cluster (YAML or JSON)",
+        help_text="kind ray: the fields above are the head's (one replica); here mode (job or cluster), "
+        "entrypoint (a RayJob's command) and worker_groups, e.g. "
+        "{mode: job, entrypoint: python train.py, worker_groups: [{name: gpu, replicas: 2, gpu: 4}]}",
     )
 
     def __init__(self, *args, queues: list[LocalQueue], **kwargs):

@@ -116,8 +116,11 @@ def job_list_for_page(request):
 def form_error(form: JobForm, field: str | None, message: str) -> None:
     """An API or service error on the form: beside its field (shown with the field's label), or, for a
     field the form does not have, at the top with a readable name instead of the API's."""
+    root = (field or "").split(".", 1)[0]
     if field in form.fields:
         form.add_error(field, message)
+    elif root in form.fields:  # a path inside a structured field: ray.worker_groups.0.gpu
+        form.add_error(root, f"{field}: {message}")
     else:
         name = (field or "").replace("_", " ").capitalize()
         form.add_error(None, f"{name}: {message}" if name and field != "non_field_errors" else message)

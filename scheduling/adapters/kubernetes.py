@@ -22,7 +22,9 @@ Writing the cluster (``start``, ``stop``, ``reconcile``):
 - stopping deletes the attempt's pods with a grace period (404: already gone);
 - ``reconcile`` converges after any crash: pods missing for an admitted job are created and its
   unbound ones bound; pods of unknown jobs, and live pods of finished jobs or older attempts, are
-  deleted.
+  deleted;
+- a Ray job is one KubeRay object instead of pods (``kubernetes_ray``): created on start, deleted on
+  stop, observed through its status, converged by reconcile.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from scheduling.adapters.k8s.usage import foreign_usage_from
 from scheduling.adapters.kubernetes_api import NETWORK_ERRORS, K8sOptions, api_client_from_settings, call, logger
 from scheduling.adapters.kubernetes_informer import Informer
 from scheduling.adapters.kubernetes_namespaces import NamespaceWriter
+from scheduling.adapters.kubernetes_ray import RayJobs, RayWriter
 from scheduling.engine.model import ForeignUsage, GpuNode
 
 T = TypeVar("T")
@@ -100,6 +103,7 @@ class KubernetesBackend:
         self.core = client.CoreV1Api(api_client)
         self.node_informer = Informer("nodes", self.core.list_node, self.options)
         self.pod_informer = Informer("pods", self.core.list_pod_for_all_namespaces, self.options)
+        self.ray = RayJobs(RayWriter(api_client, self.options), self.options, self._pod_job)
         self._started = False
         self._lock = threading.Lock()
 
@@ -169,8 +173,19 @@ class KubernetesBackend:
         counts: dict[int, int] = {}
         for job_id in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True):
             counts[job_id] = counts.get(job_id, 0) + 1
-        rows = Job.objects.filter(state__in=ACTIVE_STATES).only(
-            "id", "attempt", "state", "replicas", "min_available", "restart_policy", "capacity_type", "checkpoint_path"
+        rows = (
+            Job.objects.filter(state__in=ACTIVE_STATES)
+            .exclude(kind=Job.Kind.RAY)
+            .only(
+                "id",
+                "attempt",
+                "state",
+                "replicas",
+                "min_available",
+                "restart_policy",
+                "capacity_type",
+                "checkpoint_path",
+            )
         )
         return [
             ActiveJob(
@@ -198,11 +213,13 @@ class KubernetesBackend:
             for node in nodes
             if (notice := termination_notice(node["metadata"]["name"], (node.get("spec") or {}).get("taints") or []))
         }
-        return job_observations(self._active_jobs(), pods, node_names, now=now, reclaims=reclaims)
+        observations = job_observations(self._active_jobs(), pods, node_names, now=now, reclaims=reclaims)
+        # Ray jobs: KubeRay's objects say how they are doing (``kubernetes_ray``).
+        return observations + self.ray.observe(now=now, node_names=node_names, reclaims=reclaims)
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def _pod_job(self, job: Job, replicas: int) -> PodJob:
+    def _pod_job(self, job: Job, replicas: int) -> PodJob:  # also a Ray object's (``RayJobs``)
         return PodJob(
             job_id=job.pk,
             attempt=job.attempt,
@@ -318,6 +335,9 @@ class KubernetesBackend:
         )
         work = []
         for job in jobs:
+            if job.kind == Job.Kind.RAY:
+                self.ray.start(job)  # KubeRay creates the pods
+                continue
             if job.kind == Job.Kind.TRAINING:
                 self.ensure_service(job)  # before its workers, which resolve each other through it
             work += [(job, manifest) for manifest in self.pods_for(job)]
@@ -392,6 +412,9 @@ class KubernetesBackend:
         job = Job.objects.select_related("team").filter(pk=job_id).first()
         if job is None or job.attempt == 0:
             return
+        if job.kind == Job.Kind.RAY:
+            self.ray.stop(job)  # and KubeRay's pods with it
+            return
         for replica in range(job.replicas):
             self.delete_pod(job.team.namespace, pod_name(job.pk, job.attempt, replica), grace_s=grace_s)
 
@@ -423,7 +446,9 @@ class KubernetesBackend:
         )
         # 5. the headless Services of training jobs: made for active ones, deleted for the others
         services = self._services_converge()
-        return {"created": created, "deleted": deleted, **services}
+        # 6. the KubeRay objects of Ray jobs: made for admitted ones, deleted for the others
+        ray = self.ray.converge()
+        return {"created": created, "deleted": deleted, **services, **ray}
 
     def _services_converge(self) -> dict[str, int]:
         """Reconcile, step 5: a Service for every active training job, none for any other job."""
@@ -485,7 +510,8 @@ class KubernetesBackend:
     def _create_missing(self, pods: _PortalPods, admitted: list[int]) -> int:
         """Reconcile, step 4: create an admitted job's missing pods and bind its unbound ones."""
         created = 0
-        for job in Job.objects.select_related("team", "local_queue").filter(pk__in=admitted, state=JobState.ADMITTED):
+        jobs = Job.objects.select_related("team", "local_queue").filter(pk__in=admitted, state=JobState.ADMITTED)
+        for job in jobs.exclude(kind=Job.Kind.RAY):  # KubeRay makes a Ray job's pods (step 6)
             existing = pods.names.get((job.pk, job.attempt), set())
             stranded = pods.unbound.get((job.pk, job.attempt), set())
             manifests = self.pods_for(job)
@@ -502,13 +528,16 @@ class KubernetesBackend:
         return NamespaceWriter(self.core, self.options).sync(wanted)
 
     def access_review(self, *, verb: str, resource: str, namespace: str = "", subresource: str = "") -> bool:
-        """Whether the portal's identity may do ``verb`` on ``resource`` (a SelfSubjectAccessReview)."""
+        """Whether the portal's identity may do ``verb`` on ``resource`` (a SelfSubjectAccessReview);
+        ``resource.group`` for another API group's (``rayjobs.ray.io``)."""
+        resource, _, group = resource.partition(".")
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
             "spec": {
                 "resourceAttributes": {
                     "verb": verb,
+                    "group": group,
                     "resource": resource,
                     "namespace": namespace,
                     "subresource": subresource,

@@ -53,6 +53,15 @@ class K8sOptions:
     backoff_s: float = 0.2  # first retry delay; doubles, capped at 5 s
     start_threads: int = 8  # pods created and bound at once when a cycle starts many jobs
 
+    @property
+    def request_timeout(self) -> tuple[float, float]:
+        """Every call's ``_request_timeout``: connect and read."""
+        return (self.timeout_s, self.timeout_s)
+
+    def call(self, fn: Callable[[], T], what: str) -> T:
+        """:func:`call` with these options' retries and backoff."""
+        return call(fn, retries=self.retries, backoff_s=self.backoff_s, what=what)
+
     @classmethod
     def from_settings(cls) -> K8sOptions:
         return cls(

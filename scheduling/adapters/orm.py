@@ -36,6 +36,7 @@ from scheduling.adapters.contract import (
     spot_toleration,
 )
 from scheduling.adapters.k8s.affinity import RulesError, parse_rules
+from scheduling.adapters.k8s.ray import pod_sets as ray_pod_sets
 from scheduling.engine import model as m
 from scheduling.engine.codec import reason_to_json
 from scheduling.engine.shares import billed_gpus, placement_billed_units
@@ -85,10 +86,15 @@ class JobSpecPart:
     rules: m.PlacementRules | None
     start_window: StartWindow | None
     preferred_labels: tuple[tuple[str, str, int], ...] = ()
+    pod_sets: tuple[m.PodSet, ...] = ()  # a Ray job's worker groups
+    kind: str = ""  # the job's kind ("" for batch): the serving preemption rule reads it
 
 
 # The job columns ``spec_part`` reads besides the placement rules, in its arguments' order.
-SPEC_COLUMNS = ("node_selector", "tolerations", "spot", "start_after", "start_window", "window_timezone", "off_peak")
+SPEC_COLUMNS = (
+    "node_selector", "tolerations", "spot", "start_after", "start_window", "window_timezone", "off_peak", "ray",
+    "kind",
+)  # fmt: skip
 
 
 def spec_part(
@@ -99,6 +105,8 @@ def spec_part(
     start_window: str,
     window_timezone: str,
     off_peak: bool,
+    ray: dict | None = None,
+    kind: str = "",
     *,
     rules: m.PlacementRules | None,
 ) -> JobSpecPart:
@@ -118,6 +126,8 @@ def spec_part(
         # A spot job prefers spot nodes (the cheaper capacity it opted in to), as kube-scheduler's
         # preferred node affinity would, and may still run on-demand.
         preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
+        pod_sets=ray_pod_sets(ray),
+        kind="" if kind == Job.Kind.BATCH else kind,
     )
 
 
@@ -159,6 +169,8 @@ def workload_from_row(
         gpu_model=gpu_model,
         placements=placements,
         started_at=_ts(started_at or admitted_at),
+        pod_sets=spec.pod_sets,
+        kind=spec.kind,
     )
 
 

@@ -22,7 +22,8 @@ Steps (each is one call in :meth:`_Cycle.run`):
    b. a job of the same shape in the same ClusterQueue already failed this cycle -> the same outcome
       (capacity and quota only shrink during a cycle, so it would fail again);
    c. try each allowed GPU model in the ClusterQueue's flavor order: quota (with cohort borrowing),
-      then placement of the gang in a ``Statement``; the first model where both succeed -> ``Fit``;
+      then placement of the gang in a ``Statement``; the first model where both succeed -> ``Fit``
+      (a workload of several pod sets, a Ray cluster, needs quota and room for all of them: ``podsets``);
    d. otherwise, if the policy allows, select victims (``preemption.select_victims``) on the first
       model where that works -> ``Preempt`` (reason ``preempting``; the job starts in a later cycle);
    e. otherwise, in the first pass, a job that would have to borrow -> ``Deferred`` to the second;
@@ -37,13 +38,22 @@ the same steps, keeping nothing (``trial``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import copy
+from dataclasses import replace
 
+from . import podsets
 from .admission import AdmissionOrder, FairShare
 from .capacity import Cluster, Statement
 from .cycle_plan import plan_of, waiting_jobs
 from .estimate import P50, P90, Forecast, Start, decision_key
-from .explain import gang_reason, invalid_reason, placement_reason, preemption_why, quota_reason, window_reason
+from .explain import (
+    gang_reason,
+    invalid_reason,
+    placement_reason,
+    preemption_why,
+    quota_shortfall,
+    window_reason,
+)
 from .fit import Shape
 from .frag.plugins import workload_mix
 from .model import (
@@ -57,13 +67,14 @@ from .model import (
     Workload,
     WorkloadState,
 )
-from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
+from .outcome import NOT_EXPLAINED, Deferred, Fit, Memo, Misses, NoFit, Outcome, Preempt
 from .placement import Placer
 from .preemption import Holder, Victim, VictimIndex, select_victims
 from .probes import PlacementProbes
 from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
 from .standing import capacity_totals
 from .taints import granted_snapshot
+from .timeline import Replay, Timeline
 from .verdict import Feasibility
 from .windows import opens_at
 
@@ -75,34 +86,6 @@ def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
     plan. Admitted and running workloads are never moved; they only leave as preemption victims.
     """
     return _Cycle(snapshot, policy, now).run()
-
-
-@dataclass(slots=True)
-class _Misses:
-    """Why each GPU model of one job did not admit it (step 3c), for steps 3d and 3e."""
-
-    invalid: list[str] = field(default_factory=list)  # the request cannot exist on a model
-    deferrable: bool = False  # some model would need to borrow (first pass only)
-    tried: list[tuple[Shape, dict[str, int]]] = field(default_factory=list)  # shape, minimum request
-    quota: list[Reason] = field(default_factory=list)
-    fitting: list[Shape] = field(default_factory=list)  # shapes that had quota
-    placement: Reason | None = None  # the first placement (gang) reason
-
-
-@dataclass(slots=True)
-class _Memo:
-    """What the cycle learns once and reuses (capacity and quota only shrink during a cycle)."""
-
-    failed: dict[tuple[object, ...], NoFit | Deferred] = field(default_factory=dict)  # by job signature
-    # Placement failures hold for every later job of the same shape and filters, whatever its queue
-    # (value: a gang reason, or None = explain later).
-    placement_failed: dict[tuple[object, ...], Reason | None] = field(default_factory=dict)
-    explained: dict[tuple[object, ...], Reason] = field(default_factory=dict)
-    preemption_failed: set[tuple[object, ...]] = field(default_factory=set)
-    requests: dict[tuple[Shape, int], dict[str, int]] = field(default_factory=dict)
-
-
-_NOT_EXPLAINED = NoFit(Reason(ReasonKind.PLACEMENT, "does not fit (forecast)"))
 
 
 class _Cycle:
@@ -131,7 +114,7 @@ class _Cycle:
         self.considered: list[Workload] = []
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors: dict[str, int] = {}
-        self.memo = _Memo()
+        self.memo = Memo()
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
         # The forecast and the dry run decide more jobs on the cycle's final state: the forecast keeps
         # what fits and never preempts; the dry run keeps nothing (``Statement.discard``).
@@ -141,6 +124,7 @@ class _Cycle:
         self.runtimes = {wid: (p50, p90) for wid, p50, p90 in snapshot.runtimes}
         self.waiting: list[tuple[Workload, str]] = []  # step 4's jobs, in the cycle's order
         self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
+        self.timelines = (Timeline(), Timeline())  # step 4's runs, recorded for the dry run to replay
         self._forecast: Forecast | None = None  # built in step 4, after the last admission
 
     def run(self) -> Plan:
@@ -201,7 +185,7 @@ class _Cycle:
         for w in self.snapshot.workloads:
             if w.state != WorkloadState.PENDING:
                 continue
-            never = self.feasibility.never_fits(w)
+            never = podsets.never_fits(w, self.feasibility.never_fits)
             if never is not None:
                 self.pending[w.id] = (never, None)
                 continue
@@ -271,7 +255,7 @@ class _Cycle:
 
     def _attempt(self, job: Workload, cq: str, borrow: bool) -> Outcome:
         models = models_to_try(job, self.quota.flavors[cq])  # not empty: step 2 refused jobs without any
-        misses = _Misses()
+        misses = Misses()
         # c. Quota, then placement, model by model.
         for model in models:
             fit = self._try_model(job, cq, model, borrow, misses)
@@ -290,25 +274,29 @@ class _Cycle:
         if misses.deferrable:
             return Deferred()
         if not self.explaining:
-            return _NOT_EXPLAINED
+            return NOT_EXPLAINED
         return NoFit(self._reason(job, misses))
 
-    def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: _Misses) -> Fit | None:
+    def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: Misses) -> Fit | None:
         shape = self.placer.shape_for(job, model)
-        if isinstance(shape, str):
-            misses.invalid.append(shape)
+        sets = podsets.members(job, model, self.placer.shape_for)  # a gang of several pod sets (podsets)
+        if isinstance(shape, str) or isinstance(sets, str):
+            misses.invalid.append(shape if isinstance(shape, str) else str(sets))
             return None
-        minimum = self._request(shape, job.gang_size)
+        minimum = podsets.total_request(self._request(shape, job.gang_size), sets)
         if not borrow and self.quota.would_borrow(cq, minimum):
             misses.deferrable = True
             return None
-        needed = self._quota_count(cq, shape, job.replicas, borrow)
+        if sets:
+            needed = self.quota.room_for_all(cq, minimum, job.replicas, borrow)
+        else:
+            needed = self.quota.replicas_with_room(cq, self._request(shape, 1), job.replicas, borrow)
         misses.tried.append((shape, minimum))
         if needed < job.gang_size:
-            misses.quota.append(self._quota_reason(cq, minimum))
+            misses.quota.append(quota_shortfall(self.quota, cq, self.cohort_of.get(cq, ""), minimum))
             return None
         misses.fitting.append(shape)
-        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size)
+        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size, job.pod_sets)
         if pkey in self.memo.placement_failed:
             self.stats["cache_hits"] += 1
             misses.placement = misses.placement or self.memo.placement_failed[pkey]
@@ -319,13 +307,18 @@ class _Cycle:
             job, shape, stmt, needed, job.gang_size, explain=self.explaining and job.gang_size > 1
         )
         if result.explanation is None:
+            more, failed = podsets.place(sets, stmt, self.placer.place_gang)
+            if failed is not None:
+                self.memo.placement_failed[pkey] = failed
+                misses.placement = misses.placement or failed
+                return None
             if self.keep_fits:
                 stmt.commit()
             else:
                 stmt.discard()
-            request = self._request(shape, len(result.placements))
+            request = podsets.total_request(self._request(shape, len(result.placements)), sets)
             borrowed = self.quota.would_borrow(cq, request)
-            return Fit(Admission(job.id, model, result.placements, borrowed), request)
+            return Fit(Admission(job.id, model, result.placements + more, borrowed), request)
         failure = None
         if job.gang_size > 1 and result.fit_count:
             failure = gang_reason(result.fit_count, job.gang_size, self.cluster.n, result.explanation, result.within)
@@ -335,7 +328,9 @@ class _Cycle:
 
     def _try_preemption(self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]) -> Preempt | None:
         for shape, minimum in tried:
-            key = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules, job.gang_size)
+            # the kind too: the serving rule lets an inference replica preempt more
+            key: tuple[object, ...] = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules)
+            key += (job.gang_size, job.kind, job.pod_sets)
             if key in self.memo.preemption_failed:
                 continue
             victims = self._victims(job, cq, shape, minimum)
@@ -345,7 +340,7 @@ class _Cycle:
             self.memo.preemption_failed.add(key)
         return None
 
-    def _reason(self, job: Workload, misses: _Misses) -> Reason:
+    def _reason(self, job: Workload, misses: Misses) -> Reason:
         """The placement (or gang) reason of the first model that had quota, else the quota reason."""
         failure = misses.placement
         if misses.fitting and failure is None:
@@ -373,33 +368,12 @@ class _Cycle:
             request = self.memo.requests[key] = request_of(shape, count)
         return request
 
-    def _quota_count(self, cq: str, shape: Shape, replicas: int, borrow: bool) -> int:
-        """How many replicas (up to ``replicas``) the queue's quota allows now (within nominal unless
-        ``borrow``)."""
-        count = replicas
-        for key, amount in self._request(shape, 1).items():
-            room = self.quota.room(cq, key, borrow)
-            if room is not None:
-                count = min(count, room // amount)
-        return count
-
-    def _quota_reason(self, cq: str, request: dict[str, int]) -> Reason:
-        for key, amount in request.items():
-            available = self.quota.available(cq, key)
-            if available is not None and amount > available:
-                return quota_reason(
-                    cq,
-                    self.cohort_of.get(cq, ""),
-                    key,
-                    self.quota.used(cq, key),
-                    self.quota.nominal(cq, key) or 0,
-                    amount,
-                    self.quota.borrowable(cq, key),
-                )
-        return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))
-
     def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
-        probes = PlacementProbes(self.placer, job, shape)
+        sets = podsets.members(job, shape.gpu_model, self.placer.shape_for) if job.pod_sets else ()
+        if isinstance(sets, str):
+            return None
+
+        probes = PlacementProbes(self.placer, job, shape, sets)
         if self._victim_index is None:
             self._victim_index = VictimIndex(self._initial_holders, self.cohort_of, self.now)
         return select_victims(
@@ -417,6 +391,7 @@ class _Cycle:
             on_useful_node=probes.on_useful_node,
             frees_a_node=probes.frees_a_node,
             placed_on=probes.placed_on,
+            serving_rule=self.policy.inference_preempts_training,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
@@ -437,24 +412,52 @@ class _Cycle:
 
     def _plan(self) -> Plan:
         self.waiting = waiting_jobs(self.considered, self.pending, self.lq_by_name)
-        self.forecasts = (self.forecast(self.waiting, P50), self.forecast(self.waiting, P90))
+        p50 = self.forecast(self.waiting, P50, recorder=self.timelines[P50])
+        p90 = self.forecast(self.waiting, P90, recorder=self.timelines[P90])
+        self.forecasts = (p50, p90)
         stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
         return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
 
     def forecast(
-        self, waiting: list[tuple[Workload, str]], which: int, until: str | None = None, decisions: int | None = None
+        self,
+        waiting: list[tuple[Workload, str]],
+        which: int,
+        until: str | None = None,
+        recorder: Timeline | None = None,
     ) -> dict[str, Start]:
         """Step 4's forward run from the final state (``estimate.Forecast``); changes nothing."""
-        if self._forecast is None:
-            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
-        return self._forecast.run(
+        return self._forecaster().run(
             waiting,
             self.holders,
             self.taken,
             which,
             until,
-            max_decisions=self.policy.forecast_decisions if decisions is None else decisions,
+            max_decisions=self.policy.forecast_decisions,
+            recorder=recorder,
         )
+
+    def replay(self, which: int) -> Replay:
+        """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
+        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now)
+
+    def _forecaster(self) -> Forecast:
+        if self._forecast is None:
+            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
+        return self._forecast
+
+    def clone(self) -> _Cycle:
+        """This cycle with its own copy of the state that decisions change (capacity, quota, fair
+        share, the placer and its scorers); the snapshot and its jobs are shared."""
+        twin = copy.copy(self)
+        shared = (self.snapshot, self.cluster.nodes, *self.cluster.nodes, *self.snapshot.workloads)
+        memo: dict[int, object] = {id(x): x for x in shared}
+        state = (self.cluster, self.placer, self.quota, self.fair, self.feasibility)
+        twin.cluster, twin.placer, twin.quota, twin.fair, twin.feasibility = copy.deepcopy(state, memo)
+        twin.memo = Memo(requests=dict(self.memo.requests))
+        twin.stats = dict(self.stats)
+        twin.preemptors = dict(self.preemptors)
+        twin._forecast = None
+        return twin
 
     # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------
 
@@ -465,7 +468,7 @@ class _Cycle:
 
     def forecast_step(self) -> None:
         """Capacity came back: what failed before may fit now."""
-        self.memo = _Memo(requests=self.memo.requests)
+        self.memo = Memo(requests=self.memo.requests)
 
     def forecast_end(self, saved: object) -> None:
         self.memo, self.stats, self.may_preempt, self.explaining = saved  # type: ignore[misc]
@@ -478,7 +481,7 @@ class _Cycle:
         cycle decides for it when nothing else changes (``dryrun``). A job that never fits is a
         ``NoFit`` whose reason has ``waits`` false."""
         job = granted_snapshot(replace(self.snapshot, workloads=(job,))).workloads[0]
-        never = self.feasibility.never_fits(job)
+        never = podsets.never_fits(job, self.feasibility.never_fits)
         if never is not None:
             return NoFit(never)
         if job.start_window is not None and (opens := opens_at(job.start_window, self.now)) > self.now:

@@ -12,14 +12,17 @@ cycle's own steps about one more job, changing nothing:
    c. ``NoFit`` -> ``waits``, with the cycle's reason and numbers.
 3. Its position in its local queue: after every pending job there of higher or equal priority (it is
    the newest), before those of lower priority.
-4. For ``waits``: the estimated starts, P50 and P90, from the cycle's forecast (``estimate``) run
-   again with the job among the waiting ones, until it starts, within ``CHECK_DECISIONS`` decisions
-   (beyond them: no estimate); the forecast's admission also says which GPU model and nodes it would
-   get (what its cost is priced on).
+4. For ``waits``: the estimated starts, P50 and P90: where the cycle's forecast (``estimate``) would
+   start the job had it been among the waiting ones, within the cycle's ``Policy.forecast_decisions``
+   (beyond them: no estimate). The cycle recorded its two forecast runs; ``timeline.Replay`` replays
+   the record up to each point where the job would be decided and decides it there, instead of
+   running the forecast again (the same answer: ``test_timeline``); the forecast's admission also says
+   which GPU model and nodes it would get (what its cost is priced on).
 
 On a snapshot where the cycle still admits jobs, the job is decided after them (they are admitted
 first when this cycle's plan is applied). Each ``check`` costs one decision and, for a waiting job,
-two forward runs up to its start: far less than a cycle (``bench/bench_dryrun.py``).
+a few more on copies of the state moved along the record: far less than a cycle
+(``bench/bench_dryrun.py``).
 
 ``suggestions`` tries the smallest changes to the request that start it sooner (each a ``check`` of
 the changed job): another GPU model the queue has quota for, half a GPU instead of one, fewer replicas
@@ -37,7 +40,6 @@ from .outcome import Deferred, Fit, NoFit, Preempt
 from .windows import opens_at
 
 RUNS_NOW, WAITS, NEVER = "runs_now", "waits", "never"
-CHECK_DECISIONS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +75,16 @@ class DryRun:
         self.snapshot = snapshot
         self.cycle = _Cycle(snapshot, policy, now)
         self.plan: Plan = self.cycle.run()
+        self._replays = (self.cycle.replay(P50), self.cycle.replay(P90))  # its forecast runs, recorded
         self._pending_by_lq: dict[str, list[Workload]] = {}
         for w in snapshot.workloads:
             if w.state == WorkloadState.PENDING:
                 self._pending_by_lq.setdefault(w.local_queue, []).append(w)
+
+    def warm(self) -> None:
+        """Make the replays' copies of the state now rather than in the first checks."""
+        for replay in self._replays:
+            replay.warm()
 
     def check(self, workload: Workload, runtimes: tuple[float, float] | None = None) -> Check:
         """The answer for ``workload`` (a pending job not in the snapshot, its id unused there);
@@ -131,8 +139,7 @@ class DryRun:
         if reason.kind == ReasonKind.WINDOW and workload.start_window is not None:
             opens = opens_at(workload.start_window, self.now)  # the cycle's estimate for such a job
             return replace(check, estimated_start_p50=opens, estimated_start_p90=opens)
-        lq = cycle.lq_by_name[workload.local_queue]
-        early, late = self._forecast(workload, lq.cluster_queue)
+        early, late = self._forecast(workload)
         if early is None:
             return check
         return replace(
@@ -143,12 +150,9 @@ class DryRun:
             estimated_start_p90=max(early.at, late.at) if late is not None else None,
         )
 
-    def _forecast(self, workload: Workload, cq: str) -> tuple[Start | None, Start | None]:
-        cycle = self.cycle
-        waiting = [*cycle.waiting, (workload, cq)]  # the forecast orders them as the cycle does
-        early = cycle.forecast(waiting, P50, until=workload.id, decisions=CHECK_DECISIONS).get(workload.id)
-        late = cycle.forecast(waiting, P90, until=workload.id, decisions=CHECK_DECISIONS).get(workload.id)
-        return early, late
+    def _forecast(self, workload: Workload) -> tuple[Start | None, Start | None]:
+        cq = self.cycle.lq_by_name[workload.local_queue].cluster_queue
+        return self._replays[P50].start(workload, cq), self._replays[P90].start(workload, cq)
 
     def _position(self, workload: Workload) -> int:
         ahead = self._pending_by_lq.get(workload.local_queue, [])

@@ -68,6 +68,18 @@ class Host(Protocol):
     def forecast_end(self, saved: object) -> None: ...
 
 
+class Recorder(Protocol):
+    """What a run tells a recorder of its timeline (``timeline.Timeline``, which the dry run replays)."""
+
+    def begin(self, groups: Mapping[tuple[object, ...], tuple[int, int]], budget: int) -> None: ...
+
+    def step(self, at: float, released: list[_End]) -> None: ...
+
+    def popped(self, key: tuple[object, ...], index: int, decided: bool, started: _End | None) -> None: ...
+
+    def finish(self, ends: list[_End], left: int, steps: int) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     """When and where the forecast starts a job."""
@@ -148,13 +160,16 @@ class Forecast:
         until: str | None = None,
         max_steps: int = MAX_STEPS,
         max_decisions: int | None = None,
+        recorder: Recorder | None = None,
     ) -> dict[str, Start]:
         """When (and where) each ``(job, cluster queue)`` of ``waiting`` (in the cycle's order) starts;
-        a job missing from the answer has no estimate. ``until``: stop once this job has started."""
+        a job missing from the answer has no estimate. ``until``: stop once this job has started.
+        ``recorder``: told each step's ends, each group taken off the heap, and what is left."""
         host, cluster, quota, fair = self.host, self.host.cluster, self.host.quota, self.host.fair
         saved = host.forecast_begin()
-        taken: list[ReplicaPlacement] = []  # staged, undone in step 5
-        released: list[ReplicaPlacement] = []
+        # Staged, undone in step 5 in exactly the reverse order (MIG slices are bitmasks: undoing a start
+        # before an end that came earlier would leave the slices of a job that started and ended taken).
+        applied: list[tuple[ReplicaPlacement, int]] = []
         charged: list[tuple[str, str, dict[str, int], int]] = []  # (lq, cq, request, sign)
         starts: dict[str, Start] = {}
         try:
@@ -176,14 +191,18 @@ class Forecast:
             dirty_all = 0  # the last step CPU-only work ended (its CPU and memory help every model)
             step = 0
             budget = max_decisions if max_decisions is not None else len(waiting) * max_steps
+            if recorder is not None:
+                recorder.begin({key: (g.index, len(g.jobs)) for key, g in by_key.items()}, budget)
             while ends and left and step < max_steps and budget > 0 and (until is None or until not in starts):
                 step += 1
                 # 3. Give back what ended.
                 t = ends[0].at
                 window = max(COALESCE_S, RESOLUTION * (t - self.now))
+                released_now = []
                 while ends and ends[0].at <= t + window:
                     ended = heapq.heappop(ends)
-                    released.extend(p for p in ended.placements if cluster.apply(p, -1))
+                    released_now.append(ended)
+                    applied.extend((p, -1) for p in ended.placements if cluster.apply(p, -1))
                     if ended.request:
                         quota.add(ended.cq, ended.request, -1)
                         fair.add(ended.lq, ended.cq, ended.request, -1)
@@ -193,6 +212,8 @@ class Forecast:
                     if None in ended.models:
                         dirty_all = step
                 dirty_since[None] = step  # CPU-only work may use any node
+                if recorder is not None:
+                    recorder.step(t, released_now)
                 host.forecast_step()
                 # Try the groups that may use what came back in the cycle's admission order (priority,
                 # fair share of their queues as usage changes, submission), a heap refreshed lazily as
@@ -210,15 +231,19 @@ class Forecast:
                     fresh = _order_key(fair, group)
                     if fresh != key:
                         heapq.heappush(heads, (fresh, index))
+                        if recorder is not None:
+                            recorder.popped(key, index, False, None)
                         continue
                     budget -= 1
                     group.tried_at = step
                     job = group.jobs[group.head][1]
                     outcome = host.forecast_decide(job)
                     if not isinstance(outcome, Fit):
+                        if recorder is not None:
+                            recorder.popped(key, index, True, None)
                         continue  # the rest of the group does not fit either, this step
                     admission = outcome.admission
-                    taken.extend(admission.placements)
+                    applied.extend((p, 1) for p in admission.placements)
                     quota.add(group.cq, outcome.request)
                     fair.add(job.local_queue, group.cq, outcome.request)
                     charged.append((job.local_queue, group.cq, outcome.request, 1))
@@ -229,6 +254,8 @@ class Forecast:
                         t + runtime, seq, admission.placements, job.local_queue, group.cq, outcome.request, models
                     )
                     heapq.heappush(ends, end)
+                    if recorder is not None:
+                        recorder.popped(key, index, True, end)
                     seq += 1
                     left -= 1
                     group.head += 1
@@ -236,12 +263,12 @@ class Forecast:
                         break
                     if group.head < len(group.jobs):
                         heapq.heappush(heads, (_order_key(fair, group), index))
+            if recorder is not None:
+                recorder.finish(list(ends), left, step)
         finally:
             # 5. Undo, newest first.
-            for p in reversed(taken):
-                cluster.apply(p, -1)
-            for p in reversed(released):
-                cluster.apply(p, 1)
+            for p, sign in reversed(applied):
+                cluster.apply(p, -sign)
             for lq, cq, request, sign in reversed(charged):
                 quota.add(cq, request, -sign)
                 fair.add(lq, cq, request, -sign)
@@ -292,6 +319,11 @@ class _Group:
 def _order_key(fair: FairShare, group: _Group) -> tuple[int, float, float, float, int]:
     """``admission.AdmissionOrder``'s key of the group's first waiting job (its rank breaks ties)."""
     rank, job = group.jobs[group.head]
+    return order_key(fair, job, rank)
+
+
+def order_key(fair: FairShare, job: Workload, rank: int) -> tuple[int, float, float, float, int]:
+    """The forecast's admission order of ``job``, ``rank``-th of the waiting jobs, as usage stands."""
     lq = job.local_queue
     return (-job.priority, fair.cq_share(fair.lq_cq.get(lq, "")), fair.lq_share(lq), job.created_at, rank)
 
@@ -309,6 +341,8 @@ def decision_key(job: Workload, cq: str, priority: int) -> tuple[object, ...]:
         job.tolerations,
         job.rules,
         priority,
+        job.pod_sets,
+        job.kind,
     )
 
 

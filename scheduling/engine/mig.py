@@ -130,6 +130,14 @@ def mig_table(device_memory_gib: int, profile: str = "") -> MigTable | None:
 
 
 @cache
+def device_compute_slices(profile: str) -> int:
+    """Compute slices of the GPU that ``profile`` names a slice of: 4 for A30 profiles (``2g.12gb``),
+    7 for A100/H100/H200 ones; 7 for a name no table lists (the engine never places those)."""
+    counts = {t.compute_slices for t in MIG_TABLES if any(p[0] == profile for p in t.profiles)}
+    return counts.pop() if len(counts) == 1 else COMPUTE_SLICES
+
+
+@cache
 def mig_geometry(profile: str, device_memory_gib: int) -> MigGeometry | None:
     """Geometry of ``profile`` on a device with ``device_memory_gib``; ``None`` if NVIDIA's table for
     that device has no such profile (or no table matches the device)."""

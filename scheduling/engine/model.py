@@ -217,8 +217,23 @@ class Resources:
 
 
 @dataclass(frozen=True, slots=True)
+class PodSet:
+    """A further group of identical pods admitted with a workload, in the same gang (a Ray cluster's
+    worker group: the workload's own replicas are its head)."""
+
+    name: str
+    replicas: int
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
-    """A job as the engine sees it: ``replicas`` identical pods, all-or-nothing down to ``min_available``."""
+    """A job as the engine sees it: ``replicas`` identical pods, all-or-nothing down to ``min_available``.
+
+    ``pod_sets`` are further groups of pods of other shapes, admitted with the workload's own pods as
+    one gang (all of every set, or nothing; ``min_available`` is then 0), on the same GPU model: a Ray
+    cluster's head (the workload's own replica) and its worker groups. Their placements follow the
+    workload's own in the admission, set after set."""
 
     id: str
     local_queue: str
@@ -242,10 +257,17 @@ class Workload:
     gpu_model: str | None = None  # the flavor it was admitted on (admitted/running)
     placements: tuple[ReplicaPlacement, ...] = ()  # admitted/running
     started_at: float | None = None  # admitted/running
+    pod_sets: tuple[PodSet, ...] = ()
+    kind: str = ""  # the job's kind: "" (batch), "training", "inference", "ray"
 
     @property
     def gang_size(self) -> int:
         return self.min_available or self.replicas
+
+    @property
+    def wants_gpu(self) -> bool:
+        """Whether any of its pods asks for a GPU (so it is admitted on a GPU model)."""
+        return self.resources.wants_gpu or any(s.resources.wants_gpu for s in self.pod_sets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +328,9 @@ class Policy:
     # Decisions the forecast of estimated starts may take per run (Slurm's bf_max_job_test idea): jobs
     # it does not reach within them get no estimate (beyond the forecast's reach).
     forecast_decisions: int = 3000
+    # An inference replica may preempt training jobs of strictly lower priority in any ClusterQueue
+    # (not only its own): serving traffic before training throughput (``preemption``, kind "serving").
+    inference_preempts_training: bool = False
 
 
 @dataclass(frozen=True, slots=True)

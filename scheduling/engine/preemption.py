@@ -8,7 +8,10 @@ For a job that fits neither quota nor nodes as they are:
    - *priority*: same ClusterQueue, strictly lower priority;
    - *reclaim*: another ClusterQueue of the same cohort that is borrowing this resource, and only when
      the job's own queue stays within its nominal quota after admission. A reclaim candidate only
-     counts while its queue still borrows.
+     counts while its queue still borrows;
+   - *serving* (``Policy.inference_preempts_training``): for an inference replica, a training job of
+     strictly lower priority in any other ClusterQueue (it frees nodes; the replica's own quota
+     must still fit, as for any job).
 2. Cost order of one victim (:func:`victim_cost`): lowest priority, then fewest GPU-seconds lost
    (its GPUs times the seconds it has run), then youngest (latest start), then id. The order of
    victim *sets* (:func:`set_cost`): the highest priority in the set, then the GPU-seconds the set
@@ -46,6 +49,7 @@ from .model import ReplicaPlacement, Workload
 from .quota import QuotaBook
 
 GPU_PREFIX = "gpu/"  # quota keys of GPU models (``quota.gpu_key``)
+INFERENCE, TRAINING = "inference", "training"  # the kinds the serving rule reads (``Workload.kind``)
 
 # Step 5's bounds per preemptor: placement trials, partial sets visited, victims in one partial set.
 MAX_TRIALS = 256
@@ -85,7 +89,7 @@ class Holder:
 @dataclass(frozen=True, slots=True)
 class Victim:
     holder: Holder
-    kind: str  # "priority" | "reclaim"
+    kind: str  # "priority" | "reclaim" | "serving"
     lost_gpu_milli_s: int = 0
 
 
@@ -136,6 +140,10 @@ class VictimIndex:
             found = self._victims[key] = sorted(group, key=victim_cost)
         return found
 
+    def queues(self) -> list[str]:
+        """The queues that hold preemptible workloads, by name."""
+        return sorted(self._holders)
+
     def holding(self, cq: str, key: str | None) -> list[Victim]:
         """The queue's victims (kind ``reclaim``) that hold ``key`` (all for ``None``), in cost order."""
         group = self.victims(cq, "reclaim")
@@ -165,12 +173,18 @@ def select_victims(
     on_useful_node: Callable[[Holder], bool],
     frees_a_node: Callable[[Holder], bool],
     placed_on: Callable[[], set[str]] = set,
+    serving_rule: bool = False,
 ) -> list[Victim] | None:
     """The cheapest minimal set of victims after which ``fits()`` holds (in cost order), or ``None``."""
     keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
     # 1.-2. Candidates in cost order.
     candidates = _reclaim_candidates(cq, cohort, request, gpu_key, keys, index, taken, quota, now)
     candidates += _priority_candidates(job, cq, gpu_key, index, taken, now)
+    if serving_rule and job.kind == INFERENCE:
+        seen = {v.holder.workload.id for v in candidates}  # a borrowing trainer is a reclaim candidate already
+        candidates += [
+            v for v in _serving_candidates(job, cq, gpu_key, index, taken, now) if v.holder.workload.id not in seen
+        ]
     if not candidates:
         return None
     candidates.sort(key=victim_cost)
@@ -243,6 +257,25 @@ def _priority_candidates(
         if holder.workload.id not in taken and not protected(holder, now):
             own.append(victim)
     return own
+
+
+def _serving_candidates(
+    job: Workload, cq: str, gpu_key: str | None, index: VictimIndex, taken: set[str], now: float
+) -> list[Victim]:
+    """Training jobs of strictly lower priority in the other queues (holding the GPU model it tries)."""
+    found: list[Victim] = []
+    for other in index.queues():
+        if other == cq:
+            continue
+        for victim in index.victims(other, "serving"):
+            holder = victim.holder
+            if holder.workload.priority >= job.priority:
+                break  # in cost order, priority first
+            if holder.workload.kind != TRAINING or (gpu_key is not None and holder.request.get(gpu_key, 0) <= 0):
+                continue
+            if holder.workload.id not in taken and not protected(holder, now):
+                found.append(victim)
+    return found
 
 
 class _VictimSearch:

@@ -1,12 +1,14 @@
 """What victim selection (``preemption.select_victims``) asks of placement for one job and shape:
 whether the gang fits now, whether a holder sits on a node the job could use, whether removing a holder
-made one of its nodes fit a replica, and where a trial placement of the gang goes. Each answer is
-taken on the cluster as it is when asked (victim selection removes and restores holders in between)."""
+made one of its nodes fit a replica, and where a trial placement of the gang goes (with its further pod
+sets, ``podsets``, all or nothing). Each answer is taken on the cluster as it is when asked (victim
+selection removes and restores holders in between)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import podsets
 from .capacity import Statement
 from .fit import Shape
 from .model import Workload
@@ -15,8 +17,9 @@ from .preemption import Holder
 
 
 class PlacementProbes:
-    def __init__(self, placer: Placer, job: Workload, shape: Shape) -> None:
+    def __init__(self, placer: Placer, job: Workload, shape: Shape, sets: tuple[podsets.Member, ...] = ()) -> None:
         self.placer = placer
+        self.sets = sets
         self.cluster = placer.cluster
         self.job = job
         self.shape = shape
@@ -24,7 +27,9 @@ class PlacementProbes:
         self.eligible[placer.eligible(job, shape)] = True
 
     def fits(self) -> bool:
-        return self.placer.can_place(self.job, self.shape, self.job.gang_size)
+        if not self.sets:
+            return self.placer.can_place(self.job, self.shape, self.job.gang_size)
+        return bool(self.placed_on())
 
     def _nodes_of(self, holder: Holder) -> np.ndarray:
         index = self.cluster.index
@@ -42,5 +47,9 @@ class PlacementProbes:
         trial = Statement(self.cluster)
         gang = self.job.gang_size
         result = self.placer.place_gang(self.job, self.shape, trial, gang, gang, explain=False)
+        placements = result.placements
+        if result.explanation is None and self.sets:
+            more, failed = podsets.place(self.sets, trial, self.placer.place_gang)
+            placements = () if failed is not None else placements + more
         trial.discard()
-        return {p.node for p in result.placements}
+        return {p.node for p in placements}

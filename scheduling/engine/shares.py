@@ -8,8 +8,9 @@ A whole GPU is the same under both. A fraction or a MIG slice is not:
   because memory slices are what another profile can no longer use.
 * **billed share** (units of 1/7000 GPU, ``BILLED_UNITS_PER_GPU`` = 7000 per GPU): what the bill
   charges. A fraction is ``gpu_milli`` thousandths; a MIG slice is its share of the device's
-  *compute* slices (``3g.40gb``: 3/7), as NVIDIA prices and reports MIG. Every legal share (n GPUs,
-  k/1000 of one, g/7) is a whole number of 1/7000, so sums stay exact integers.
+  *compute* slices (``3g.40gb``: 3/7; on an A30, which has four, ``2g.12gb``: 2/4), as NVIDIA prices
+  and reports MIG. Every legal share (n GPUs, k/1000 of one, g/7, g/4) is a whole number of 1/7000,
+  so sums stay exact integers.
 
 Models, adapters, metrics and billing call these; nobody parses a MIG profile's share elsewhere.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from .mig import MEMORY_SLICES, mig_geometry, parse_mig_profile
+from .mig import MEMORY_SLICES, device_compute_slices, mig_geometry, parse_mig_profile
 from .model import ReplicaPlacement
 
 QUOTA_MILLI_PER_GPU = 1000
@@ -69,14 +70,15 @@ def placement_quota_milli(placement: ReplicaPlacement, device_memory_gib: int) -
 def billed_units(*, gpus: int = 0, gpu_milli: int = 0, mig_profile: str | None = None) -> int:
     """Billed share of one replica in 1/7000 GPU (a request: whole GPUs, a fraction or a MIG slice)."""
     if mig_profile:
-        return mig_compute_slices(mig_profile) * (BILLED_UNITS_PER_GPU // 7)
+        return mig_compute_slices(mig_profile) * BILLED_UNITS_PER_GPU // device_compute_slices(mig_profile)
     if gpus:
         return gpus * BILLED_UNITS_PER_GPU
     return gpu_milli * BILLED_UNITS_PER_GPU // QUOTA_MILLI_PER_GPU
 
 
 def placement_billed_units(placement: ReplicaPlacement) -> int:
-    """Billed share a placed replica holds (a MIG slice holds one device: its compute slices / 7)."""
+    """Billed share a placed replica holds (a MIG slice holds one device: its share of the device's
+    compute slices)."""
     if placement.mig_profile:
         return billed_units(mig_profile=placement.mig_profile)
     return billed_units(gpu_milli=placement.gpu_milli) * len(placement.gpu_indices)

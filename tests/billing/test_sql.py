@@ -6,8 +6,8 @@ same constants. These properties check that the two paths agree to the last unit
 * ``TeamCostHourly`` priced incrementally in Python (``cost_rollup_add``) equals the table priced as a
   whole in SQL (``cost_rollup_reprice``): the same exact cost numerators and the same chart floats.
 * every allocation path gives the window totals of the usage records priced in Python: the priced
-  per-team rollup, the hourly rollup summed per price segment, and the hourly rollup priced per row in
-  SQL; their step figures agree to rounding.
+  per-team rollup, the hourly rollup summed per price segment, the hourly rollup priced per row in
+  SQL, and the rollup per job owner and label set; their step figures agree to rounding.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from billing.records import usage_record
 from billing.selectors.allocation import (
     AllocationPath,
     allocation_inputs,
+    group_path,
     record_path,
     rollup_path,
     rollup_shared_idle_path,
@@ -71,6 +72,8 @@ price_changes = st.lists(
     ),
     max_size=6,
 )
+AGGREGATES = [*sorted(ROLLUP_AGGREGATES), "owner", "label:capacity-type", "label:absent"]
+"""The hourly rollup's aggregates, and the group rollup's (a label every record has, one none has)."""
 windows = st.tuples(st.integers(-3, 40), st.integers(1, 60), st.sampled_from([1, 2, 5, 24]))
 
 
@@ -136,7 +139,7 @@ def assert_same_allocation(got: Allocation, expected: Allocation) -> None:
 
 @pytest.mark.django_db
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=usage, changes=price_changes, window=windows, aggregate=st.sampled_from(sorted(ROLLUP_AGGREGATES)))
+@given(rows=usage, changes=price_changes, window=windows, aggregate=st.sampled_from(AGGREGATES))
 def test_sql_and_python_pricing_give_the_same_figures(world, rows, changes, window, aggregate):
     jobs = bench_jobs(world)
     with transaction.atomic():  # each example on its own data, rolled back at the end
@@ -163,10 +166,10 @@ def test_sql_and_python_pricing_give_the_same_figures(world, rows, changes, wind
         )
         inputs = allocation_inputs(query, now=query.end)
         expected = record_path(inputs)  # usage records priced in Python
-        paths: list[AllocationPath] = [rollup_path]
+        paths: list[AllocationPath] = [rollup_path if aggregate in ROLLUP_AGGREGATES else group_path]
         if aggregate in ("namespace", "team"):
             paths.append(team_cost_path)
-        if not any(record.gpu_model == UNCATALOGUED for record in records):
+        if aggregate in ROLLUP_AGGREGATES and not any(record.gpu_model == UNCATALOGUED for record in records):
             paths.append(rollup_shared_idle_path)  # see the next test
         for path in paths:
             assert_same_allocation(path(inputs), expected)

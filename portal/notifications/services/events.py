@@ -5,7 +5,7 @@ preemptions, the sweeper): after its transaction commits, a task runs ``notifica
 those jobs. Steps of ``notifications_dispatch``:
 
 1. Read the jobs, their latest attempts and their owners' preferences (the job's own, else the
-   owner's default, else ``DEFAULT``: e-mail on failure and preemption).
+   owner's default, else ``default_preference()``: e-mail on failure and preemption).
 2. An attempt that ended Succeeded, Failed or Preempted (or evicted: back to Pending after running)
    is that event; a job that failed before any admission is a failure of attempt 0; an attempt that
    started more than the chosen minutes after its wait began is "started after waiting".
@@ -40,8 +40,11 @@ from portal.notifications.services.enqueue import task_enqueue
 
 logger = logging.getLogger(__name__)
 
-DEFAULT = NotificationPreference(email=True, on_failed=True, on_preempted=True)
-"""What a user who chose nothing is told: e-mail when a job fails or is preempted."""
+
+def default_preference() -> NotificationPreference:
+    """What a user who chose nothing is told: e-mail when a job fails or is preempted. A new, unsaved
+    instance each time: a form bound to it writes the posted values into it."""
+    return NotificationPreference(email=True, on_failed=True, on_preempted=True)
 
 
 ENDINGS = {JobState.SUCCEEDED: Event.SUCCEEDED, JobState.FAILED: Event.FAILED, JobState.PREEMPTED: Event.PREEMPTED}
@@ -87,7 +90,9 @@ def notifications_dispatch(*, job_ids: Iterable[int], now: datetime | None = Non
     oldest = now - timedelta(seconds=settings.NOTIFY_MAX_AGE_S)
     rows = []
     for job in jobs:
-        preference = preferences.get((job.owner_id, job.pk)) or preferences.get((job.owner_id, None)) or DEFAULT
+        preference = (
+            preferences.get((job.owner_id, job.pk)) or preferences.get((job.owner_id, None)) or default_preference()
+        )
         for number, event, at, wait_s in job_events(job, latest.get(job.pk)):
             if at < oldest or not preference.wants(event):
                 continue

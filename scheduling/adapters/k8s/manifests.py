@@ -5,14 +5,14 @@
 1. ``_device_fields``: how the engine's devices are requested (whole GPUs as ``nvidia.com/gpu``, a
    MIG slice as ``nvidia.com/mig-<profile>``, a fractional share as nothing), annotated and exposed
    in the environment;
-2. ``_container``: the job's image and command, requests equal to limits, a restricted security
+2. ``container_fields``: the job's image and command, requests equal to limits, a restricted security
    context; the environment: the portal's variables, the devices', ``CHECKPOINT_PATH`` and, for a
    training job, PyTorch's rendezvous variables (``training``);
 3. ``_pod_spec``: the portal as ``schedulerName``, ``restartPolicy: Never``, no service account token,
    the restricted pod security context, the job's tolerations, node selector, affinity and topology
    spread constraints (``affinity.pod_fields``: what the engine applied, so the kubelet's admission
    checks the same node affinity); a training worker's ``hostname`` and ``subdomain`` (its stable name);
-4. the metadata: the derived name, the team's namespace, ``_pod_labels`` and the annotations.
+4. the metadata: the derived name, the team's namespace, ``pod_labels`` and the annotations.
 
 Every pod meets the "restricted" Pod Security Standard (``pod_security.pod_spec_violations`` checks
 it). ``binding_manifest`` binds a pod to the engine's node; ``event_manifest`` tells people reading
@@ -90,7 +90,7 @@ def pod_manifest(
     # that takes a whole device (k8s/namespaces.py).
     limits = {"cpu": f"{job.cpu_milli}m", "memory": f"{job.memory_mib}Mi", GPU_RESOURCE: "0", **fields.resources}
     env = [*_portal_env(job, replica, devices), *fields.env, *_workload_env(job, replica)]
-    container = _container(job, env, limits)
+    container = container_fields(job, env, limits)
     # 3. the pod spec
     spec = _pod_spec(job, container, scheduler_name=scheduler_name, run_as_user=run_as_user)
     if job.kind == TRAINING:
@@ -105,7 +105,7 @@ def pod_manifest(
         "metadata": {
             "name": pod_name(job.job_id, job.attempt, replica),
             "namespace": job.namespace,
-            "labels": _pod_labels(job, replica),
+            "labels": pod_labels(job, replica),
             "annotations": annotations,
         },
         "spec": spec,
@@ -172,7 +172,7 @@ def _workload_env(job: PodJob, replica: int) -> list[dict[str, str]]:
     return env
 
 
-def _container(job: PodJob, env: list[dict[str, str]], limits: dict[str, str]) -> dict:
+def container_fields(job: PodJob, env: list[dict[str, str]], limits: dict[str, str]) -> dict:
     """Step 2: the one container; it requests what it is limited to."""
     container: dict = {
         "name": "main",
@@ -200,14 +200,9 @@ def _pod_spec(job: PodJob, container: dict, *, scheduler_name: str, run_as_user:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 30,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": run_as_user,
-            "runAsGroup": run_as_user,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(run_as_user),
         "containers": [container],
-        "tolerations": [_toleration(t) for t in job.tolerations],
+        "tolerations": [toleration_fields(t) for t in job.tolerations],
     }
     if job.node_selector:
         spec["nodeSelector"] = dict(job.node_selector)
@@ -215,7 +210,17 @@ def _pod_spec(job: PodJob, container: dict, *, scheduler_name: str, run_as_user:
     return spec
 
 
-def _toleration(t: Mapping) -> dict:
+def pod_security_context(run_as_user: int) -> dict:
+    """The restricted pod-level security context every pod of the portal's runs with."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": run_as_user,
+        "runAsGroup": run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def toleration_fields(t: Mapping) -> dict:
     out = {"key": str(t.get("key", "")), "operator": str(t.get("operator", "Equal") or "Equal")}
     if out["operator"] == "Equal":
         out["value"] = str(t.get("value", ""))
@@ -226,7 +231,7 @@ def _toleration(t: Mapping) -> dict:
     return out
 
 
-def _pod_labels(job: PodJob, replica: int) -> dict[str, str]:
+def pod_labels(job: PodJob, replica: int) -> dict[str, str]:
     """Step 4: the job's own labels, then the portal's (which win)."""
     return {
         **user_labels(job.labels),

@@ -14,6 +14,8 @@ Modules, by concern:
                array form the measures use.
 ``measure``    FGD's fragmentation and portal's stranded-GPU measure of candidate node states;
                ``fragmentation_milli(...)`` for a whole cluster state.
+``pressure``   portal's model pressure: the share of the demand only some GPU models can serve,
+               per free GPU of each model.
 ``baselines``  DotProduct, BestFit, GpuClustering, GpuPacking node scores.
 ``scorer``     ``NodeScorer``: free-capacity arrays kept current by ``bind``/``release``, the policy's
                cached node scores (``score_nodes``) and the cluster's fragmentation (``frag_milli``).

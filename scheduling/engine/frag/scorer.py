@@ -5,8 +5,10 @@ Per pod shape, the score of every candidate node (higher wins; ties are the call
 * ``fgd``: FGD's integer score ``int(100 * sigmoid((F_before - F_after) / 1000))`` for the decrease of
   the node's fragmentation (``measure.frag_milli``); a sharing pod tries every fitting device and keeps
   the first best one.
-* ``portal`` (our default): FGD's decision, refined only where FGD's coarse integer scores tie. The
-  score is one float that compares like the key (FGD's integer score, secondary): for a GPU-sharing
+* ``portal`` (our default): for a GPU pod, first the lowest model pressure (``pressure``: the GPU
+  models constrained pods need the least; all equal when no typical pod names a model), then FGD's
+  decision, refined only where FGD's coarse integer scores tie. The score is one float that compares
+  like the key (pressure level, FGD's integer score, secondary): for a GPU-sharing
   pod the tightest device (least milli left on it after placement); for a CPU-only pod the least free
   GPU on the node, then the least free CPU (CPU stays free where GPUs are still free); for other pods
   the decrease of stranded GPU (``measure.stranded_milli``). docs/simulator.md has the measurements,
@@ -30,9 +32,11 @@ import numpy as np
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
 from .measure import frag_and_stranded, frag_milli, sigmoid_score
+from .pressure import demand_share, pressure_levels
 from .workload import TypicalArrays, TypicalPod
 
-_LEX = 1e9  # weight of the primary (integer) score in portal's lexicographic key
+_LEX = 1e10  # weight of FGD's integer score in portal's lexicographic key (secondary keys stay below)
+_PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..100 range
 _MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
@@ -80,6 +84,7 @@ class NodeScorer:
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
     _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
     _delta_memo: dict[ShapeKey, dict[bytes, list[float]]] = field(init=False)  # see _memo_delta
+    _press_share: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -146,6 +151,8 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = idx[cache.version[idx] != self._version[idx]]
         self._rescore(pod, key, cache, stale)
+        if self.policy == "portal" and pod.gpu_count > 0:
+            return cache.score[idx] + self._pressure_term(idx), cache.device
         return cache.score[idx], cache.device
 
     def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -157,6 +164,8 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = np.flatnonzero(ok & (cache.version[lo:hi] != self._version[lo:hi])) + lo
         self._rescore(pod, key, cache, stale)
+        if self.policy == "portal" and pod.gpu_count > 0:
+            return cache.score[lo:hi] + self._pressure_term(np.arange(lo, hi)), cache.device
         return cache.score[lo:hi], cache.device
 
     def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
@@ -168,6 +177,21 @@ class NodeScorer:
             cache.after_primary[stale] = after_primary
             cache.version[stale] = self._version[stale]
         self._last = (key, cache)
+
+    def _pressure_term(self, idx: np.ndarray) -> np.ndarray:
+        """portal's first key for a GPU pod: minus the model pressure level of each node
+        (``pressure``), in units above FGD's whole score range; 0 when no typical pod is constrained."""
+        table = self._table
+        assert table is not None
+        rows = len(self.nodes.models) + 1
+        if self._press_share is None:
+            capacity = np.bincount(self._model_row, weights=self.nodes.gpu_count.astype(np.float64), minlength=rows)
+            self._press_share = demand_share(table, capacity)
+        if not self._press_share.any():
+            return np.zeros(idx.size)
+        free = np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
+        levels = pressure_levels(self._press_share, free)
+        return -_PRESSURE_UNIT * levels[self._model_row[idx]]
 
     def _memo_delta(
         self, pod: PodShape, key: ShapeKey, idx: np.ndarray

@@ -40,6 +40,13 @@ REQUIRED_ACCESS = (
     ("list", "services", "", False),  # training jobs' headless Services
     ("create", "services", "", True),
     ("delete", "services", "", True),
+    # Ray jobs: KubeRay's objects (resource.group, as kubectl writes it)
+    ("list", "rayjobs.ray.io", "", False),
+    ("create", "rayjobs.ray.io", "", True),
+    ("delete", "rayjobs.ray.io", "", True),
+    ("list", "rayclusters.ray.io", "", False),
+    ("create", "rayclusters.ray.io", "", True),
+    ("delete", "rayclusters.ray.io", "", True),
 )
 
 

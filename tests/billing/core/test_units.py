@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from billing.core.units import US_PER_HOUR, hour_pieces, ratio_to_decimal
-from scheduling.engine.shares import billed_units_of_gpus
+from scheduling.engine.shares import BILLED_UNITS_PER_GPU, billed_units, billed_units_of_gpus
 from tests.billing.conftest import utc
 
 
@@ -40,3 +40,22 @@ def test_hour_pieces_add_up_to_the_interval(start, micros):
     assert sum(m for _, m in pieces) == micros
     assert all(0 < m <= US_PER_HOUR for _, m in pieces)
     assert [h for h, _ in pieces] == list(range(pieces[0][0], pieces[0][0] + len(pieces)))
+
+
+@pytest.mark.parametrize(
+    ("profile", "gpus"),
+    [
+        # NVIDIA MIG user guide: an A30 has 4 compute slices, A100/H100/H200 have 7.
+        ("1g.6gb", Fraction(1, 4)),
+        ("2g.12gb", Fraction(2, 4)),
+        ("2g.12gb+me", Fraction(2, 4)),
+        ("4g.24gb", Fraction(1)),
+        ("1g.5gb", Fraction(1, 7)),
+        ("3g.40gb", Fraction(3, 7)),
+        ("7g.80gb", Fraction(1)),
+        ("1g.12gb", Fraction(1, 7)),  # H100-94GB and H100-96GB both list it; both have 7
+        ("3g.71gb", Fraction(3, 7)),
+    ],
+)
+def test_a_mig_slice_bills_its_share_of_its_gpus_compute_slices(profile, gpus):
+    assert Fraction(billed_units(mig_profile=profile), BILLED_UNITS_PER_GPU) == gpus

@@ -281,3 +281,36 @@ def test_the_yaml_example_in_the_readme_is_a_valid_spec(connect, tmp_path):
     path.write_text(block)
     run = Run("submit", str(path), "--json", *connect)
     assert run.code == Exit.OK, run.err
+
+
+def test_spot_checkpoint_and_a_ray_job_are_flags_of_submit(connect):
+    run = Run(
+        "submit", "--queue", "default", "--image", "nvcr.io/nvidia/pytorch:24.08-py3", "--gpu", "1", "--spot",
+        "--checkpoint-path", "s3://ckpt/a", "--max-restarts", "2", "--restart-policy", "never", "--json", *connect,
+    )  # fmt: skip
+    assert run.code == Exit.OK, run.err
+    stored = JobRow.objects.get(pk=run.json()["id"])
+    assert (stored.spot, stored.checkpoint_path, stored.max_restarts, stored.restart_policy) == (
+        True,
+        "s3://ckpt/a",
+        2,
+        "never",
+    )
+    ray = Run(
+        "submit", "--kind", "ray", "--queue", "default", "--image", "rayproject/ray:2.34.0", "--gpu", "0",
+        "--entrypoint", "python tune.py", "--worker-group", "gpu:2:4", "--worker-group", "cpu:3:0:8000:16384",
+        "--json", *connect,
+    )  # fmt: skip
+    assert ray.code == Exit.OK, ray.err
+    assert JobRow.objects.get(pk=ray.json()["id"]).ray == {
+        "entrypoint": "python tune.py",
+        "worker_groups": [
+            {"name": "gpu", "replicas": 2, "gpu": 4},
+            {"name": "cpu", "replicas": 3, "gpu": 0, "cpu_milli": 8000, "memory_mib": 16384},
+        ],
+    }
+    bad = Run("submit", "--kind", "ray", "--queue", "default", "--image", "rayproject/ray:2.34.0", *connect,
+              "--worker-group", "gpu:2:4", "--ray-mode", "cluster", "--entrypoint", "python x.py")  # fmt: skip
+    assert bad.code == Exit.USAGE
+    assert "ray.entrypoint" in bad.err
+    assert Run("submit", "--worker-group", "gpu:two:4", *connect).code == Exit.USAGE

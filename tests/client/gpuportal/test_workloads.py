@@ -55,3 +55,19 @@ def test_a_service_is_started_scaled_and_stopped_from_python(portal_url, key_of)
         with pytest.raises(ValidationError) as exc:
             portal.create_service({**SERVICE, "name": "big", "min_replicas": 3})
         assert "min_replicas" in exc.value.errors
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_ray_job_is_submitted_from_python_and_a_bad_group_is_named(portal_url, key_of):
+    ray = {
+        "mode": "job",
+        "entrypoint": "python train.py",
+        "worker_groups": [{"name": "gpu", "replicas": 2, "gpu": 4, "cpu_milli": 8000, "memory_mib": 65536}],
+    }
+    spec = {"queue": "default", "image": "rayproject/ray:2.34.0", "kind": "ray", "cpu_milli": 2000, "ray": ray}
+    with Portal(portal_url, key_of("alice")) as portal:
+        job = portal.submit(spec)
+        assert (job.kind, job.replicas, job.ray) == ("ray", 1, ray)
+        with pytest.raises(ValidationError) as exc:
+            portal.submit({**spec, "ray": {**ray, "worker_groups": [{"name": "gpu", "replicas": 0}]}})
+        assert "ray.worker_groups.0.replicas" in exc.value.errors

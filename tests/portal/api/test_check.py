@@ -148,3 +148,21 @@ def test_a_wait_suggests_the_model_that_is_free(api, world):
     assert {"allowed_gpu_models": ["T4"]} in changes
     t4 = next(s for s in check["suggestions"] if s["change"] == {"allowed_gpu_models": ["T4"]})
     assert t4["verdict"] == "runs_now"
+
+
+def test_a_ray_jobs_dry_run_places_every_pod_and_costs_the_head_and_all_workers(api, world):
+    ray = {
+        "mode": "job",
+        "entrypoint": "python tune.py",
+        "worker_groups": [{"name": "gpu", "replicas": 2, "gpu": 4, "cpu_milli": 8000, "memory_mib": 32768}],
+    }
+    body = {**BODY, "kind": "ray", "gpu": 0, "cpu_milli": 2000, "memory_mib": 4096, "ray": ray}
+    check = api("alice").post("/api/v1/jobs/check/", body, format="json").json()
+    assert check["verdict"] == "runs_now", check
+    assert [len(p["gpu_indices"]) for p in check["placements"]] == [0, 4, 4]
+    # Recomputed from the rule: 8 GPUs, 2 + 16 cores, 4 + 64 GiB for 7200 / SPEEDUP s
+    hours = Fraction(7200) / Fraction(SPEEDUP) / 3600
+    cost = check["cost"]
+    assert Decimal(cost["gpu_hours"]) == six(8 * hours)
+    assert Decimal(cost["cpu_usd"]) == six(18 * hours * usd_per_hour("cpu"))
+    assert Decimal(cost["memory_usd"]) == six(68 * hours * usd_per_hour("memory"))

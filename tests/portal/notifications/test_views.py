@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from portal.notifications.models import NotificationPreference, WebhookEndpoint
@@ -58,3 +60,19 @@ def test_only_the_owner_chooses_a_jobs_notifications(client, world):
     assert (own.email, own.webhook, own.on_failed) == (False, True, True)
     client.post(f"/jobs/{job.pk}/notifications/", {"action": "default"})
     assert not NotificationPreference.objects.filter(job=job).exists()
+
+
+def test_one_users_job_choice_never_changes_the_default_of_users_who_chose_nothing(client, world):
+    job = world.submit("vision")  # alice's; alice has no saved default
+    client.force_login(world.users["alice"])
+    client.post(f"/jobs/{job.pk}/notifications/", {"action": "job", "webhook": "on", "on_succeeded": "on"})
+    client.force_login(world.users["carol"])  # chose nothing: e-mail on failure and preemption
+    page = client.get("/account/notifications/").content.decode()
+    checked = {name: _checked(page, name) for name in ("email", "webhook", "on_failed", "on_preempted", "on_succeeded")}
+    assert checked == {"email": True, "webhook": False, "on_failed": True, "on_preempted": True, "on_succeeded": False}
+
+
+def _checked(page: str, name: str) -> bool:
+    tag = re.search(rf'<input[^>]*name="{name}"[^>]*>', page)
+    assert tag is not None, name
+    return " checked" in tag.group(0)

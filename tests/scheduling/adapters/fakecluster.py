@@ -215,6 +215,14 @@ class FakeCluster:
                     changed += 1
         return changed
 
+    def set_status(self, kind: str, namespace: str, name: str, status: dict) -> dict:
+        """An operator's status update of a custom object (KubeRay's RayJob or RayCluster)."""
+        with self.cond:
+            obj = self._store(kind)[(namespace, name)]
+            obj["status"] = json.loads(json.dumps(status))
+            self._write(kind, "MODIFIED", obj)
+            return json.loads(json.dumps(obj))
+
     def remove_pod(self, namespace: str, name: str) -> None:
         with self.cond:
             pod = self.pods.pop((namespace, name))

@@ -1,0 +1,316 @@
+"""A forecast's timeline, kept so that a dry run replays it instead of running the forecast again.
+
+The cycle's forecast (``estimate.Forecast.run``) records, for each step, the ends it gave back and every
+group it took off its heap in order (the key it was taken with; whether it was decided; what it
+started). ``Replay.start`` answers "when would one more job start" from that record, with the cycle's
+own decision, and gives the same answer as the forecast run again with the job among the waiting ones
+(``tests/scheduling/engine/test_timeline.py``), because until that job starts, adding it changes
+nothing the forecast does:
+
+- the other jobs' decisions do not depend on it: a job that does not fit holds nothing, and the memo
+  it leaves only repeats what a decision on the same state would say (capacity and quota only shrink
+  within a step);
+- the heap holds the same entries plus its own, so the groups come off in the same order, and the job
+  comes off just before the first recorded entry whose key is greater than its own (keys end with the
+  waiting rank: no ties);
+- its own decisions count against the same budget (``Policy.forecast_decisions``): it starts only if
+  its successful decision is within it.
+
+So a replay walks the record: 1. it follows the job's place in the admission order (its queue's fair
+share moves only with the ends and starts of its ClusterQueue) and finds where the forecast would
+decide it: in each step where capacity of a model it may use came back (its group's rule), just before
+the first entry ordered after it; a job of the same shape and queue as a recorded group comes after
+that group's jobs, once all of them have started. 2. At each such point it decides the job with the
+cycle's own decision on the state there. The state at a point is the cycle's final state plus the
+record's ends given back and starts taken up to it: a few copies of the cycle's state (``cursors``)
+stay parked along the record, and the nearest one is moved there (no decision, no placement search:
+only capacity and quota move), so consecutive checks move them little. When the record stops because
+every waiting job had started, the replay goes on over the ends left, the job alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .admission import FairShare
+from .capacity import Cluster
+from .estimate import COALESCE_S, MAX_STEPS, RESOLUTION, Start, _End, group_key, order_key
+from .model import Workload
+from .outcome import Fit, Outcome
+from .quota import QuotaBook
+
+CURSORS = 2  # copies of the state parked along one record
+
+
+@dataclass(slots=True)
+class _Pop:
+    key: tuple[object, ...]
+    index: int
+    decided: bool  # False: its key was stale, it went back on the heap
+    started: _End | None  # its job started (and ends then)
+    before: int = 0  # events of the record before it (set by ``Timeline.seal``)
+
+
+@dataclass(slots=True)
+class _Step:
+    at: float
+    released: list[_End]
+    pops: list[_Pop] = field(default_factory=list)
+    models: frozenset[str | None] = frozenset()  # the GPU models whose capacity came back (None: any)
+    after: int = 0  # events of the record up to its end (set by ``Timeline.finish``)
+
+
+class Timeline:
+    """One forecast run's record (``estimate.Recorder``), and its events in order once sealed."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[object, ...], tuple[int, int]] = {}  # group key -> (index, size)
+        self.budget = 0
+        self.steps: list[_Step] = []
+        self.ends: list[_End] = []  # the heap of ends left when it stopped
+        self.left = 0  # waiting jobs it did not start
+        self.waiting = 0
+        # (end, sign): -1 gives back what an end holds, 1 takes it (a start); set by ``seal``.
+        self.events: list[tuple[_End, int]] = []
+
+    def begin(self, groups: Mapping[tuple[object, ...], tuple[int, int]], budget: int) -> None:
+        self.groups = dict(groups)
+        self.budget = budget
+        self.waiting = sum(size for _, size in groups.values())
+
+    def step(self, at: float, released: list[_End]) -> None:
+        models: set[str | None] = set()
+        for end in released:
+            models |= end.models
+        self.steps.append(_Step(at, released, models=frozenset(models)))
+
+    def popped(self, key: tuple[object, ...], index: int, decided: bool, started: _End | None) -> None:
+        self.steps[-1].pops.append(_Pop(key, index, decided, started))
+
+    def finish(self, ends: list[_End], left: int, steps: int) -> None:
+        self.ends = ends
+        self.left = left
+        for step in self.steps:
+            self.events.extend((end, -1) for end in step.released)
+            for pop in step.pops:
+                pop.before = len(self.events)
+                if pop.started is not None:
+                    self.events.append((pop.started, 1))
+            step.after = len(self.events)
+
+
+class ReplayHost(Protocol):
+    """What a replay needs of a cycle (``cycle._Cycle``): its state, its decision, and a copy of it."""
+
+    cluster: Cluster
+    quota: QuotaBook
+    fair: FairShare
+
+    def forecast_decide(self, job: Workload) -> Outcome: ...
+
+    def forecast_begin(self) -> object: ...
+
+    def forecast_step(self) -> None: ...
+
+    def forecast_end(self, saved: object) -> None: ...
+
+
+class _Cursor:
+    """A copy of the cycle's state at ``pos`` events of the record."""
+
+    def __init__(self, host: ReplayHost) -> None:
+        self.host = host
+        self.pos = 0
+
+    def apply(self, end: _End, sign: int) -> None:
+        for p in end.placements if sign > 0 else reversed(end.placements):
+            self.host.cluster.apply(p, sign)
+        if end.request:
+            self.host.quota.add(end.cq, end.request, sign)
+            self.host.fair.add(end.lq, end.cq, end.request, sign)
+
+    def move(self, events: list[tuple[_End, int]], pos: int) -> None:
+        while self.pos < pos:
+            end, sign = events[self.pos]
+            self.apply(end, sign)
+            self.pos += 1
+        while self.pos > pos:
+            self.pos -= 1
+            end, sign = events[self.pos]
+            self.apply(end, -sign)
+
+    def decide(self, job: Workload) -> Fit | None:
+        """The forecast's decision for ``job`` on this state (a fresh step's memo); keeps nothing."""
+        host = self.host
+        saved = host.forecast_begin()
+        try:
+            host.forecast_step()
+            outcome = host.forecast_decide(job)
+            if not isinstance(outcome, Fit):
+                return None
+            for p in reversed(outcome.admission.placements):  # the decision took them
+                host.cluster.apply(p, -1)
+            return outcome
+        finally:
+            host.forecast_end(saved)
+
+
+class Replay:
+    """Answers for one record (see the module docstring). ``copy`` makes a copy of the cycle's final
+    state (its capacity, quota, fair share and placer apart from the cycle's); ``models``: the GPU
+    models whose capacity may let a job start (``estimate.Forecast._models``)."""
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        copy: Callable[[], ReplayHost],
+        fair: FairShare,
+        models: Callable[[Workload, str], frozenset[str | None]],
+        now: float,
+    ) -> None:
+        self.timeline = timeline
+        self.copy = copy
+        self.fair = fair  # the cycle's, read at the final state only
+        self.models = models
+        self.now = now
+        self.cursors: list[_Cursor] = []
+
+    def warm(self) -> None:
+        """Make the copies now (each costs about a copy of the cycle's arrays)."""
+        while len(self.cursors) < CURSORS:
+            self.cursors.append(_Cursor(self.copy()))
+
+    def start(self, job: Workload, cq: str) -> Start | None:
+        """When (and where) ``job`` of ClusterQueue ``cq`` would start in the recorded run, had it been
+        waiting too (last in the waiting list); ``None``: beyond the run's reach. Changes nothing."""
+        for at, pos in self._points(job, cq):
+            cursor = self._cursor(pos)
+            if pos > len(self.timeline.events):  # past the record: the ends left, given back here
+                start = self._beyond(cursor, job, at, pos)
+                if start is not None:
+                    return start
+                continue
+            fit = cursor.decide(job)
+            if fit is not None:
+                return Start(at, fit.admission.gpu_model, fit.admission.placements)
+        return None
+
+    def _cursor(self, pos: int) -> _Cursor:
+        """The parked copy nearest ``pos`` (a new one while there are fewer than ``CURSORS``), moved
+        there (within the record)."""
+        events = self.timeline.events
+        if len(self.cursors) < CURSORS and all(abs(c.pos - pos) > pos for c in self.cursors):
+            self.cursors.append(_Cursor(self.copy()))
+        cursor = min(self.cursors, key=lambda c: abs(c.pos - pos))
+        cursor.move(events, min(pos, len(events)))
+        return cursor
+
+    def _points(self, job: Workload, cq: str) -> Iterator[tuple[float, int]]:
+        """Where the run would decide ``job`` (its step's time, events before it), in order, while the
+        budget lasts; the caller stops at the first where it fits. Positions past the record's events
+        stand for the steps after it (``_beyond``)."""
+        timeline = self.timeline
+        models = self.models(job, cq)
+        member = timeline.groups.get(group_key(job, cq))
+        index, ahead = member if member is not None else (len(timeline.groups), 0)
+        rank = timeline.waiting
+        # Fair-share usage as the record goes: its order key's inputs (only its ClusterQueue's count).
+        fair = copy.deepcopy(self.fair)
+        used = 0  # decisions: the recorded ones and its own
+        tried_at = 0
+        dirty = _Dirty(models)
+        seen = 0  # jobs of its group started so far
+        for step_no, step in enumerate(timeline.steps, start=1):
+            _charge(fair, cq, step.released, -1)
+            dirty.came_back(step_no, step.models)
+            mine = (order_key(fair, job, rank), index) if seen >= ahead and dirty.since(tried_at) else None
+            for pop in [*step.pops, None]:
+                while mine is not None and (pop is None or mine < (pop.key, pop.index)):
+                    if used >= timeline.budget:
+                        return
+                    fresh = (order_key(fair, job, rank), index)
+                    if fresh != mine:
+                        mine = fresh
+                        continue
+                    used += 1
+                    tried_at = step_no
+                    yield step.at, pop.before if pop is not None else step.after
+                    mine = None  # it did not fit: off the heap for this step
+                if pop is None:
+                    break
+                if used >= timeline.budget:
+                    return
+                used += pop.decided
+                if pop.started is None:
+                    continue
+                _charge(fair, cq, (pop.started,), 1)
+                if pop.index == index:
+                    seen += 1
+                    if seen == ahead:  # its group's last recorded job started: the job is its head now
+                        tried_at = step_no
+                        mine = (order_key(fair, job, rank), index)
+        if timeline.left or not timeline.ends:
+            return
+        # Past the record (every waiting job had started): one decision per step where it may fit.
+        ends = list(timeline.ends)
+        step_no = len(timeline.steps)
+        past = len(timeline.events)
+        while ends and step_no < MAX_STEPS and used < timeline.budget:
+            step_no += 1
+            t = ends[0].at
+            window = max(COALESCE_S, RESOLUTION * (t - self.now))
+            came_back: set[str | None] = set()
+            while ends and ends[0].at <= t + window:
+                came_back |= heapq.heappop(ends).models
+                past += 1
+            dirty.came_back(step_no, came_back)
+            if dirty.since(tried_at):
+                used += 1
+                tried_at = step_no
+                yield t, past
+
+    def _beyond(self, cursor: _Cursor, job: Workload, at: float, pos: int) -> Start | None:
+        """The decision at ``pos`` past the record: the first ``pos - len(events)`` ends left by the
+        record (in their order) given back on the cursor at the record's end, then taken again."""
+        ends = list(self.timeline.ends)
+        released = [heapq.heappop(ends) for _ in range(pos - len(self.timeline.events))]
+        for end in released:
+            cursor.apply(end, -1)
+        try:
+            fit = cursor.decide(job)
+        finally:
+            for end in reversed(released):
+                cursor.apply(end, 1)
+        return None if fit is None else Start(at, fit.admission.gpu_model, fit.admission.placements)
+
+
+class _Dirty:
+    """The forecast's rule for retrying a group: once capacity of a GPU model it may use came back
+    (CPU-only work, ``None`` among its models: any end, every step)."""
+
+    def __init__(self, models: frozenset[str | None]) -> None:
+        self.models = models
+        self.since_model: dict[str | None, int] = {}
+        self.since_any = 0  # the last step CPU-only work ended (its CPU and memory help every model)
+
+    def came_back(self, step: int, models: frozenset[str | None] | set[str | None]) -> None:
+        for model in models:
+            self.since_model[model] = step
+        if None in models:
+            self.since_any = step
+        self.since_model[None] = step
+
+    def since(self, tried_at: int) -> bool:
+        return tried_at < max((self.since_any, *(self.since_model.get(m, 0) for m in self.models)))
+
+
+def _charge(fair: FairShare, cq: str, ends: tuple[_End, ...] | list[_End], sign: int) -> None:
+    """What ``ends`` hold, charged (1) or given back (-1) to ``fair``: only ``cq``'s usage, which is all
+    a job of ``cq``'s order key reads."""
+    for end in ends:
+        if end.cq == cq and end.request:
+            fair.add(end.lq, end.cq, end.request, sign)

@@ -1,0 +1,89 @@
+"""The dry run's answers are remembered per request shape on the kept cycle state
+(``scheduling.selectors.job_check``): a repeated request is not run through the engine again, and
+its answer is the one a dry run computed afresh on the same state gives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+
+from billing.services import price_book_seed_defaults
+from scheduling import selectors
+from scheduling.adapters.simulated import SimulatedCluster
+from scheduling.engine.dryrun import DryRun
+from scheduling.engine.model import WorkloadState
+from scheduling.services import cycle_run
+from tests.portal.api.test_check import BODY, SPEEDUP
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def full_cluster(settings, world):
+    """Both A100 nodes held by vision's 8-GPU jobs: a request waits, with a forecast start."""
+    settings.SIM_SPEEDUP = SPEEDUP
+    settings.CLUSTER_BACKEND = "simulated"
+    price_book_seed_defaults()
+    for _ in range(2):
+        world.submit("vision", gpu=8, allowed_gpu_models=(world.models["A100-80GB"],), runtime_s=3600)
+    cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
+    selectors.dry_run_forget()
+    yield
+    selectors.dry_run_forget()
+
+
+@pytest.fixture
+def engine_checks(monkeypatch) -> list[str]:
+    """The ids of the workloads the engine's dry run was asked about."""
+    asked: list[str] = []
+    check = DryRun.check
+
+    def counting(self, workload, runtimes=None):
+        asked.append(workload.id)
+        return check(self, workload, runtimes)
+
+    monkeypatch.setattr(DryRun, "check", counting)
+    return asked
+
+
+def test_the_same_request_twice_runs_the_engine_once_and_gets_the_fresh_answer(api, engine_checks):
+    first = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
+    second = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
+    assert first["verdict"] == "waits"
+    assert first["estimated_start_p50"] is not None
+    assert len(engine_checks) == 1
+    assert second == first
+    # Computed afresh by the engine on the same state: the same answer.
+    selectors._kept["state"].answers.clear()
+    fresh = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
+    assert len(engine_checks) == 2
+    assert fresh == second
+
+
+def test_another_request_shape_is_answered_by_the_engine(api, engine_checks):
+    one = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
+    four = api("alice").post("/api/v1/jobs/check/", {**BODY, "gpu": 4}, format="json").json()
+    other_queue = api("bob").post("/api/v1/jobs/check/", BODY, format="json").json()
+    assert len(engine_checks) == 3
+    # 4 GPUs, not 2, for as long (each figure rounded to 6 places)
+    assert Decimal(four["cost"]["gpu_hours"]) == pytest.approx(2 * Decimal(one["cost"]["gpu_hours"]), abs=2e-6)
+    assert other_queue["position"] == 1
+
+
+def test_a_request_not_newer_than_every_job_of_the_state_is_not_remembered(engine_checks):
+    dry_run, _ = selectors.dry_run_state()
+    queued = next(w for w in dry_run.snapshot.workloads)
+    # Submitted no later than a job of the state: its place among them depends on its time.
+    request = replace(queued, id="dry-run", state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
+    selectors.job_check(workload=request)
+    selectors.job_check(workload=request)
+    assert len(engine_checks) == 2
+
+
+def test_a_new_cycle_drops_the_remembered_answers(api, engine_checks):
+    api("alice").post("/api/v1/jobs/check/", BODY, format="json")
+    cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
+    api("alice").post("/api/v1/jobs/check/", BODY, format="json")
+    assert len(engine_checks) == 2

@@ -1,0 +1,64 @@
+"""The throttles' sliding log (``portal.api.throttling``): exact under concurrent requests."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from django.core.cache import cache
+
+from portal.api.throttling import log_add, log_wait
+
+
+@pytest.fixture(autouse=True, params=["redis", "locmem"])
+def empty_log(request, settings):
+    """Both homes of the log: Redis (the web processes' shared cache) and a local cache."""
+    if request.param == "redis":
+        if not settings.REDIS_URL:
+            pytest.skip("needs REDIS_URL")
+        settings.CACHES = {
+            "default": {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": settings.REDIS_URL,
+                "KEY_PREFIX": f"throttle-test-{uuid.uuid4().hex}",
+            }
+        }
+    cache.delete("throttle_test")
+    yield
+    cache.delete("throttle_test")
+
+
+def test_concurrent_requests_are_each_counted_once_and_the_limit_holds():
+    outcomes: list[float | None] = []
+    lock = threading.Lock()
+    start = threading.Barrier(24)
+
+    def request() -> None:
+        start.wait()
+        wait_s = log_add("throttle_test", window_s=60, now=time.time(), limit=10)
+        with lock:
+            outcomes.append(wait_s)
+
+    threads = [threading.Thread(target=request) for _ in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count(None) <= 10  # never more than the limit, whatever the interleaving
+    assert all(0 < w <= 60 for w in outcomes if w is not None)
+    # Once the burst is over, the log holds exactly the requests let through.
+    waits = [log_add("throttle_test", window_s=60, now=time.time(), limit=10) for _ in range(10)]
+    assert waits.count(None) == 10 - outcomes.count(None)
+
+
+def test_entries_leave_the_window_and_the_wait_counts_from_the_oldest():
+    now = 1_000_000.0
+    for offset in (0.0, 10.0, 20.0):
+        assert log_add("throttle_test", window_s=60, now=now + offset, limit=3) is None
+    assert log_add("throttle_test", window_s=60, now=now + 30, limit=3) == pytest.approx(30.0)
+    assert log_wait("throttle_test", window_s=60, now=now + 30, limit=3) == pytest.approx(30.0)
+    # 60 s after the first, it has left the window: one more fits.
+    assert log_wait("throttle_test", window_s=60, now=now + 60, limit=3) is None
+    assert log_add("throttle_test", window_s=60, now=now + 60, limit=3) is None
