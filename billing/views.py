@@ -19,8 +19,10 @@ from billing import charts
 from billing.api.params import parse_window
 from billing.core.advice import CENTS
 from billing.core.allocation import IDLE
+from billing.core.units import hours_between
 from billing.core.windows import month_start, next_month
 from billing.selectors import AllocationQuery, cost_allocation, team_efficiency_list
+from billing.selectors.allocation import SharedReads
 from billing.selectors.breakdown import cost_by_label, cost_by_quota_use, cost_by_user, label_keys
 from billing.selectors.efficiency import job_recommendation_list
 from billing.selectors.forecast import month_forecast_list
@@ -51,8 +53,13 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
     window_text, query = _window_query(request, now)
     start, end, step_hours = query.start, query.end, query.step_hours
     teams = team_list_for_user(user=request.user)
-    by_namespace = cost_allocation(query, now=now)
-    by_model = cost_allocation(replace(query, aggregate="gpu_model", show_idle=False), now=now)
+    shared = SharedReads()  # the price book, teams and running jobs, read once for the three allocations
+    by_namespace = cost_allocation(query, now=now, shared=shared)
+    # The model charts show window totals: one step, not the page's steps (the same totals, fewer rows).
+    whole = hours_between(query.start, query.end)
+    by_model = cost_allocation(
+        replace(query, aggregate="gpu_model", show_idle=False, step_hours=whole), now=now, shared=shared
+    )
     figures = charts.cost_dashboard_figures(by_namespace, by_model)
     this_month = month_start(now)
     query_string = f"window={window_text}&aggregate=namespace&step={step_hours}h"
@@ -67,7 +74,7 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
             "charts": {name: figure_html(figure) for name, figure in figures.items()},
             "totals": by_namespace.group_totals(),
             "idle_total": by_namespace.totals.get(IDLE),
-            "months_ahead": month_forecast_list(teams=teams, now=now),
+            "months_ahead": month_forecast_list(teams=teams, now=now, shared=shared),
             # The page's own "This month" card says each team's budget with today's figure: the
             # site-wide banner (which names the threshold crossed) would only repeat it.
             "budget_alerts": [],
@@ -87,6 +94,7 @@ def cost_breakdown(request: HttpRequest) -> HttpResponse:
     label, guaranteed vs borrowed quota."""
     now = timezone.now()
     window_text, query = _window_query(request, now)
+    shared = SharedReads()
     keys = label_keys(query)
     key = request.GET.get("label", "")
     if key not in keys:
@@ -96,10 +104,10 @@ def cost_breakdown(request: HttpRequest) -> HttpResponse:
         "billing/_breakdown.html",
         {
             "window": window_text,
-            "by_user": cost_by_user(query, now=now),
+            "by_user": cost_by_user(query, now=now, shared=shared),
             "label_keys": keys,
             "label": key,
-            "by_label": cost_by_label(query, key=key, now=now) if key else [],
+            "by_label": cost_by_label(query, key=key, now=now, shared=shared) if key else [],
             "quota_use": cost_by_quota_use(start=query.start, end=query.end, now=now, team_ids=query.team_ids),
         },
     )

@@ -200,6 +200,12 @@ PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "portal")  # fragmentation-aware 
 # Decisions the forecast of estimated starts may take per run, twice a cycle (P50 and P90): pending
 # jobs it does not reach get no estimate (Slurm's bf_max_job_test). See bench/bench_dryrun.py.
 FORECAST_DECISIONS = env_int("FORECAST_DECISIONS", 3000)
+# Dry runs (POST /api/v1/jobs/check/) answer from a kept cycle state (scheduling.selectors). Once a
+# cycle has run since (or after DRY_RUN_TTL_S), the next check is still answered from the kept state
+# while a fresh one is built in the background, up to DRY_RUN_STALE_S old; 0 builds it in the request.
+DRY_RUN_REFRESH_BEHIND = env_bool("DRY_RUN_REFRESH_BEHIND", True)
+DRY_RUN_TTL_S = env_float("DRY_RUN_TTL_S", 5.0)
+DRY_RUN_STALE_S = env_float("DRY_RUN_STALE_S", 60.0)
 # A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
 # any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
 # limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a

@@ -24,7 +24,7 @@ budgets).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -46,7 +46,7 @@ from billing.core.allocation import (
 from billing.core.prices import Price, PriceLookup, PriceSegment, price_segments
 from billing.core.units import epoch_hour
 from billing.core.usage import MeteredUsage, idle_rows, record_usage_rows
-from billing.core.windows import step_windows
+from billing.core.windows import Window, step_windows
 from billing.models import UsageRecord
 from billing.selectors.capacity import capacity_changes
 from billing.selectors.prices import cost_rollup_current, gpu_model_names_used, price_list
@@ -71,9 +71,51 @@ RECORD_FIELDS = (
 )  # fmt: skip
 
 
+CapacityChanges = dict[tuple[str, str], list[tuple[datetime, int]]]
+
+
+@dataclass(slots=True)
+class SharedReads:
+    """What several allocations of one request read alike, read once: the price book, whether the priced
+    rollup is current, the teams, running jobs' usage up to a time, recorded capacity over a window.
+    A page that shows several allocations passes one to each ``cost_allocation``."""
+
+    prices: list[Price] | None = None
+    rollup_current: bool | None = None
+    teams: dict[int, Team] | None = None
+    running: dict[datetime, list[UsageRecord]] = field(default_factory=dict)
+    capacity: dict[Window, CapacityChanges] = field(default_factory=dict)
+
+    def price_list(self) -> list[Price]:
+        if self.prices is None:
+            self.prices = price_list()
+        return self.prices
+
+    def cost_rollup_current(self) -> bool:
+        if self.rollup_current is None:
+            self.rollup_current = cost_rollup_current(self.price_list())
+        return self.rollup_current
+
+    def team_map(self) -> dict[int, Team]:
+        if self.teams is None:
+            self.teams = {t.pk: t for t in Team.objects.only("pk", "slug", "namespace")}
+        return self.teams
+
+    def running_usage(self, until: datetime) -> list[UsageRecord]:
+        if until not in self.running:
+            self.running[until] = running_usage(now=until)
+        return self.running[until]
+
+    def capacity_changes(self, window: Window) -> CapacityChanges:
+        if window not in self.capacity:
+            self.capacity[window] = capacity_changes(window)
+        return self.capacity[window]
+
+
 @dataclass(frozen=True, slots=True)
 class Inputs:
-    """What every path reads first: the query, the price book over its window, the teams by id."""
+    """What every path reads first: the query, the price book over its window, the teams by id, and
+    what the request's other allocations read too."""
 
     query: AllocationQuery
     now: datetime
@@ -81,6 +123,7 @@ class Inputs:
     gpu_models: set[str]
     segments: list[PriceSegment]
     teams: dict[int, Team]
+    shared: SharedReads
 
     @property
     def show_idle(self) -> bool:
@@ -91,29 +134,32 @@ class Inputs:
 AllocationPath = Callable[[Inputs], Allocation]
 
 
-def cost_allocation(query: AllocationQuery, *, now: datetime | None = None) -> Allocation:
+def cost_allocation(
+    query: AllocationQuery, *, now: datetime | None = None, shared: SharedReads | None = None
+) -> Allocation:
     """Cost per group and step over a window (see the module docstring)."""
-    inputs = allocation_inputs(query, now=now or timezone.now())
-    return allocation_path(query, inputs.prices)(inputs)
+    inputs = allocation_inputs(query, now=now or timezone.now(), shared=shared)
+    return allocation_path(query, inputs.prices, inputs.shared)(inputs)
 
 
-def allocation_inputs(query: AllocationQuery, *, now: datetime) -> Inputs:
+def allocation_inputs(query: AllocationQuery, *, now: datetime, shared: SharedReads | None = None) -> Inputs:
     """Step 1: the price book over the window, and the teams."""
-    prices = price_list()
+    shared = shared or SharedReads()
+    prices = shared.price_list()
     hours = epoch_hour(query.start), epoch_hour(query.end)
     gpu_models = gpu_model_names_used(*hours)
     segments = price_segments(prices, gpu_models, *hours)
-    teams = {t.pk: t for t in Team.objects.only("pk", "slug", "namespace")}
-    return Inputs(query, now, prices, gpu_models, segments, teams)
+    return Inputs(query, now, prices, gpu_models, segments, shared.team_map(), shared)
 
 
-def allocation_path(query: AllocationQuery, prices: list[Price]) -> AllocationPath:
+def allocation_path(query: AllocationQuery, prices: list[Price], shared: SharedReads | None = None) -> AllocationPath:
     """The path that answers ``query`` (step 2 of the module docstring)."""
     if query.aggregate not in sql.ROLLUP_AGGREGATES:
         return group_path if group_aggregate(query.aggregate) and not query.share_idle else record_path
     if query.share_idle:
         return rollup_shared_idle_path
-    if query.aggregate in ("namespace", "team") and cost_rollup_current(prices):
+    current = shared.cost_rollup_current() if shared is not None else cost_rollup_current(prices)
+    if query.aggregate in ("namespace", "team") and current:
         return team_cost_path
     return rollup_path
 
@@ -225,13 +271,13 @@ def _running_and_idle(inputs: Inputs, prices: PriceLookup) -> tuple[list[UsageRo
     running_all: list[UsageRecord] = []
     running_rows: list[UsageRow] = []
     if query.include_running and query.start < inputs.now:
-        running_all = running_usage(now=min(inputs.now, query.end))
+        running_all = inputs.shared.running_usage(min(inputs.now, query.end))
         running = [r for r in running_all if query.team_ids is None or r.team_id in query.team_ids]
         running_rows = record_rows(running, query, prices, inputs.teams)
     if not (query.share_idle or inputs.show_idle):
         return running_rows, []
     window = (query.start, query.end)
-    changes = capacity_changes(window)
+    changes = inputs.shared.capacity_changes(window)
     if not changes:
         return running_rows, []
     hour_from, hour_to = epoch_hour(query.start), epoch_hour(query.end)

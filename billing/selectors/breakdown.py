@@ -21,7 +21,7 @@ from django.db.models import Q
 from billing.core.allocation import Allocation, AllocationQuery
 from billing.core.prices import PriceLookup
 from billing.core.units import epoch_hour, hour_pieces
-from billing.selectors.allocation import cost_allocation
+from billing.selectors.allocation import SharedReads, cost_allocation
 from billing.selectors.prices import price_segment_list
 from billing.selectors.rollups import group_label_keys
 from portal.jobs.models import JobAttempt
@@ -39,14 +39,17 @@ class GroupCost:
     total_cost: Decimal
 
 
-def cost_by_user(query: AllocationQuery, *, now: datetime) -> list[GroupCost]:
+def cost_by_user(query: AllocationQuery, *, now: datetime, shared: SharedReads | None = None) -> list[GroupCost]:
     """Cost per job owner over the query's window, costliest first."""
-    return _groups(cost_allocation(replace(query, aggregate="owner", show_idle=False), now=now))
+    return _groups(cost_allocation(replace(query, aggregate="owner", show_idle=False), now=now, shared=shared))
 
 
-def cost_by_label(query: AllocationQuery, *, key: str, now: datetime) -> list[GroupCost]:
+def cost_by_label(
+    query: AllocationQuery, *, key: str, now: datetime, shared: SharedReads | None = None
+) -> list[GroupCost]:
     """Cost per value of label ``key`` (``__unallocated__``: jobs without it), costliest first."""
-    return _groups(cost_allocation(replace(query, aggregate=f"label:{key}", show_idle=False), now=now))
+    label = replace(query, aggregate=f"label:{key}", show_idle=False)
+    return _groups(cost_allocation(label, now=now, shared=shared))
 
 
 def _groups(allocation: Allocation) -> list[GroupCost]:

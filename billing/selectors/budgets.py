@@ -15,11 +15,13 @@ from billing.core.allocation import AllocationQuery
 from billing.core.units import hours_between
 from billing.core.windows import month_start, month_to_date
 from billing.models import Budget, BudgetAlert
-from billing.selectors.allocation import cost_allocation
+from billing.selectors.allocation import SharedReads, cost_allocation
 from portal.tenants.models import Team
 
 
-def month_gpu_spend(*, team_ids: Iterable[int] | None = None, now: datetime) -> dict[int, Decimal]:
+def month_gpu_spend(
+    *, team_ids: Iterable[int] | None = None, now: datetime, shared: SharedReads | None = None
+) -> dict[int, Decimal]:
     """GPU cost per team id this calendar month (UTC), including running jobs up to ``now``."""
     start, end = month_to_date(now)
     query = AllocationQuery(
@@ -30,7 +32,7 @@ def month_gpu_spend(*, team_ids: Iterable[int] | None = None, now: datetime) -> 
         show_idle=False,
         team_ids=None if team_ids is None else frozenset(team_ids),
     )
-    allocation = cost_allocation(query, now=now)
+    allocation = cost_allocation(query, now=now, shared=shared)
     slugs = dict(Team.objects.values_list("slug", "pk"))
     return {slugs[slug]: figures.gpu_cost for slug, figures in allocation.totals.items() if slug in slugs}
 

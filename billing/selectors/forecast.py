@@ -20,6 +20,7 @@ from billing.core.prices import PriceLookup
 from billing.core.units import epoch_hour
 from billing.core.windows import month_start, next_month
 from billing.models import Budget, BudgetAlert
+from billing.selectors.allocation import SharedReads
 from billing.selectors.budgets import month_gpu_spend
 from billing.selectors.prices import price_segment_list
 from portal.jobs.models import Job, JobAttempt
@@ -94,11 +95,11 @@ def gpu_run_rates(*, team_ids: Iterable[int], now: datetime) -> dict[int, Decima
     return rates
 
 
-def month_forecast_list(*, teams: Iterable[Team], now: datetime) -> list[TeamMonth]:
+def month_forecast_list(*, teams: Iterable[Team], now: datetime, shared: SharedReads | None = None) -> list[TeamMonth]:
     """Every given team's month so far and forecast, with its budget and highest alert."""
     teams = list(teams)
     ids = [t.pk for t in teams]
-    spend = month_gpu_spend(team_ids=ids, now=now)
+    spend = month_gpu_spend(team_ids=ids, now=now, shared=shared)
     rates = gpu_run_rates(team_ids=ids, now=now)
     budgets = {b.team_id: b for b in Budget.objects.filter(team_id__in=ids)}
     alerts: dict[int, int] = {}

@@ -47,7 +47,14 @@ from . import podsets
 from .admission import AdmissionOrder, FairShare, lq_order_key
 from .capacity import Cluster, Statement
 from .estimate import P50, P90, Forecast, Start, decision_key
-from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
+from .explain import (
+    gang_reason,
+    invalid_reason,
+    placement_reason,
+    protected_reason,
+    quota_reason,
+    window_reason,
+)
 from .fit import Shape
 from .frag.plugins import workload_mix
 from .model import (
@@ -64,11 +71,11 @@ from .model import (
 )
 from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
 from .placement import Placer
-from .preemption import Holder, Victim, VictimIndex, select_victims
+from .preemption import Holder, Victim, VictimIndex, any_protected, protected_until, select_victims
 from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
 from .standing import capacity_totals
 from .taints import allowed_tolerations
-from .timeline import Replay, Timeline
+from .timeline import Bound, Replay, Timeline
 from .verdict import Feasibility
 from .windows import opens_at
 
@@ -92,6 +99,7 @@ class _Misses:
     quota: list[Reason] = field(default_factory=list)
     fitting: list[Shape] = field(default_factory=list)  # shapes that had quota
     placement: Reason | None = None  # the first placement (gang) reason
+    protected: tuple[list[str], float] | None = None  # victims within their minimum runtime, and until
 
 
 @dataclass(slots=True)
@@ -150,6 +158,7 @@ class _Cycle:
         self.holders: list[Holder] = []
         self._initial_holders: list[Holder] = []
         self._victim_index: VictimIndex | None = None  # built on the first preemption attempt
+        self._any_protected: bool | None = None  # some holder is within its minimum runtime (on first use)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[str, tuple[Reason, float | None]] = {}  # reason, fixed estimated start
@@ -312,12 +321,32 @@ class _Cycle:
             preempt = self._try_preemption(job, cq, misses.tried)
             if preempt is not None:
                 return preempt
+            if self.explaining and not misses.deferrable:
+                misses.protected = self._protected(job, cq, misses.tried)
         # e. Deferred to the borrowing pass, or the reason.
         if misses.deferrable:
             return Deferred()
         if not self.explaining:
             return _NOT_EXPLAINED
-        return NoFit(self._reason(job, misses))
+        reason = self._reason(job, misses)
+        if misses.protected is not None:
+            reason = protected_reason(reason, *misses.protected, self.now)
+        return NoFit(reason)
+
+    def _protected(
+        self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]
+    ) -> tuple[list[str], float] | None:
+        """The victims the job would take if none were within its minimum runtime, when some are."""
+        if self._any_protected is None:
+            self._any_protected = any_protected(self._initial_holders, self.now)
+        if not self._any_protected:
+            return None
+        for shape, minimum in tried:
+            victims = self._victims(job, cq, shape, minimum, min_runtime=False)
+            until = protected_until(victims, self.now) if victims else None
+            if victims and until is not None:
+                return [v.holder.workload.id for v in victims], until
+        return None
 
     def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: _Misses) -> Fit | None:
         shape = self.placer.shape_for(job, model)
@@ -444,7 +473,9 @@ class _Cycle:
                 )
         return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))
 
-    def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
+    def _victims(
+        self, job: Workload, cq: str, shape: Shape, request: dict[str, int], min_runtime: bool = True
+    ) -> list[Victim] | None:
         sets = podsets.members(job, shape.gpu_model, self.placer.shape_for) if job.pod_sets else ()
         if isinstance(sets, str):
             return None
@@ -497,6 +528,7 @@ class _Cycle:
             frees_a_node=frees_a_node,
             placed_on=placed_on,
             serving_rule=self.policy.inference_preempts_training,
+            min_runtime=min_runtime,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
@@ -606,7 +638,8 @@ class _Cycle:
 
     def replay(self, which: int) -> Replay:
         """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
-        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now)
+        bound = Bound(self.cluster, self.placer.shape_for)
+        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now, bound)
 
     def _forecaster(self) -> Forecast:
         if self._forecast is None:

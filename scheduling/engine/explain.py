@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -334,3 +335,16 @@ def window_reason(window: StartWindow, opens_s: float) -> Reason:
     opens = datetime.fromtimestamp(opens_s, UTC)
     message = f"waits for its start window ({describe_window(window)}): opens at {opens:%Y-%m-%d %H:%M} UTC"
     return Reason(ReasonKind.WINDOW, message, (("opens_at", opens_s), ("waits_for", "window")))
+
+
+def protected_reason(reason: Reason, victims: list[str], until_s: float, now: float) -> Reason:
+    """``reason`` plus the jobs it would preempt once they have run their priority class's minimum
+    runtime (KAI's preemption delay), and when that is."""
+    minutes = max(1, math.ceil((until_s - now) / 60))
+    they = "it has" if len(victims) == 1 else "they have"
+    message = (
+        f"{reason.message}; would preempt {', '.join(victims)} once {they} run the minimum runtime of "
+        f"{'its' if len(victims) == 1 else 'their'} priority class (in {minutes} min)"
+    )
+    details = (*reason.details, ("preempts_after", until_s), ("protected", ", ".join(victims)))
+    return replace(reason, message=message, details=details, waits=True)

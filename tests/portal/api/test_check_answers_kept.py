@@ -1,5 +1,5 @@
 """The dry run's answers are remembered per request shape on the kept cycle state
-(``scheduling.selectors.job_check``): a repeated request is not run through the engine again, and
+(``scheduling.dry_run.job_check``): a repeated request is not run through the engine again, and
 its answer is the one a dry run computed afresh on the same state gives."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from dataclasses import replace
 from decimal import Decimal
 
 import pytest
+from django.core.cache import cache
 
 from billing.services import price_book_seed_defaults
-from scheduling import selectors
+from scheduling import dry_run as kept
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.dryrun import DryRun
 from scheduling.engine.model import WorkloadState
@@ -29,9 +30,9 @@ def full_cluster(settings, world):
     for _ in range(2):
         world.submit("vision", gpu=8, allowed_gpu_models=(world.models["A100-80GB"],), runtime_s=3600)
     cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
-    selectors.dry_run_forget()
+    kept.dry_run_forget()
     yield
-    selectors.dry_run_forget()
+    kept.dry_run_forget()
 
 
 @pytest.fixture
@@ -56,7 +57,8 @@ def test_the_same_request_twice_runs_the_engine_once_and_gets_the_fresh_answer(a
     assert len(engine_checks) == 1
     assert second == first
     # Computed afresh by the engine on the same state: the same answer.
-    selectors._kept["state"].answers.clear()
+    kept._kept["state"].answers.clear()
+    cache.clear()  # and the answers shared with other processes
     fresh = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
     assert len(engine_checks) == 2
     assert fresh == second
@@ -68,17 +70,19 @@ def test_another_request_shape_is_answered_by_the_engine(api, engine_checks):
     other_queue = api("bob").post("/api/v1/jobs/check/", BODY, format="json").json()
     assert len(engine_checks) == 3
     # 4 GPUs, not 2, for as long (each figure rounded to 6 places)
-    assert Decimal(four["cost"]["gpu_hours"]) == pytest.approx(2 * Decimal(one["cost"]["gpu_hours"]), abs=2e-6)
+    assert Decimal(four["cost"]["gpu_hours"]) == pytest.approx(
+        2 * Decimal(one["cost"]["gpu_hours"]), abs=Decimal("0.000002")
+    )
     assert other_queue["position"] == 1
 
 
 def test_a_request_not_newer_than_every_job_of_the_state_is_not_remembered(engine_checks):
-    dry_run, _ = selectors.dry_run_state()
-    queued = next(w for w in dry_run.snapshot.workloads)
+    state, _ = kept.dry_run_state()
+    queued = next(w for w in state.snapshot.workloads)
     # Submitted no later than a job of the state: its place among them depends on its time.
     request = replace(queued, id="dry-run", state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
-    selectors.job_check(workload=request)
-    selectors.job_check(workload=request)
+    kept.job_check(workload=request)
+    kept.job_check(workload=request)
     assert len(engine_checks) == 2
 
 
@@ -86,4 +90,21 @@ def test_a_new_cycle_drops_the_remembered_answers(api, engine_checks):
     api("alice").post("/api/v1/jobs/check/", BODY, format="json")
     cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
     api("alice").post("/api/v1/jobs/check/", BODY, format="json")
+    assert len(engine_checks) == 2
+
+
+def test_another_process_answers_from_the_shared_state_as_the_one_that_built_it(api, engine_checks):
+    first = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
+    built = kept._kept["state"].state
+    # Another web process: nothing kept in it, the cache shared. It loads the state (no cycle run)
+    # and the answer; with the answer gone from the cache it asks the engine on the loaded state.
+    kept._kept.clear()
+    assert api("alice").post("/api/v1/jobs/check/", BODY, format="json").json() == first
+    assert kept._kept["state"].state.state_id == built.state_id
+    assert kept._kept["state"].state.dry_run is not built.dry_run  # unpickled, not the same object
+    assert len(engine_checks) == 1
+    loaded = kept._kept.pop("state").state
+    cache.clear()
+    cache.set(kept._shared_key(loaded.key), loaded)  # the state shared, its answers gone
+    assert api("alice").post("/api/v1/jobs/check/", BODY, format="json").json() == first
     assert len(engine_checks) == 2

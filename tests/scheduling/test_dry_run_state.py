@@ -1,0 +1,67 @@
+"""The dry run's kept state (scheduling.dry_run.dry_run_state): one cycle's state answers checks until
+a scheduling cycle has run since or it is DRY_RUN_TTL_S old; then it is rebuilt, in the request or
+(DRY_RUN_REFRESH_BEHIND) behind the requests, which are answered from the kept state meanwhile."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.utils import timezone
+
+from scheduling.dry_run import dry_run_forget, dry_run_state
+from scheduling.models import CycleRun
+
+
+@pytest.fixture(autouse=True)
+def simulated(settings):
+    settings.CLUSTER_BACKEND = "simulated"
+    dry_run_forget()
+    yield
+    dry_run_forget()
+
+
+def a_cycle_runs() -> None:
+    CycleRun.objects.create(started_at=timezone.now(), duration_ms=1.0)
+
+
+@pytest.mark.django_db
+def test_the_kept_state_answers_until_a_cycle_runs_then_the_next_check_rebuilds_it(world):
+    first, as_of = dry_run_state()
+    assert dry_run_state() == (first, as_of)  # kept: no second cycle
+    a_cycle_runs()
+    second, later = dry_run_state()
+    assert second is not first
+    assert later >= as_of
+    assert dry_run_state()[0] is second
+
+
+@pytest.mark.django_db
+def test_the_kept_state_is_rebuilt_once_it_is_older_than_its_ttl(world, settings):
+    first, _ = dry_run_state()
+    settings.DRY_RUN_TTL_S = 0.0
+    assert dry_run_state()[0] is not first
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_the_requests_a_check_gets_the_kept_state_while_the_new_cycles_is_built(world, settings):
+    settings.DRY_RUN_REFRESH_BEHIND = True
+    first, as_of = dry_run_state()
+    a_cycle_runs()
+    assert dry_run_state() == (first, as_of)  # answered at once from the kept state, as of its time
+    deadline = time.monotonic() + 60
+    while dry_run_state()[0] is first:
+        assert time.monotonic() < deadline, "the state was not rebuilt behind the requests"
+        time.sleep(0.05)
+    fresh, fresh_as_of = dry_run_state()
+    assert fresh_as_of > as_of
+    assert dry_run_state()[0] is fresh  # current now: no further rebuild
+
+
+@pytest.mark.django_db
+def test_a_state_older_than_the_staleness_bound_is_rebuilt_in_the_request(world, settings):
+    settings.DRY_RUN_REFRESH_BEHIND = True
+    settings.DRY_RUN_STALE_S = 0.0
+    first, _ = dry_run_state()
+    a_cycle_runs()
+    assert dry_run_state()[0] is not first
