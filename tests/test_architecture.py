@@ -171,6 +171,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("billing.sql", 2),
     ("scheduling.invariants", 2),
     ("scheduling.dry_run", 2),
+    ("portal.jobs.spec", 2),
     ("billing.utilization", 2),
     # 3: writes
     ("*.services", 3),
