@@ -43,7 +43,7 @@ import numpy as np
 
 from .admission import AdmissionOrder, FairShare, lq_order_key
 from .capacity import Cluster, Statement
-from .estimate import P50, P90, Forecast, Start, decision_key
+from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key
 from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
 from .fit import Shape
 from .frag.plugins import workload_mix
@@ -163,6 +163,7 @@ class _Cycle:
         self.waiting: list[tuple[Workload, str]] = []  # step 4's jobs, in the cycle's order
         self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
         self._forecast: Forecast | None = None  # built in step 4, after the last admission
+        self._expected: Arrivals | None = None  # the forecast's expected submissions, built once
 
     def run(self) -> Plan:
         # 1. Free capacity, quota usage and fair-share usage of what runs.
@@ -558,7 +559,26 @@ class _Cycle:
             which,
             until,
             max_decisions=self.policy.forecast_decisions if decisions is None else decisions,
+            arrivals=self._arrivals(),
         )
+
+    def _arrivals(self) -> Arrivals | None:
+        """The submissions the forecast expects (``estimate.Arrivals``): the snapshot's recent ones that
+        are valid and may start (their team not blocked, no start window)."""
+        if self._expected is None:
+            period, horizon = self.policy.arrival_period_s, self.policy.arrival_horizon_s
+            jobs = []
+            for w in sorted(self.snapshot.recent, key=lambda w: w.created_at):
+                lq = self.lq_by_name.get(w.local_queue)
+                if lq is None or w.team in self.blocked or w.start_window is not None:
+                    continue
+                if not self.now - period < w.created_at <= self.now:
+                    continue
+                job = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
+                if self.feasibility.never_fits(job) is None:
+                    jobs.append((job, lq.cluster_queue))
+            self._expected = Arrivals(tuple(jobs), period, horizon)
+        return self._expected if self._expected.jobs and self._expected.period > 0 else None
 
     # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------
 

@@ -306,6 +306,10 @@ class Policy:
     # Decisions the forecast of estimated starts may take per run (Slurm's bf_max_job_test idea): jobs
     # it does not reach within them get no estimate (beyond the forecast's reach).
     forecast_decisions: int = 3000
+    # Expected arrivals in the forecast: the last period's submissions (``Snapshot.recent``) recur
+    # every period, for the horizon (0: the forecast expects no new submissions).
+    arrival_period_s: float = 3600.0
+    arrival_horizon_s: float = 6 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +328,9 @@ class Snapshot:
     # workload id -> (P50, P90) expected runtime in the cluster's own seconds, for estimated starts
     # (from the team's history of similar jobs; a workload without one is expected to run runtime_s)
     runtimes: tuple[tuple[str, float, float], ...] = ()
+    # jobs submitted within ``Policy.arrival_period_s`` before now, in any state (finished too, with
+    # their runtimes in ``runtimes``): the forecast expects their like again (``estimate.Arrivals``)
+    recent: tuple[Workload, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
