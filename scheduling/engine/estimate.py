@@ -216,7 +216,7 @@ class Forecast:
                         continue
                     group.tried_at = step
                     job = group.jobs[group.head][1]
-                    if job.created_at > t + window:
+                    if job.created_at > t + window and job.id in queue.alias:
                         continue  # expected, not submitted yet: its arrival lets the group try again
                     budget -= 1
                     outcome = host.forecast_decide(job)
