@@ -12,7 +12,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 
@@ -222,9 +222,16 @@ def expected_runtimes(workloads: Iterable[Workload], *, speedup: float) -> tuple
 
 
 def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
-    """The snapshot a cycle plans from: rows, nodes, team holds and the expected runtimes."""
+    """The snapshot a cycle plans from: rows, nodes, team holds, the jobs submitted within the last
+    arrival period (the forecast expects their like again) and the expected runtimes of all of them."""
     snapshot = orm.snapshot_load(backend=backend, teams_blocked=team_holds(), now=now)
-    return replace(snapshot, runtimes=expected_runtimes(snapshot.workloads, speedup=runtime_speedup()))
+    period = policy_from_settings().arrival_period_s
+    recent = orm.recent_load(since=now - timedelta(seconds=period)) if period > 0 else ()
+    live = {w.id for w in snapshot.workloads}
+    runtimes = expected_runtimes(
+        [*snapshot.workloads, *(w for w in recent if w.id not in live)], speedup=runtime_speedup()
+    )
+    return replace(snapshot, recent=recent, runtimes=runtimes)
 
 
 def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

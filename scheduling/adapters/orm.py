@@ -18,7 +18,7 @@ from types import EllipsisType
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils.timezone import now as django_now
 
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
@@ -324,6 +324,34 @@ def toleration_grants_load() -> tuple[tuple[str, tuple[m.TolerationGrant, ...]],
     return tuple((slug, (*(as_grant(g) for g in grants), spot)) for slug, grants in team_toleration_allowlist().items())
 
 
+def allowed_models_of(jobs: QuerySet[Job]) -> dict[int, list[str]]:
+    """Job id -> the GPU models it allows (sorted), by a join on ``jobs``' filter."""
+    allowed: dict[int, list[str]] = defaultdict(list)
+    through = Job.allowed_gpu_models.through.objects.filter(job__in=jobs.values("pk"))
+    for job_id, name in through.order_by("job_id", "gpumodel__name").values_list("job_id", "gpumodel__name"):
+        allowed[job_id].append(name)
+    return allowed
+
+
+def recent_load(*, since: datetime) -> tuple[m.Workload, ...]:
+    """The jobs submitted after ``since``, in any state, as pending workloads: the forecast expects
+    their like again (``Snapshot.recent``)."""
+    jobs = Job.objects.filter(created_at__gt=since)
+    rows = list(jobs.order_by("id").values_list(*WORKLOAD_COLUMNS))
+    allowed = allowed_models_of(jobs)
+    specs = jobs_spec_parts([(row[0], row[-1]) for row in rows])
+    state = WORKLOAD_COLUMNS.index("state")
+    return tuple(
+        workload_from_row(
+            (*row[:state], JobState.PENDING, None, None, None, row[-1]),
+            allowed_gpu_models=tuple(allowed.get(row[0], ())),
+            spec=specs[row[0]],
+            placements=(),
+        )
+        for row in rows
+    )
+
+
 def snapshot_load(
     *, backend: ClusterView, teams_blocked: tuple[tuple[str, str], ...] = (), now: datetime | None = None
 ) -> m.Snapshot:
@@ -339,10 +367,7 @@ def snapshot_load(
     rows = list(live.order_by("id").values_list(*WORKLOAD_COLUMNS))
     # The related rows by a join on the same filter, not an IN list of every id (which costs more to
     # send and plan than to run).
-    allowed: dict[int, list[str]] = defaultdict(list)
-    through = Job.allowed_gpu_models.through.objects.filter(job__in=live.values("pk"))
-    for job_id, name in through.order_by("job_id", "gpumodel__name").values_list("job_id", "gpumodel__name"):
-        allowed[job_id].append(name)
+    allowed = allowed_models_of(live)
     placements: dict[int, list[m.ReplicaPlacement]] = defaultdict(list)
     placement_rows = (
         ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES)

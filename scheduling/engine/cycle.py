@@ -45,7 +45,7 @@ from . import podsets
 from .admission import AdmissionOrder, FairShare
 from .capacity import Cluster, Statement
 from .cycle_plan import plan_of, waiting_jobs
-from .estimate import P50, P90, Forecast, Start, decision_key
+from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key
 from .explain import (
     gang_reason,
     invalid_reason,
@@ -128,6 +128,7 @@ class _Cycle:
         self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
         self.timelines = (Timeline(), Timeline())  # step 4's runs, recorded for the dry run to replay
         self._forecast: Forecast | None = None  # built in step 4, after the last admission
+        self._expected: Arrivals | None = None  # the forecast's expected submissions, built once
 
     def run(self) -> Plan:
         # 1. Free capacity, quota usage and fair-share usage of what runs.
@@ -459,12 +460,13 @@ class _Cycle:
             until,
             max_decisions=self.policy.forecast_decisions,
             recorder=recorder,
+            arrivals=self._arrivals(),
         )
 
     def replay(self, which: int) -> Replay:
         """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
         bound = Bound(self.cluster, self.placer.shape_for)
-        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now, bound)
+        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster().models, self.now, bound)
 
     def _forecaster(self) -> Forecast:
         if self._forecast is None:
@@ -484,6 +486,24 @@ class _Cycle:
         twin.preemptors = dict(self.preemptors)
         twin._forecast = None
         return twin
+
+    def _arrivals(self) -> Arrivals | None:
+        """The submissions the forecast expects (``estimate.Arrivals``): the snapshot's recent ones that
+        are valid and may start (their team not blocked, no start window)."""
+        if self._expected is None:
+            period, horizon = self.policy.arrival_period_s, self.policy.arrival_horizon_s
+            jobs = []
+            for w in sorted(self.snapshot.recent, key=lambda w: w.created_at):
+                lq = self.lq_by_name.get(w.local_queue)
+                if lq is None or w.team in self.blocked or w.start_window is not None:
+                    continue
+                if not self.now - period < w.created_at <= self.now:
+                    continue
+                job = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
+                if self.feasibility.never_fits(job) is None:
+                    jobs.append((job, lq.cluster_queue))
+            self._expected = Arrivals(tuple(jobs), period, horizon)
+        return self._expected if self._expected.jobs and self._expected.period > 0 else None
 
     # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------
 

@@ -26,6 +26,11 @@ record's ends given back and starts taken up to it: a few copies of the cycle's 
 stay parked along the record, and the nearest one is moved there (no decision, no placement search:
 only capacity and quota move), so consecutive checks move them little. When the record stops because
 every waiting job had started, the replay goes on over the ends left, the job alone.
+
+Expected submissions (``estimate.Arrivals``) are groups of their own in the record, so the job's place
+among them is found as among the waiting jobs' groups. Past the record the replay adds no further
+expected submissions (the run stopped before their periods came): there a replay may start the job
+earlier than the run itself would, where a later period's submission would have come first.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ class Timeline:
 
     def __init__(self) -> None:
         self.groups: dict[tuple[object, ...], tuple[int, int]] = {}  # group key -> (index, size)
+        self.expected_groups: dict[int, tuple[object, ...]] = {}  # index -> decision key
         self.budget = 0
         self.steps: list[_Step] = []
         self.ends: list[_End] = []  # the heap of ends left when it stopped
@@ -94,6 +100,10 @@ class Timeline:
 
     def popped(self, key: tuple[object, ...], index: int, decided: bool, started: _End | None) -> None:
         self.steps[-1].pops.append(_Pop(key, index, decided, started))
+
+    def expected(self, key: tuple[object, ...], index: int) -> None:
+        """A group of expected submissions joined the run (``estimate.Arrivals``)."""
+        self.expected_groups[index] = key[1:-1]  # its decision key (without the EXPECTED marker)
 
     def same_run(self, other: Timeline) -> bool:
         """Whether ``other`` recorded the same run: the same ends and starts, at the same times, and the
@@ -251,6 +261,8 @@ class Replay:
         timeline = self.timeline
         models = self.models(job, cq)
         member = timeline.groups.get(group_key(job, cq))
+        # Not a recorded group's: a group of its own, after every waiting job's group (an expected
+        # submissions' group sharing the index never counts: ``ahead`` is 0).
         index, ahead = member if member is not None else (len(timeline.groups), 0)
         rank = timeline.waiting
         # Fair-share usage as the record goes: its order key's inputs (only its ClusterQueue's count).
@@ -260,7 +272,7 @@ class Replay:
         dirty = _Dirty(models)
         seen = 0  # jobs of its group started so far
         decision = group_key(job, cq)[1:]  # the cycle's memo key (with the priority, the stricter one)
-        shapes = {i: key[1:] for key, (i, _) in timeline.groups.items()}
+        shapes = {i: key[1:] for key, (i, _) in timeline.groups.items()} | timeline.expected_groups
         for step_no, step in enumerate(timeline.steps, start=1):
             failed: set[tuple[object, ...]] = set()  # decisions that failed in this step so far
             _charge(fair, cq, step.released, -1)
