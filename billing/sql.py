@@ -485,3 +485,32 @@ def job_cost_sql(job_column: str, now_us: int, segments: Sequence[PriceSegment])
         f"WHERE a.job_id = {job_column} AND a.started_at IS NOT NULL)"
     )
     return sql, [*params, now_us]
+
+
+def quota_use_sql(segments: Sequence[PriceSegment], team_count: int | None) -> tuple[str, list[Any]]:
+    """Per (team slug, borrowed): the GPU usage (1/7000 GPU × µs) of the attempts' runs inside a window
+    and its cost numerator (usage × GPU price in USD, each piece at the segment it falls in; a model
+    without segments of its own at the fallback's, as ``PriceLookup``). Parameters after the returned
+    ones: the window's first and last µs since 1970, its start and stop as times, then ``team_count``
+    team ids."""
+    values, params = price_segments_sql(segments)
+    start, end = epoch_us_sql("a.started_at"), epoch_us_sql("a.ended_at")
+    teams = "" if team_count is None else f" AND j.team_id IN ({', '.join(['%s'] * team_count)})"
+    piece = _greatest("0", f"{_least('x.r1', f'p.h1 * {US_PER_HOUR}')} - {_greatest('x.r0', f'p.h0 * {US_PER_HOUR}')}")
+    sql = f"""
+        WITH {values}, w (ws, we) AS (VALUES (CAST(%s AS BIGINT), CAST(%s AS BIGINT))),
+        x AS (
+            SELECT t.slug AS team, a.borrowed, a.gpu_share_7000ths AS share, a.gpu_model,
+                COALESCE(NULLIF(a.capacity_type, ''), 'on-demand') AS ctype,
+                {_greatest(start, "w.ws")} AS r0, {_least(f"COALESCE({end}, w.we)", "w.we")} AS r1
+            FROM jobs_jobattempt a JOIN jobs_job j ON j.id = a.job_id JOIN tenants_team t ON t.id = j.team_id
+                CROSS JOIN w
+            WHERE a.started_at IS NOT NULL AND a.started_at < %s AND (a.ended_at IS NULL OR a.ended_at > %s){teams}
+        )
+        SELECT x.team, x.borrowed, SUM(x.share * (x.r1 - x.r0)),
+            SUM(x.share * (SELECT COALESCE(SUM({piece} * p.gpu_usd), 0) FROM p WHERE p.capacity_type = x.ctype
+                AND p.gpu_model = CASE WHEN EXISTS (SELECT 1 FROM p own WHERE own.gpu_model = x.gpu_model)
+                    THEN x.gpu_model ELSE '' END))
+        FROM x WHERE x.r1 > x.r0 GROUP BY x.team, x.borrowed
+    """
+    return sql, params

@@ -10,7 +10,7 @@ a submission's answer ask the engine).
 2. Shared by the web processes through the default cache (Redis in production): the first process
    that needs the state of a cycle builds it (the others wait for it, up to ``DRY_RUN_WAIT_S``) and
    stores it pickled; the others load it instead of running the cycle again. Without a shared cache
-   each process builds its own.
+   (a cache other than Redis) each process builds its own.
 3. The answers, per request shape, on that state: the engine is a function of the state and the
    request, and a request's ``created_at`` (its submission time) only orders it among the queued
    jobs, so two requests that differ in nothing else, both newer than every job of the state, get
@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
 from django.db import connection as db_connection
 from django.db.models import Max
 from django.utils import timezone
@@ -103,6 +104,10 @@ def _shared_key(key: tuple[object, ...]) -> str:
 
 
 def _cache_call(method: str, *args, **kwargs):
+    """``cache.<method>(...)`` when the default cache is shared by processes (Redis), else None: a
+    process-local cache would only pickle the state (its cost grows with the jobs' specs) for nothing."""
+    if not isinstance(caches["default"], RedisCache):
+        return None
     try:
         return getattr(cache, method)(*args, **kwargs)
     except Exception as exc:  # a shared cache that fails costs a rebuild, not the answer

@@ -14,17 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
-from fractions import Fraction
 
-from django.db.models import Q
-
+from billing import sql
 from billing.core.allocation import Allocation, AllocationQuery
-from billing.core.prices import PriceLookup
-from billing.core.units import epoch_hour, hour_pieces
+from billing.core.units import epoch_hour, epoch_us
 from billing.selectors.allocation import SharedReads, cost_allocation
 from billing.selectors.prices import price_segment_list
 from billing.selectors.rollups import group_label_keys
-from portal.jobs.models import JobAttempt
 
 MICROS_PER_HOUR = 3_600_000_000
 UNITS_PER_GPU = 7000
@@ -81,31 +77,26 @@ def cost_by_quota_use(
 ) -> list[QuotaUse]:
     """Per team: GPU-hours and GPU cost of attempts admitted within nominal quota and of borrowed ones."""
     stop = min(end, now)
-    attempts = JobAttempt.objects.filter(started_at__isnull=False, started_at__lt=stop).filter(
-        Q(ended_at__isnull=True) | Q(ended_at__gt=start)
-    )
-    if team_ids is not None:
-        attempts = attempts.filter(job__team_id__in=list(team_ids))
-    rows = attempts.values_list(
-        "job__team__slug", "borrowed", "gpu_share_7000ths", "gpu_model", "capacity_type", "started_at", "ended_at"
-    )
-    lookup = PriceLookup(price_segment_list(epoch_hour(start), epoch_hour(stop) + 1))
+    if start >= stop:
+        return []
+    ids = None if team_ids is None else sorted(team_ids)
+    if ids == []:
+        return []
+    segments = price_segment_list(epoch_hour(start), epoch_hour(stop) + 1)
+    query, params = sql.quota_use_sql(segments, None if ids is None else len(ids))
     usage: dict[tuple[str, bool], int] = defaultdict(int)  # 1/7000 GPU x µs
-    cost: dict[tuple[str, bool], Fraction] = defaultdict(Fraction)
-    for team, borrowed, share, model, capacity_type, started, ended in rows:
-        assert started is not None  # filtered above
-        run_from, run_to = max(started, start), min(ended or stop, stop)
-        for hour, micros in hour_pieces(run_from, run_to) if run_from < run_to else ():
-            price = lookup.at(model, capacity_type or "on-demand", hour)[0]
-            usage[team, borrowed] += share * micros
-            cost[team, borrowed] += Fraction(share * micros) * Fraction(price)
+    cost: dict[tuple[str, bool], Decimal] = defaultdict(Decimal)  # that x USD per GPU-hour
+    for team, borrowed, team_usage, team_cost in sql.fetch_all(
+        query, [*params, epoch_us(start), epoch_us(stop), stop, start, *(ids or [])]
+    ):
+        usage[team, borrowed] += int(team_usage)
+        cost[team, borrowed] += Decimal(team_cost)
     teams = sorted({team for team, _ in usage})
 
     def hours(key: tuple[str, bool]) -> Decimal:
         return (Decimal(usage[key]) / (UNITS_PER_GPU * MICROS_PER_HOUR)).quantize(PLACES)
 
     def usd(key: tuple[str, bool]) -> Decimal:
-        exact = cost[key] / (UNITS_PER_GPU * MICROS_PER_HOUR)
-        return (Decimal(exact.numerator) / Decimal(exact.denominator)).quantize(PLACES)
+        return (cost[key] / (UNITS_PER_GPU * MICROS_PER_HOUR)).quantize(PLACES)
 
     return [QuotaUse(t, hours((t, False)), usd((t, False)), hours((t, True)), usd((t, True))) for t in teams]

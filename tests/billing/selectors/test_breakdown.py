@@ -102,3 +102,22 @@ def test_a_tenant_sees_only_its_own_teams_keys_and_use(world):
     assert label_keys(query(team_ids=frozenset())) == []
     later = AllocationQuery(start=END + timedelta(days=30), end=END + timedelta(days=31), step_hours=24)
     assert label_keys(later) == []
+
+
+def test_guaranteed_and_borrowed_cost_follow_price_changes_the_window_and_running_attempts(world):
+    # vision: 1 GPU from 9:30 to 13:30 on Oct 2, the price changing at 11:20 (from the 11:00 hour on);
+    # nlp (borrowed): 2 GPUs still running from Oct 7 22:00, cut at the window's end (Oct 8 00:00).
+    before = gpu_price()
+    PriceBookEntry.objects.create(
+        resource="gpu", gpu_model="A100-80GB", capacity_type="on-demand",
+        effective_from=utc(2026, 10, 2, 11, 20), usd_per_hour=Decimal("7.250000"),
+    )  # fmt: skip
+    run_job(world, gpu=1, runs=[Run(utc(2026, 10, 2, 9, 30), utc(2026, 10, 2, 13, 30))])
+    b = run_job(world, team="nlp", gpu=2, runs=[Run(utc(2026, 10, 7, 22), None)])
+    JobAttempt.objects.filter(job=b.job).update(borrowed=True)
+    rows = {q.team: q for q in cost_by_quota_use(start=START, end=END, now=NOW, team_ids=None)}
+    assert rows["vision"].guaranteed_gpu_hours == 4
+    assert rows["vision"].guaranteed_cost == as_decimal(Fraction(3, 2) * before + Fraction(5, 2) * Fraction("7.25"))
+    assert rows["nlp"].borrowed_gpu_hours == 4  # 2 GPUs x the 2 hours inside the window
+    assert rows["nlp"].borrowed_cost == as_decimal(4 * Fraction("7.25"))  # the new price holds on
+    assert rows["nlp"].guaranteed_gpu_hours == 0
