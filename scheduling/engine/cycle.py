@@ -48,7 +48,6 @@ from .cycle_plan import plan_of, waiting_jobs
 from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key
 from .explain import (
     gang_reason,
-    invalid_reason,
     placement_reason,
     preemption_why,
     protected_reason,
@@ -372,16 +371,7 @@ class _Cycle:
             if failure is None:
                 explanation = self.placer.explain(job, misses.fitting)
                 failure = self.memo.explained[key] = placement_reason(self.cluster.n, explanation)
-        if failure is not None:
-            if misses.invalid:
-                failure = replace(failure, message=f"{failure.message} ({'; '.join(misses.invalid)})")
-            return failure
-        if misses.quota:
-            if len(misses.quota) == 1:
-                return misses.quota[0]
-            message = "; ".join(r.message.removeprefix("quota: ") for r in misses.quota)
-            return Reason(ReasonKind.QUOTA, "quota: " + message, misses.quota[0].details)
-        return invalid_reason("; ".join(misses.invalid))  # unreachable: step 2 set such jobs aside
+        return misses.reason(failure)
 
     def _request(self, shape: Shape, count: int) -> dict[str, int]:
         """``request_of`` memoised for the cycle (callers never mutate the result)."""

@@ -11,8 +11,9 @@ read); ``Memo`` is what a cycle learns once and reuses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from .explain import invalid_reason
 from .fit import Shape
 from .model import Admission, Reason, ReasonKind
 from .preemption import Victim
@@ -59,6 +60,20 @@ class Misses:
     fitting: list[Shape] = field(default_factory=list)  # shapes that had quota
     placement: Reason | None = None  # the first placement (gang) reason
     protected: tuple[list[str], float] | None = None  # victims within their minimum runtime, and until
+
+    def reason(self, failure: Reason | None) -> Reason:
+        """The placement (or gang) ``failure`` of the first model that had quota, with the models the
+        request cannot exist on; else the quota reason (of every model tried)."""
+        if failure is not None:
+            if self.invalid:
+                failure = replace(failure, message=f"{failure.message} ({'; '.join(self.invalid)})")
+            return failure
+        if self.quota:
+            if len(self.quota) == 1:
+                return self.quota[0]
+            message = "; ".join(r.message.removeprefix("quota: ") for r in self.quota)
+            return Reason(ReasonKind.QUOTA, "quota: " + message, self.quota[0].details)
+        return invalid_reason("; ".join(self.invalid))  # unreachable: step 2 set such jobs aside
 
 
 @dataclass(slots=True)
