@@ -140,7 +140,11 @@ def test_a_process_waits_for_the_one_building_the_state_and_builds_it_itself_if_
     shared, building = kept._shared_key(state.key), f"{kept._shared_key(state.key)}:building"
 
     def later(action) -> threading.Thread:
-        thread = threading.Thread(target=lambda: (time.sleep(0.3), action()))
+        def run() -> None:
+            time.sleep(0.3)
+            action()
+
+        thread = threading.Thread(target=run)
         thread.start()
         return thread
 
