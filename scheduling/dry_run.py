@@ -46,7 +46,7 @@ from scheduling.selectors import expected_runtimes, policy_from_settings, runtim
 
 logger = logging.getLogger(__name__)
 
-DRY_RUN_WAIT_S = 5.0  # how long a process waits for another that builds the same state
+DRY_RUN_WAIT_S = 30.0  # at most, a process waits this long for another that builds the same state
 ANSWERS_KEPT = 256  # request shapes remembered per state in a process
 SHARED = "dry-run:v1"  # cache key prefix
 
@@ -123,20 +123,28 @@ def _shared_state(key: tuple[object, ...]) -> _State | None:
 def _build(key: tuple[object, ...], backend: ClusterBackend | None) -> _State:
     """The state of ``key``: from another process if it built it, else built here and shared."""
     building = f"{_shared_key(key)}:building"
-    if _cache_call("add", building, 1, timeout=int(DRY_RUN_WAIT_S) + 1) is False:
+    claimed = _cache_call("add", building, 1, timeout=int(DRY_RUN_WAIT_S))
+    if claimed is False:
         deadline = time.monotonic() + DRY_RUN_WAIT_S
-        while time.monotonic() < deadline:  # another process runs the cycle: wait for it
+        # Another process runs the cycle: wait for it while it builds (a loaded machine makes that
+        # slow, and building here too would only take more of its CPU); build here if it gave up.
+        while time.monotonic() < deadline and _cache_call("get", building) is not None:
+            time.sleep(0.05)
             if (state := _shared_state(key)) is not None:
                 return state
-            time.sleep(0.05)
-    now = timezone.now()
-    snapshot = snapshot_for_cycle(backend=backend or cluster_backend(), now=now)
-    dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
-    newest = max((w.created_at for w in snapshot.workloads), default=float("-inf"))
-    state = _State(key, uuid.uuid4().hex, time.time(), now, dry_run, newest)
-    _cache_call("set", _shared_key(key), state, timeout=_ttl())
-    _cache_call("delete", building)
-    return state
+        if (state := _shared_state(key)) is not None:
+            return state
+    try:
+        now = timezone.now()
+        snapshot = snapshot_for_cycle(backend=backend or cluster_backend(), now=now)
+        dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
+        newest = max((w.created_at for w in snapshot.workloads), default=float("-inf"))
+        state = _State(key, uuid.uuid4().hex, time.time(), now, dry_run, newest)
+        _cache_call("set", _shared_key(key), state, timeout=_ttl())
+        return state
+    finally:
+        if claimed:
+            _cache_call("delete", building)
 
 
 def _warm(state: _State) -> _State:

@@ -4,6 +4,8 @@ its answer is the one a dry run computed afresh on the same state gives."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from dataclasses import replace
 from decimal import Decimal
@@ -130,3 +132,38 @@ def test_another_process_answers_from_the_shared_state_as_the_one_that_built_it(
     )  # the state shared, its answer gone
     assert api("alice").post("/api/v1/jobs/check/", BODY, format="json").json() == first
     assert len(engine_checks) == 2
+
+
+def test_a_process_waits_for_the_one_building_the_state_and_builds_it_itself_if_that_one_gives_up(redis_cache):
+    built, _ = kept.dry_run_state()
+    state = kept._kept.pop("state").state
+    shared, building = kept._shared_key(state.key), f"{kept._shared_key(state.key)}:building"
+
+    def later(action) -> threading.Thread:
+        def run() -> None:
+            time.sleep(0.3)
+            action()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    # Another process is building: this one waits and loads what it stores (no cycle run here).
+    cache.delete(shared)
+    cache.add(building, 1)
+    thread = later(lambda: cache.set(shared, state))
+    loaded, _ = kept.dry_run_state()
+    thread.join()
+    assert kept._kept["state"].state.state_id == state.state_id
+    assert loaded is not built  # unpickled
+    # Another process gave up (its claim gone, nothing stored): this one builds the state itself.
+    kept._kept.clear()
+    cache.delete(shared)
+    cache.add(building, 1)
+    thread = later(lambda: cache.delete(building))
+    started = time.monotonic()
+    kept.dry_run_state()
+    thread.join()
+    assert time.monotonic() - started >= 0.3
+    assert kept._kept["state"].state.state_id != state.state_id
+    assert cache.get(building) is None  # its own claim released
