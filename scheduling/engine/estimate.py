@@ -17,7 +17,11 @@ Steps (each is one part of :meth:`Forecast.run`):
    queue are a group: the first of a group that does not fit stops the group for that step (capacity
    and quota only shrink within a step), and a group is tried again only after capacity of a GPU
    model it may use came back. A job that fits starts then, holds its placement and quota, and ends
-   after its expected runtime (it joins the ends of step 3).
+   after its expected runtime (it joins the ends of step 3). Expected submissions (``Arrivals``: the
+   last period's submissions again, each at its own time plus k periods, up to a horizon) join the
+   groups when the run reaches their period; a group whose next job is not submitted yet waits for
+   that job's submission time (an event like an end). They compete as submitted jobs do and get no
+   estimate themselves.
 4. It stops when every waiting job has started (or the one asked about, ``until``), after
    ``max_steps`` steps, or once it has taken ``max_decisions`` decisions (``Policy.forecast_decisions``,
    as Slurm's backfill bounds the jobs it tests): a job not started by then has no estimate (beyond
