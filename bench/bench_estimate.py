@@ -12,7 +12,9 @@ the team's history, as the portal does (``estimate.runtime_from_history`` over t
 runs). ``--spread 0`` makes every team's share exact (the forecast's own error alone).
 
 The replay is event-driven: at every submission and every job end the real cycle (``run_cycle``)
-runs on the current state; what it admits starts then and ends after its actual runtime. A job's
+runs on the current state (with the jobs submitted in the last ``--arrival-period`` seconds, from which
+the forecast expects more submissions, as the portal hands them in); what it admits starts then and
+ends after its actual runtime. A job's
 prediction is the P50 (and P90) estimated start of the first cycle after its submission. Reported over
 the jobs that waited at least ``--min-wait`` seconds: the median and P90 of
 |predicted - actual start| / actual wait, for P50 (target: median <= 15 %), and how often the actual
@@ -100,7 +102,7 @@ def replay(args: argparse.Namespace) -> None:
         ClusterQueue(name=team, cohort="all", flavors=(FlavorQuota("A100-80GB", gpus // len(TEAMS)),)) for team in TEAMS
     )
     local_queues = tuple(LocalQueue(name=team, team=team, cluster_queue=team) for team in TEAMS)
-    policy = Policy(preemption=False, forecast_decisions=args.decisions)
+    policy = Policy(preemption=False, forecast_decisions=args.decisions, arrival_period_s=args.arrival_period)
 
     pending: dict[str, Workload] = {}
     running: dict[str, Workload] = {}
@@ -112,6 +114,7 @@ def replay(args: argparse.Namespace) -> None:
         heapq.heappush(events, (w.created_at, k, "submit", w.id))
     by_id = {w.id: w for w in jobs}
     order = len(jobs)
+    submitted = 0  # jobs[:submitted] were submitted by now
     cycles = 0
     t0 = time.perf_counter()
     while events:
@@ -123,8 +126,12 @@ def replay(args: argparse.Namespace) -> None:
             else:
                 w = running.pop(wid)
                 history[w.team].append((w.runtime_s, actual[wid]))
+        # What the portal hands the cycle: each job's expected runtime from its team's history, and the
+        # jobs submitted within the last arrival period (in any state) for the expected arrivals.
+        submitted += sum(1 for w in jobs[submitted:] if w.created_at <= now)
+        recent = tuple(w for w in jobs[:submitted] if w.created_at > now - args.arrival_period)
         runtimes = []
-        for w in (*pending.values(), *running.values()):
+        for w in {w.id: w for w in (*pending.values(), *running.values(), *recent)}.values():
             p50, p90 = runtime_from_history(w.runtime_s, history[w.team][-200:])
             runtimes.append((w.id, p50, p90))
         snapshot = Snapshot(
@@ -133,6 +140,7 @@ def replay(args: argparse.Namespace) -> None:
             local_queues=local_queues,
             workloads=(*running.values(), *pending.values()),
             runtimes=tuple(runtimes),
+            recent=recent if args.arrival_period > 0 else (),
         )
         plan = run_cycle(snapshot, policy, now)
         cycles += 1
@@ -198,6 +206,12 @@ def main() -> None:
     parser.add_argument("--min-wait", type=float, default=300.0)
     parser.add_argument("--decisions", type=int, default=3000)
     parser.add_argument("--spread", type=float, default=1.0, help="scale of each team's runtime spread (0: exact)")
+    parser.add_argument(
+        "--arrival-period",
+        type=float,
+        default=Policy().arrival_period_s,
+        help="the forecast expects the last this many seconds' submissions again (0: no new submissions)",
+    )
     replay(parser.parse_args())
 
 

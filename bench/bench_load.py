@@ -1,6 +1,6 @@
 """Load benchmark: the API under a mixed load while scheduling cycles run, on its own stack.
 
-Usage: ``python bench/bench_load.py [--users 60] [--user-rps 2] [--seconds 60] [--web-workers 4]``.
+Usage: ``python bench/bench_load.py [--users 60] [--user-rps 2] [--seconds 60] [--web-workers 2] [--web-threads 4]``.
 Starts its own PostgreSQL and Redis (free ports, a temporary directory), migrates, seeds 5 teams of
 10 members, 64 simulated 8-GPU nodes, a history of finished and metered jobs and a backlog of
 pending ones; starts gunicorn, one Celery worker and beat (a cycle every 2 s over the backlog), then
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.stack import ROOT, Stack, django_against, free_port, wait_until
+from bench.stack import ROOT, Stack, django_against, free_port, group_cpu_s, wait_until
 
 TEAMS = ("vision", "nlp", "speech", "robotics", "search")
 TARGET_RPS, TARGET_P99_MS = 100.0, 300.0
@@ -89,8 +90,8 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=60)
     parser.add_argument("--user-rps", type=float, default=2.0)
     parser.add_argument("--seconds", type=int, default=60)
-    parser.add_argument("--web-workers", type=int, default=4)
-    parser.add_argument("--web-threads", type=int, default=1)
+    parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument("--web-threads", type=int, default=4)
     parser.add_argument("--history", type=int, default=2000, help="finished jobs per team")
     parser.add_argument("--backlog", type=int, default=400, help="pending jobs per team")
     parser.add_argument(
@@ -117,7 +118,7 @@ def main() -> int:
             connection.close()
             data_file = stack.tmp / "locust-data.json"
             data_file.write_text(json.dumps(data))
-            stack.worker(0, "load", nice=args.worker_nice)
+            worker = stack.worker(0, "load", nice=args.worker_nice)
             stack.beat()
             wait_until(lambda: CycleRun.objects.exists(), timeout_s=60, what="the first cycle")
             base = stack.web(free_port(), workers=args.web_workers, threads=args.web_threads)
@@ -131,6 +132,7 @@ def main() -> int:
             started = time.monotonic()
             cycles_before = CycleRun.objects.count()
             connection.close()
+            web_cpu_s, worker_cpu_s = group_cpu_s(stack.web_process), group_cpu_s(worker)
             subprocess.run(
                 [sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "locustfile.py"), "--headless",
                  "-u", str(args.users), "-r", str(args.users), "-t", f"{args.seconds}s", "--host", base,
@@ -138,6 +140,8 @@ def main() -> int:
                 env={**env, "BENCH_LOAD_DATA": str(data_file), "BENCH_LOAD_USER_RPS": str(args.user_rps)},
                 check=False, stdout=subprocess.DEVNULL, stderr=stack.log("locust").open("w"),
             )  # fmt: skip
+            web_cpu_s = group_cpu_s(stack.web_process) - web_cpu_s
+            worker_cpu_s = group_cpu_s(worker) - worker_cpu_s
             cycles = CycleRun.objects.filter(started_at__isnull=False).count() - cycles_before
             elapsed = time.monotonic() - started
             durations = list(CycleRun.objects.order_by("-started_at").values_list("duration_ms", flat=True)[:cycles])
@@ -156,6 +160,11 @@ def main() -> int:
     mean_cycle = sum(durations) / len(durations) if durations else 0.0
     print(f"\n{cycles} scheduling cycles ran during the {elapsed:.0f} s (mean {mean_cycle:.0f} ms each)")
     assert total is not None
+    served = int(total["Request Count"])
+    print(
+        f"CPU: web {web_cpu_s:.1f} s ({web_cpu_s / max(served, 1) * 1000:.1f} ms a request), Celery worker "
+        f"{worker_cpu_s:.1f} s; load average {os.getloadavg()[0]:.1f} at the end"
+    )
     rps, p99, failures = float(total["Requests/s"]), float(total["99%"]), int(total["Failure Count"])
     met = rps >= TARGET_RPS and p99 < TARGET_P99_MS and failures == 0
     print(

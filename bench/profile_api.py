@@ -5,7 +5,7 @@ Usage: ``DATABASE_URL=... REDIS_URL=... python bench/profile_api.py [--seed] [--
 In-process (Django's test client through every middleware, no HTTP server), one request at a time,
 against ``DATABASE_URL``: ``--seed`` first fills it as ``bench/bench_load.py`` does (an empty,
 migrated database; smaller by default). For each endpoint of the load scenario it prints the median
-CPU time (``time.process_time``, fair on a loaded machine) and wall time per request and the number
+CPU time (``time.process_time``, fair on a loaded machine; median and mean) and wall time per request and the number
 of queries; ``--profile NAME`` prints cProfile's top functions for that endpoint. Run it on two
 checkouts against the same database to compare them side by side.
 """
@@ -53,6 +53,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--only", default="", help="comma-separated endpoint names")
     parser.add_argument("--profile", default="", help="an endpoint name: print its cProfile")
+    parser.add_argument(
+        "--cycle-every",
+        type=int,
+        default=0,
+        help="record a scheduling cycle (a CycleRun row: what dry-run states are keyed on) every N requests",
+    )
     args = parser.parse_args()
     import django
 
@@ -60,6 +66,9 @@ def main() -> int:
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from scheduling.models import CycleRun
 
     if args.seed:
         from bench.bench_load import seed
@@ -69,7 +78,7 @@ def main() -> int:
     user = users[0]
     client = Client(HTTP_AUTHORIZATION=f"Token {user['token']}")
     print(f"load average {os.getloadavg()[0]:.1f}; {args.requests} requests each, one at a time")
-    print(f"{'endpoint':18} {'CPU ms':>8} {'wall ms':>8} {'queries':>8}")
+    print(f"{'endpoint':18} {'CPU ms':>8} {'mean':>8} {'wall ms':>8} {'queries':>8}")
     only = set(filter(None, args.only.split(",")))
     for name, (method, path, body) in endpoints(user["job_ids"][0]).items():
         if only and name not in only:
@@ -81,7 +90,9 @@ def main() -> int:
             assert response.status_code < 300, (name, response.status_code, response.content[:300])
         cpu, wall, queries = [], [], []
         profiler = cProfile.Profile() if name == args.profile else None
-        for _ in range(args.requests):
+        for n in range(args.requests):
+            if args.cycle_every and n % args.cycle_every == 0:
+                CycleRun.objects.create(started_at=timezone.now(), duration_ms=0.0)
             with CaptureQueriesContext(connection) as captured:
                 c0, w0 = time.process_time(), time.perf_counter()
                 if profiler:
@@ -94,7 +105,8 @@ def main() -> int:
             assert response.status_code < 300, (name, response.status_code)
             queries.append(len(captured))
         print(
-            f"{name:18} {statistics.median(cpu) * 1000:8.1f} {statistics.median(wall) * 1000:8.1f} "
+            f"{name:18} {statistics.median(cpu) * 1000:8.1f} {statistics.mean(cpu) * 1000:8.1f} "
+            f"{statistics.median(wall) * 1000:8.1f} "
             f"{statistics.median(queries):8.0f}",
             flush=True,
         )

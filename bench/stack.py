@@ -193,9 +193,10 @@ class Stack:
         )
 
     def web(self, port: int, *, workers: int = 2, threads: int = 1) -> str:
+        """Start gunicorn (``self.web_process``) and return its URL once it answers."""
         command = [sys.executable, "-m", "gunicorn", "portal.wsgi", "--bind", f"127.0.0.1:{port}"]
         command += ["--workers", str(workers), "--threads", str(threads), "--timeout", "60"]
-        self.spawn("web", command)
+        self.web_process = self.spawn("web", command)
         url = f"http://127.0.0.1:{port}"
 
         def answers() -> bool:
@@ -228,6 +229,22 @@ class Stack:
             self.postgres.close()
         if not self.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def group_cpu_s(process: subprocess.Popen) -> float:
+    """CPU seconds (user + system) used so far by every live process of ``process``'s session (it and
+    the children it forked: gunicorn's or Celery's workers), from ``/proc``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == process.pid:  # the session id: spawn() starts a new session per process
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
 
 
 @contextmanager

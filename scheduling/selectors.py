@@ -9,17 +9,12 @@ cache); callers pass ``backend`` when they already hold one.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection as db_connection
-from django.db.models import Max
-from django.utils import timezone
 
 from portal.jobs.models import GpuModel, Job, JobAttempt, LocalQueue
 from portal.jobs.states import JobState
@@ -33,7 +28,6 @@ from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
 from scheduling.adapters.orm import queues_load, workload_from_job
 from scheduling.engine import podsets
-from scheduling.engine.dryrun import Check, DryRun, Suggestion
 from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.filters import topology_levels
 from scheduling.engine.mig import mig_geometry
@@ -41,7 +35,7 @@ from scheduling.engine.model import GpuNode, Policy, Reason, Snapshot, Workload
 from scheduling.engine.pools import pool_index, share_capacity_milli
 from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
 from scheduling.engine.verdict import never_fits
-from scheduling.models import CycleRun, NamespaceObject
+from scheduling.models import NamespaceObject
 
 logger = logging.getLogger(__name__)
 
@@ -228,134 +222,16 @@ def expected_runtimes(workloads: Iterable[Workload], *, speedup: float) -> tuple
 
 
 def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
-    """The snapshot a cycle plans from: rows, nodes, team holds and the expected runtimes."""
+    """The snapshot a cycle plans from: rows, nodes, team holds, the jobs submitted within the last
+    arrival period (the forecast expects their like again) and the expected runtimes of all of them."""
     snapshot = orm.snapshot_load(backend=backend, teams_blocked=team_holds(), now=now)
-    return replace(snapshot, runtimes=expected_runtimes(snapshot.workloads, speedup=runtime_speedup()))
-
-
-# -- the dry run ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Kept:
-    key: tuple[object, ...]
-    built: float  # time.monotonic()
-    as_of: datetime
-    dry_run: DryRun
-    newest_created_at: float  # of the snapshot's workloads (-inf for none)
-    # job_check's answers on this state, per request shape (see ``job_check``); dropped with the state
-    answers: dict[tuple[Workload, tuple[float, float] | None], JobCheck] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one dry run at a time on the state
-
-
-_kept: dict[str, _Kept] = {}
-_kept_lock = threading.Lock()  # guards _kept and _building
-_building: set[tuple[object, ...]] = set()  # keys being built behind the requests
-ANSWERS_KEPT = 256  # request shapes remembered per state
-
-
-def _last_cycle_key() -> tuple[object, ...]:
-    """Changes with every scheduling cycle (one indexed query)."""
-    return (CycleRun.objects.aggregate(last=Max("id"))["last"], settings.CLUSTER_BACKEND)
-
-
-def _kept_state(backend: ClusterBackend | None) -> _Kept:
-    """The kept state (see :func:`dry_run_state`)."""
-    key = _last_cycle_key()
-    with _kept_lock:
-        kept = _kept.get("state")
-        age = time.monotonic() - kept.built if kept is not None else None
-        if kept is not None and age is not None:
-            if kept.key == key and age < settings.DRY_RUN_TTL_S:
-                return kept
-            if settings.DRY_RUN_REFRESH_BEHIND and age < settings.DRY_RUN_STALE_S:
-                if key not in _building:
-                    _building.add(key)
-                    threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
-                return kept
-        kept = _kept["state"] = _fresh(key, backend or cluster_backend())
-        return kept
-
-
-def dry_run_state(*, backend: ClusterBackend | None = None) -> tuple[DryRun, datetime]:
-    """The last cycle's state for dry runs, kept per process: one cycle over the snapshot, as the
-    scheduler runs it. It is current until a scheduling cycle has run since or it is
-    ``DRY_RUN_TTL_S`` old (nodes change without rows); a job submitted in between is seen by the next
-    cycle, and by dry runs from then on. A state no longer current is rebuilt: behind the requests
-    (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time, while
-    it is at most ``DRY_RUN_STALE_S`` old), else in the request."""
-    kept = _kept_state(backend)
-    return kept.dry_run, kept.as_of
-
-
-def _fresh(key: tuple[object, ...], backend: ClusterBackend) -> _Kept:
-    """A cycle over a fresh snapshot, to keep under ``key`` (its replay's state copies made now, not in
-    the first check)."""
-    now = timezone.now()
-    snapshot = snapshot_for_cycle(backend=backend, now=now)
-    dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
-    dry_run.warm()
-    newest = max((w.created_at for w in snapshot.workloads), default=float("-inf"))
-    return _Kept(key, time.monotonic(), now, dry_run, newest)
-
-
-def _build_behind(key: tuple[object, ...]) -> None:
-    """``_fresh`` in a thread of its own (its own database connection, closed after), then kept."""
-    try:
-        fresh = _fresh(key, cluster_backend())
-        with _kept_lock:
-            _kept["state"] = fresh
-    except Exception:  # the requests go on with the kept state; the next one tries again
-        logger.exception("building the dry run's state failed")
-    finally:
-        with _kept_lock:
-            _building.discard(key)
-        db_connection.close()
-
-
-def dry_run_forget() -> None:
-    """Drop the kept state (tests that change nodes without touching a job)."""
-    with _kept_lock:
-        _kept.clear()
-
-
-@dataclass(frozen=True, slots=True)
-class JobCheck:
-    """A dry run's answer with what the caller needs to price and word it."""
-
-    check: Check
-    suggestions: tuple[Suggestion, ...]
-    as_of: datetime
-    capacity_type: str  # of the nodes it would run on (on-demand when they differ or none)
-
-
-def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> JobCheck:
-    """What the next cycle decides for ``workload`` (not submitted), when it would start, and the
-    smallest changes that start it sooner (``scheduling.engine.dryrun``).
-
-    The answer is remembered per request shape on the kept state: the engine is a function of the
-    state and the workload, and a request's ``created_at`` (its submission time) only orders it
-    among the queued jobs, so two requests that differ in nothing else, both newer than every job
-    of the state, get the same answer (a burst of identical submissions pays for one dry run)."""
-    kept = _kept_state(backend)
-    dry_run = kept.dry_run
-    runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())}
-    runtime = runtimes.get(workload.id)
-    shape = (replace(workload, created_at=0.0), runtime) if workload.created_at > kept.newest_created_at else None
-    # A check stages changes on the kept state and undoes them: one at a time on a state.
-    with kept.lock:
-        if shape is not None and (known := kept.answers.get(shape)) is not None:
-            return known
-        check = dry_run.check(workload, runtime)
-        lq = dry_run.cycle.lq_by_name.get(workload.local_queue)
-        models = dry_run.cycle.quota.flavors.get(lq.cluster_queue, ()) if lq is not None else ()
-        suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
-        nodes = {n.name: n for n in dry_run.snapshot.nodes}
-        types = {node_capacity_type(nodes[p.node]) for p in check.placements if p.node in nodes}
-        answer = JobCheck(check, suggestions, kept.as_of, types.pop() if len(types) == 1 else "on-demand")
-        if shape is not None and len(kept.answers) < ANSWERS_KEPT:
-            kept.answers[shape] = answer
-        return answer
+    period = policy_from_settings().arrival_period_s
+    recent = orm.recent_load(since=now - timedelta(seconds=period)) if period > 0 else ()
+    live = {w.id for w in snapshot.workloads}
+    runtimes = expected_runtimes(
+        [*snapshot.workloads, *(w for w in recent if w.id not in live)], speedup=runtime_speedup()
+    )
+    return replace(snapshot, recent=recent, runtimes=runtimes)
 
 
 def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

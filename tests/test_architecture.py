@@ -170,6 +170,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("portal.ops.selectors.*", 2),
     ("billing.sql", 2),
     ("scheduling.invariants", 2),
+    ("scheduling.dry_run", 2),
+    ("portal.jobs.spec", 2),
     ("billing.utilization", 2),
     # 3: writes
     ("*.services", 3),

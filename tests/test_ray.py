@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.models import PriceBookEntry
+from billing.models import PriceBookEntry, UsageRecord
 from billing.services import metering_run, price_book_seed_defaults
 from portal.jobs.models import FlavorQuota, Job, JobTransition
 from scheduling.adapters.simulated import SimulatedCluster
@@ -125,6 +125,11 @@ def test_a_ray_job_runs_whole_on_the_simulated_cluster_and_bills_every_pod(api, 
     assert Decimal(job["gpu_hours"]) == gpus * hours
     expected = gpus * hours * price("gpu", "A100-80GB") + cores * hours * price("cpu") + gib * hours * price("memory")
     assert Decimal(job["cost_usd"]) == expected.quantize(Decimal(job["cost_usd"]))
+    # the usage records (invoices, team rollups) bill the same pods
+    records = UsageRecord.objects.filter(job_id=job_id)
+    assert sum(r.gpu_seconds for r in records) == gpus * 7200
+    assert sum(r.cpu_core_seconds for r in records) == cores * 7200
+    assert sum(r.memory_gib_seconds for r in records) == gib * 7200
 
 
 def test_nothing_of_a_ray_job_starts_until_every_worker_group_fits(api, world):
@@ -142,3 +147,13 @@ def test_nothing_of_a_ray_job_starts_until_every_worker_group_fits(api, world):
     assert job["placements"] == []
     assert job["pending_reason"]["kind"] == "gang"
     assert "pod set small" in job["pending_reason"]["message"]
+
+
+def test_a_ray_spec_broken_behind_the_apis_back_runs_nowhere_and_the_cycle_goes_on(api, world):
+    alice = api("alice")
+    job_id = submit(alice).json()["id"]
+    Job.objects.filter(pk=job_id).update(ray={"worker_groups": [{"name": "gpu", "replicas": "many"}]})  # the admin
+    other = alice.post("/api/v1/jobs/", {"queue": "default", "image": "pytorch:2.4", "gpu": 1}, format="json")
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    assert alice.get(f"/api/v1/jobs/{job_id}/").json()["state"] == "Pending"
+    assert alice.get(f"/api/v1/jobs/{other.json()['id']}/").json()["state"] == "Admitted"

@@ -87,7 +87,9 @@ def interval_usage(
     memory_mib: int,
 ) -> IntervalUsage:
     """Usage of [start, end) at the share recorded at admission (``detail``); history recorded before
-    admission details existed falls back to the job's own request (``requested_gpus``, ``replicas``)."""
+    admission details existed falls back to the job's own request (``requested_gpus``, ``replicas``,
+    ``cpu_milli`` and ``memory_mib`` per replica). The detail's CPU and memory are all replicas'
+    together (a Ray job's head and workers differ)."""
     micros = duration_us(start, end)
     gpus = detail.get("gpus")
     share = billed_units_of_gpus(gpus if gpus not in (None, "") else requested_gpus)
@@ -98,8 +100,8 @@ def interval_usage(
         share=share,
         duration_us=micros,
         gpu_usage=share * micros,
-        cpu_milli_us=cpu_milli * replicas * micros,
-        memory_mib_us=memory_mib * replicas * micros,
+        cpu_milli_us=int(detail.get("cpu_milli") or cpu_milli * replicas) * micros,
+        memory_mib_us=int(detail.get("memory_mib") or memory_mib * replicas) * micros,
     )
 
 

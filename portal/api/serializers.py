@@ -11,7 +11,8 @@ from rest_framework import serializers
 
 from portal.jobs.errors import ServiceError
 from portal.jobs.models import GpuModel, Job, JobAttempt, JobTransition, LocalQueue, PriorityClass, ReplicaPlacement
-from portal.jobs.services import (
+from portal.jobs.services import SpecCheck
+from portal.jobs.spec import (
     MAX_ALLOWED_GPU_MODELS,
     MAX_COMMAND_ARGS,
     MAX_COMMAND_CHARS,
@@ -27,7 +28,6 @@ from portal.jobs.services import (
     MAX_TOLERATIONS,
     SPEC_FIELDS,
     JobSpec,
-    SpecCheck,
     job_spec_validate,
 )
 from portal.tenants.models import Team

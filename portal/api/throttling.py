@@ -31,6 +31,12 @@ def _redis():
     return backend._cache.get_client(write=True) if isinstance(backend, RedisCache) else None
 
 
+def _log_key(key: str) -> str:
+    """The sorted set's Redis key: its own name, so a list an older version left under ``key`` (for
+    the minute it lives) is never read as a set."""
+    return cache.make_key(f"{key}:log")
+
+
 def log_add(key: str, *, window_s: float, now: float, limit: int | None = None) -> float | None:
     """Log a request for ``key`` unless ``limit`` requests are logged within the last ``window_s``.
 
@@ -44,7 +50,7 @@ def log_add(key: str, *, window_s: float, now: float, limit: int | None = None) 
                 return window_s - (now - history[-1])
             cache.set(key, [now, *history], window_s)
             return None
-    name = cache.make_key(key)
+    name = _log_key(key)
     member = f"{now!r}:{uuid.uuid4().hex[:12]}"
     pipe = client.pipeline(transaction=True)  # MULTI: the trim, the entry and the count at once
     pipe.zremrangebyscore(name, "-inf", now - window_s)
@@ -65,7 +71,7 @@ def log_wait(key: str, *, window_s: float, now: float, limit: int) -> float | No
     if client is None:
         history = [at for at in cache.get(key, []) if at > now - window_s]
         return window_s - (now - history[-1]) if len(history) >= limit else None
-    name = cache.make_key(key)
+    name = _log_key(key)
     pipe = client.pipeline(transaction=True)
     pipe.zremrangebyscore(name, "-inf", now - window_s)
     pipe.zcard(name)

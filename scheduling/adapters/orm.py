@@ -18,7 +18,7 @@ from types import EllipsisType
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils.timezone import now as django_now
 
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
@@ -110,6 +110,10 @@ def spec_part(
     *,
     rules: m.PlacementRules | None,
 ) -> JobSpecPart:
+    sets = ray_pod_sets(ray)
+    if sets is None:  # a Ray spec the submit path would have refused runs nowhere (as broken rules do)
+        logger.warning("a job's Ray spec does not parse; it matches no node")
+        rules = m.PlacementRules(required_terms=())
     return JobSpecPart(
         node_selector=m.labels_of(node_selector),
         tolerations=tuple(
@@ -126,7 +130,7 @@ def spec_part(
         # A spot job prefers spot nodes (the cheaper capacity it opted in to), as kube-scheduler's
         # preferred node affinity would, and may still run on-demand.
         preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
-        pod_sets=ray_pod_sets(ray),
+        pod_sets=sets or (),
         kind="" if kind == Job.Kind.BATCH else kind,
     )
 
@@ -320,6 +324,34 @@ def toleration_grants_load() -> tuple[tuple[str, tuple[m.TolerationGrant, ...]],
     return tuple((slug, (*(as_grant(g) for g in grants), spot)) for slug, grants in team_toleration_allowlist().items())
 
 
+def allowed_models_of(jobs: QuerySet[Job]) -> dict[int, list[str]]:
+    """Job id -> the GPU models it allows (sorted), by a join on ``jobs``' filter."""
+    allowed: dict[int, list[str]] = defaultdict(list)
+    through = Job.allowed_gpu_models.through.objects.filter(job__in=jobs.values("pk"))
+    for job_id, name in through.order_by("job_id", "gpumodel__name").values_list("job_id", "gpumodel__name"):
+        allowed[job_id].append(name)
+    return allowed
+
+
+def recent_load(*, since: datetime) -> tuple[m.Workload, ...]:
+    """The jobs submitted after ``since``, in any state, as pending workloads: the forecast expects
+    their like again (``Snapshot.recent``)."""
+    jobs = Job.objects.filter(created_at__gt=since)
+    rows = list(jobs.order_by("id").values_list(*WORKLOAD_COLUMNS))
+    allowed = allowed_models_of(jobs)
+    specs = jobs_spec_parts([(row[0], row[-1]) for row in rows])
+    state = WORKLOAD_COLUMNS.index("state")
+    return tuple(
+        workload_from_row(
+            (*row[:state], JobState.PENDING, None, None, None, row[-1]),
+            allowed_gpu_models=tuple(allowed.get(row[0], ())),
+            spec=specs[row[0]],
+            placements=(),
+        )
+        for row in rows
+    )
+
+
 def snapshot_load(
     *, backend: ClusterView, teams_blocked: tuple[tuple[str, str], ...] = (), now: datetime | None = None
 ) -> m.Snapshot:
@@ -335,10 +367,7 @@ def snapshot_load(
     rows = list(live.order_by("id").values_list(*WORKLOAD_COLUMNS))
     # The related rows by a join on the same filter, not an IN list of every id (which costs more to
     # send and plan than to run).
-    allowed: dict[int, list[str]] = defaultdict(list)
-    through = Job.allowed_gpu_models.through.objects.filter(job__in=live.values("pk"))
-    for job_id, name in through.order_by("job_id", "gpumodel__name").values_list("job_id", "gpumodel__name"):
-        allowed[job_id].append(name)
+    allowed = allowed_models_of(live)
     placements: dict[int, list[m.ReplicaPlacement]] = defaultdict(list)
     placement_rows = (
         ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES)
@@ -394,12 +423,12 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
     fields = (
         "id", "local_queue__team__slug", "local_queue__name", "team__slug", "priority_class__value", "created_at",
         "gpu", "gpu_milli", "mig_profile", "gpu_memory_gib", "cpu_milli", "memory_mib", "replicas", "min_available",
-        "runtime_s", "state", "gpu_model__name",
+        "runtime_s", "state", "gpu_model__name", "ray",
     )  # fmt: skip
     workloads = []
     for row in Job.objects.filter(state__in=live).order_by("id").values_list(*fields):
         (pk, lq_team, lq_name, team, priority, created, gpu, milli, mig, memory_gib, cpu, memory, replicas,
-         min_available, runtime_s, state, model) = row  # fmt: skip
+         min_available, runtime_s, state, model, ray) = row  # fmt: skip
         workloads.append(
             m.Workload(
                 id=str(pk),
@@ -415,6 +444,7 @@ def snapshot_view_load(*, backend: ClusterView) -> m.Snapshot:
                 state=ENGINE_STATE[JobState(state)],
                 gpu_model=model,
                 placements=tuple(placements.get(pk, ())),
+                pod_sets=ray_pod_sets(ray) or (),  # a pending Ray job's workers count too
             )
         )
     cluster_queues, local_queues = queues_load()
@@ -592,6 +622,9 @@ def admission_apply(
         "gpu_model": admission.gpu_model or "",
         "gpus": str(placement_gpus(admission.placements)),
         "replicas": len(admission.placements),
+        # All replicas together: a Ray job's head and workers differ (metering bills these).
+        "cpu_milli": sum(p.cpu_milli for p in admission.placements),
+        "memory_mib": sum(p.memory_mib for p in admission.placements),
         "capacity_type": capacity_type,
         "nodes": sorted({p.node for p in admission.placements}),
         "borrowed": admission.borrowed,

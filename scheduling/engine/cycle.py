@@ -39,20 +39,25 @@ the same steps, keeping nothing (``trial``).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
-
-import numpy as np
+from dataclasses import replace
 
 from . import podsets
-from .admission import AdmissionOrder, FairShare, lq_order_key
+from .admission import AdmissionOrder, FairShare
 from .capacity import Cluster, Statement
-from .estimate import P50, P90, Forecast, Start, decision_key
-from .explain import gang_reason, invalid_reason, placement_reason, quota_reason, window_reason
+from .cycle_plan import plan_of, waiting_jobs
+from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key
+from .explain import (
+    gang_reason,
+    placement_reason,
+    preemption_why,
+    protected_reason,
+    quota_shortfall,
+    window_reason,
+)
 from .fit import Shape
 from .frag.plugins import workload_mix
 from .model import (
     Admission,
-    PendingInfo,
     Plan,
     Policy,
     Preemption,
@@ -62,13 +67,14 @@ from .model import (
     Workload,
     WorkloadState,
 )
-from .outcome import Deferred, Fit, NoFit, Outcome, Preempt
+from .outcome import NOT_EXPLAINED, Deferred, Fit, Memo, Misses, NoFit, Outcome, Preempt
 from .placement import Placer
-from .preemption import Holder, Victim, VictimIndex, select_victims
+from .preemption import Holder, Victim, VictimIndex, any_protected, protected_until, select_victims
+from .probes import PlacementProbes
 from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
 from .standing import capacity_totals
-from .taints import allowed_tolerations
-from .timeline import Replay, Timeline
+from .taints import granted_snapshot
+from .timeline import Bound, Replay, Timeline
 from .verdict import Feasibility
 from .windows import opens_at
 
@@ -82,57 +88,9 @@ def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
     return _Cycle(snapshot, policy, now).run()
 
 
-@dataclass(slots=True)
-class _Misses:
-    """Why each GPU model of one job did not admit it (step 3c), for steps 3d and 3e."""
-
-    invalid: list[str] = field(default_factory=list)  # the request cannot exist on a model
-    deferrable: bool = False  # some model would need to borrow (first pass only)
-    tried: list[tuple[Shape, dict[str, int]]] = field(default_factory=list)  # shape, minimum request
-    quota: list[Reason] = field(default_factory=list)
-    fitting: list[Shape] = field(default_factory=list)  # shapes that had quota
-    placement: Reason | None = None  # the first placement (gang) reason
-
-
-@dataclass(slots=True)
-class _Memo:
-    """What the cycle learns once and reuses (capacity and quota only shrink during a cycle)."""
-
-    failed: dict[tuple[object, ...], NoFit | Deferred] = field(default_factory=dict)  # by job signature
-    # Placement failures hold for every later job of the same shape and filters, whatever its queue
-    # (value: a gang reason, or None = explain later).
-    placement_failed: dict[tuple[object, ...], Reason | None] = field(default_factory=dict)
-    explained: dict[tuple[object, ...], Reason] = field(default_factory=dict)
-    preemption_failed: set[tuple[object, ...]] = field(default_factory=set)
-    requests: dict[tuple[Shape, int], dict[str, int]] = field(default_factory=dict)
-
-
-_NOT_EXPLAINED = NoFit(Reason(ReasonKind.PLACEMENT, "does not fit (forecast)"))
-
-
-def _granted(snapshot: Snapshot) -> Snapshot:
-    """The snapshot with each pending job's tolerations cut to those its team was granted (when the
-    snapshot carries the allow-list)."""
-    if snapshot.toleration_grants is None:
-        return snapshot
-    grants = dict(snapshot.toleration_grants)
-    kept: dict[tuple[str, tuple], tuple] = {}
-    workloads = list(snapshot.workloads)
-    changed = False
-    for i, w in enumerate(workloads):
-        if w.tolerations and w.state == WorkloadState.PENDING:
-            key = (w.team, w.tolerations)
-            if key not in kept:
-                kept[key] = allowed_tolerations(w.tolerations, grants.get(w.team, ()))
-            if kept[key] != w.tolerations:
-                workloads[i] = replace(w, tolerations=kept[key])
-                changed = True
-    return replace(snapshot, workloads=tuple(workloads)) if changed else snapshot
-
-
 class _Cycle:
     def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
-        snapshot = _granted(snapshot)
+        snapshot = granted_snapshot(snapshot)
         self.snapshot = snapshot
         self.policy = policy
         self.now = now
@@ -150,13 +108,14 @@ class _Cycle:
         self.holders: list[Holder] = []
         self._initial_holders: list[Holder] = []
         self._victim_index: VictimIndex | None = None  # built on the first preemption attempt
+        self._any_protected: bool | None = None  # some holder is within its minimum runtime (on first use)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[str, tuple[Reason, float | None]] = {}  # reason, fixed estimated start
         self.considered: list[Workload] = []
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors: dict[str, int] = {}
-        self.memo = _Memo()
+        self.memo = Memo()
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
         # The forecast and the dry run decide more jobs on the cycle's final state: the forecast keeps
         # what fits and never preempts; the dry run keeps nothing (``Statement.discard``).
@@ -168,6 +127,7 @@ class _Cycle:
         self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
         self.timelines = (Timeline(), Timeline())  # step 4's runs, recorded for the dry run to replay
         self._forecast: Forecast | None = None  # built in step 4, after the last admission
+        self._expected: Arrivals | None = None  # the forecast's expected submissions, built once
 
     def run(self) -> Plan:
         # 1. Free capacity, quota usage and fair-share usage of what runs.
@@ -297,7 +257,7 @@ class _Cycle:
 
     def _attempt(self, job: Workload, cq: str, borrow: bool) -> Outcome:
         models = models_to_try(job, self.quota.flavors[cq])  # not empty: step 2 refused jobs without any
-        misses = _Misses()
+        misses = Misses()
         # c. Quota, then placement, model by model.
         for model in models:
             fit = self._try_model(job, cq, model, borrow, misses)
@@ -312,14 +272,34 @@ class _Cycle:
             preempt = self._try_preemption(job, cq, misses.tried)
             if preempt is not None:
                 return preempt
+            if self.explaining and not misses.deferrable:
+                misses.protected = self._protected(job, cq, misses.tried)
         # e. Deferred to the borrowing pass, or the reason.
         if misses.deferrable:
             return Deferred()
         if not self.explaining:
-            return _NOT_EXPLAINED
-        return NoFit(self._reason(job, misses))
+            return NOT_EXPLAINED
+        reason = self._reason(job, misses)
+        if misses.protected is not None:
+            reason = protected_reason(reason, *misses.protected, self.now)
+        return NoFit(reason)
 
-    def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: _Misses) -> Fit | None:
+    def _protected(
+        self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]
+    ) -> tuple[list[str], float] | None:
+        """The victims the job would take if none were within its minimum runtime, when some are."""
+        if self._any_protected is None:
+            self._any_protected = any_protected(self._initial_holders, self.now)
+        if not self._any_protected:
+            return None
+        for shape, minimum in tried:
+            victims = self._victims(job, cq, shape, minimum, min_runtime=False)
+            until = protected_until(victims, self.now) if victims else None
+            if victims and until is not None:
+                return [v.holder.workload.id for v in victims], until
+        return None
+
+    def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: Misses) -> Fit | None:
         shape = self.placer.shape_for(job, model)
         sets = podsets.members(job, model, self.placer.shape_for)  # a gang of several pod sets (podsets)
         if isinstance(shape, str) or isinstance(sets, str):
@@ -330,12 +310,12 @@ class _Cycle:
             misses.deferrable = True
             return None
         if sets:
-            needed = self._quota_all(cq, minimum, job, borrow)
+            needed = self.quota.room_for_all(cq, minimum, job.replicas, borrow)
         else:
-            needed = self._quota_count(cq, shape, job.replicas, borrow)
+            needed = self.quota.replicas_with_room(cq, self._request(shape, 1), job.replicas, borrow)
         misses.tried.append((shape, minimum))
         if needed < job.gang_size:
-            misses.quota.append(self._quota_reason(cq, minimum))
+            misses.quota.append(quota_shortfall(self.quota, cq, self.cohort_of.get(cq, ""), minimum))
             return None
         misses.fitting.append(shape)
         pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size, job.pod_sets)
@@ -382,7 +362,7 @@ class _Cycle:
             self.memo.preemption_failed.add(key)
         return None
 
-    def _reason(self, job: Workload, misses: _Misses) -> Reason:
+    def _reason(self, job: Workload, misses: Misses) -> Reason:
         """The placement (or gang) reason of the first model that had quota, else the quota reason."""
         failure = misses.placement
         if misses.fitting and failure is None:
@@ -391,16 +371,7 @@ class _Cycle:
             if failure is None:
                 explanation = self.placer.explain(job, misses.fitting)
                 failure = self.memo.explained[key] = placement_reason(self.cluster.n, explanation)
-        if failure is not None:
-            if misses.invalid:
-                failure = replace(failure, message=f"{failure.message} ({'; '.join(misses.invalid)})")
-            return failure
-        if misses.quota:
-            if len(misses.quota) == 1:
-                return misses.quota[0]
-            message = "; ".join(r.message.removeprefix("quota: ") for r in misses.quota)
-            return Reason(ReasonKind.QUOTA, "quota: " + message, misses.quota[0].details)
-        return invalid_reason("; ".join(misses.invalid))  # unreachable: step 2 set such jobs aside
+        return misses.reason(failure)
 
     def _request(self, shape: Shape, count: int) -> dict[str, int]:
         """``request_of`` memoised for the cycle (callers never mutate the result)."""
@@ -410,75 +381,14 @@ class _Cycle:
             request = self.memo.requests[key] = request_of(shape, count)
         return request
 
-    def _quota_count(self, cq: str, shape: Shape, replicas: int, borrow: bool) -> int:
-        """How many replicas (up to ``replicas``) the queue's quota allows now (within nominal unless
-        ``borrow``)."""
-        count = replicas
-        for key, amount in self._request(shape, 1).items():
-            room = self.quota.room(cq, key, borrow)
-            if room is not None:
-                count = min(count, room // amount)
-        return count
-
-    def _quota_all(self, cq: str, request: dict[str, int], job: Workload, borrow: bool) -> int:
-        """All the job's replicas when the queue has room for the whole ``request`` now (within
-        nominal unless ``borrow``), else 0: a gang of several pod sets is admitted whole."""
-        for key, amount in request.items():
-            room = self.quota.room(cq, key, borrow)
-            if room is not None and room < amount:
-                return 0
-        return job.replicas
-
-    def _quota_reason(self, cq: str, request: dict[str, int]) -> Reason:
-        for key, amount in request.items():
-            available = self.quota.available(cq, key)
-            if available is not None and amount > available:
-                return quota_reason(
-                    cq,
-                    self.cohort_of.get(cq, ""),
-                    key,
-                    self.quota.used(cq, key),
-                    self.quota.nominal(cq, key) or 0,
-                    amount,
-                    self.quota.borrowable(cq, key),
-                )
-        return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))
-
-    def _victims(self, job: Workload, cq: str, shape: Shape, request: dict[str, int]) -> list[Victim] | None:
+    def _victims(
+        self, job: Workload, cq: str, shape: Shape, request: dict[str, int], min_runtime: bool = True
+    ) -> list[Victim] | None:
         sets = podsets.members(job, shape.gpu_model, self.placer.shape_for) if job.pod_sets else ()
         if isinstance(sets, str):
             return None
 
-        def fits() -> bool:
-            if not sets:
-                return self.placer.can_place(job, shape, job.gang_size)
-            return bool(placed_on())
-
-        eligible = np.zeros(self.cluster.n, dtype=bool)
-        eligible[self.placer.eligible(job, shape)] = True
-        index = self.cluster.index
-
-        def nodes_of(holder: Holder) -> np.ndarray:
-            return np.array([index[p.node] for p in holder.placements if p.node in index], dtype=np.int64)
-
-        def on_useful_node(holder: Holder) -> bool:
-            nodes = nodes_of(holder)
-            return bool(len(nodes)) and bool(eligible[nodes].any())
-
-        def frees_a_node(holder: Holder) -> bool:
-            nodes = nodes_of(holder)
-            return bool(len(self.placer.feasible(shape, nodes[eligible[nodes]])))
-
-        def placed_on() -> set[str]:
-            trial = Statement(self.cluster)
-            result = self.placer.place_gang(job, shape, trial, job.gang_size, job.gang_size, explain=False)
-            placements = result.placements
-            if result.explanation is None and sets:
-                more, failed = podsets.place(sets, trial, self.placer.place_gang)
-                placements = () if failed is not None else placements + more
-            trial.discard()
-            return {p.node for p in placements}
-
+        probes = PlacementProbes(self.placer, job, shape, sets)
         if self._victim_index is None:
             self._victim_index = VictimIndex(self._initial_holders, self.cohort_of, self.now)
         return select_victims(
@@ -492,11 +402,12 @@ class _Cycle:
             quota=self.quota,
             cluster=self.cluster,
             now=self.now,
-            fits=fits,
-            on_useful_node=on_useful_node,
-            frees_a_node=frees_a_node,
-            placed_on=placed_on,
+            fits=probes.fits,
+            on_useful_node=probes.on_useful_node,
+            frees_a_node=probes.frees_a_node,
+            placed_on=probes.placed_on,
             serving_rule=self.policy.inference_preempts_training,
+            min_runtime=min_runtime,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
@@ -505,23 +416,8 @@ class _Cycle:
             w = victim.holder.workload
             self.taken.add(w.id)
             names.append(w.id)
-            if victim.kind == "priority":
-                why = f"priority: {job.id} (priority {job.priority}) outranks it (priority {w.priority})"
-            elif victim.kind == "serving":
-                why = (
-                    f"serving: inference replica {job.id} (priority {job.priority}) preempts training of lower "
-                    f"priority (priority {w.priority}; INFERENCE_PREEMPTS_TRAINING)"
-                )
-            else:
-                why = (
-                    f"reclaim: queue {self.lq_by_name[job.local_queue].cluster_queue} reclaims quota "
-                    f"that queue {victim.holder.cq} borrowed"
-                )
-            why += (
-                f"; rule: least-work minimal victim set (lowest priority, then fewest GPU-seconds lost, then "
-                f"youngest; {len(victims)} victim(s)); it loses {victim.lost_gpu_milli_s / 1000:.0f} GPU-seconds"
-            )
-            self.preemptions.append(Preemption(w.id, job.id, why))
+            cq = self.lq_by_name[job.local_queue].cluster_queue
+            self.preemptions.append(Preemption(w.id, job.id, preemption_why(job, cq, victim, len(victims))))
         message = f"preempting: waiting for {len(victims)} job(s) to stop: {', '.join(names)}"
         self.pending[job.id] = (
             Reason(ReasonKind.PREEMPTING, message, (("victims", len(victims)), ("waits_for", "victims"))),
@@ -531,60 +427,12 @@ class _Cycle:
     # -- 4. the plan ------------------------------------------------------------------------------
 
     def _plan(self) -> Plan:
-        self.waiting = self._waiting()
+        self.waiting = waiting_jobs(self.considered, self.pending, self.lq_by_name)
         p50 = self.forecast(self.waiting, P50, recorder=self.timelines[P50])
         p90 = self.forecast(self.waiting, P90, recorder=self.timelines[P90])
         self.forecasts = (p50, p90)
-        positions = self._positions()
-        pending = []
-        for w in self.snapshot.workloads:
-            if w.state != WorkloadState.PENDING or w.id not in self.pending:
-                continue
-            reason, fixed = self.pending[w.id]
-            if fixed is not None:
-                early: float | None = fixed
-                late: float | None = fixed
-            else:
-                early = p50[w.id].at if w.id in p50 else None
-                late = p90[w.id].at if w.id in p90 else None
-                if early is not None and late is not None:
-                    late = max(early, late)
-            pending.append(PendingInfo(w.id, reason, positions.get(w.id, 0), early, late))
-        pending.sort(key=lambda p: p.workload_id)
-        admissions = sorted(self.admissions, key=lambda a: a.workload_id)
-        stats = dict(self.stats)
-        stats.update(
-            {
-                "nodes": self.cluster.n,
-                "pending_considered": len(self.considered),
-                "admitted": len(admissions),
-                "preempted": len(self.preemptions),
-                "still_pending": len(pending),
-            }
-        )
-        return Plan(tuple(admissions), tuple(self.preemptions), tuple(pending), tuple(sorted(stats.items())))
-
-    def _positions(self) -> dict[str, int]:
-        by_lq: dict[str, list[Workload]] = {}
-        for w in self.snapshot.workloads:
-            if w.state == WorkloadState.PENDING and w.id in self.pending:
-                by_lq.setdefault(w.local_queue, []).append(w)
-        positions: dict[str, int] = {}
-        for jobs in by_lq.values():
-            for k, w in enumerate(sorted(jobs, key=lq_order_key), start=1):
-                positions[w.id] = k
-        return positions
-
-    def _waiting(self) -> list[tuple[Workload, str]]:
-        """The jobs still pending without a fixed start, in the cycle's order, with their ClusterQueue;
-        a blocked team's jobs and invalid requests are left out (they get no estimate)."""
-        waiting = []
-        for job in self.considered:
-            entry = self.pending.get(job.id)
-            if entry is None or entry[1] is not None or entry[0].kind in (ReasonKind.BUDGET, ReasonKind.INVALID):
-                continue
-            waiting.append((job, self.lq_by_name[job.local_queue].cluster_queue))
-        return waiting
+        stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
+        return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
 
     def forecast(
         self,
@@ -602,11 +450,13 @@ class _Cycle:
             until,
             max_decisions=self.policy.forecast_decisions,
             recorder=recorder,
+            arrivals=self._arrivals(),
         )
 
     def replay(self, which: int) -> Replay:
         """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
-        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster()._models, self.now)
+        bound = Bound(self.cluster, self.placer.shape_for)
+        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster().models, self.now, bound)
 
     def _forecaster(self) -> Forecast:
         if self._forecast is None:
@@ -621,11 +471,29 @@ class _Cycle:
         memo: dict[int, object] = {id(x): x for x in shared}
         state = (self.cluster, self.placer, self.quota, self.fair, self.feasibility)
         twin.cluster, twin.placer, twin.quota, twin.fair, twin.feasibility = copy.deepcopy(state, memo)
-        twin.memo = _Memo(requests=dict(self.memo.requests))
+        twin.memo = Memo(requests=dict(self.memo.requests))
         twin.stats = dict(self.stats)
         twin.preemptors = dict(self.preemptors)
         twin._forecast = None
         return twin
+
+    def _arrivals(self) -> Arrivals | None:
+        """The submissions the forecast expects (``estimate.Arrivals``): the snapshot's recent ones that
+        are valid and may start (their team not blocked, no start window)."""
+        if self._expected is None:
+            period, horizon = self.policy.arrival_period_s, self.policy.arrival_horizon_s
+            jobs = []
+            for w in sorted(self.snapshot.recent, key=lambda w: w.created_at):
+                lq = self.lq_by_name.get(w.local_queue)
+                if lq is None or w.team in self.blocked or w.start_window is not None:
+                    continue
+                if not self.now - period < w.created_at <= self.now:
+                    continue
+                job = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
+                if self.feasibility.never_fits(job) is None:
+                    jobs.append((job, lq.cluster_queue))
+            self._expected = Arrivals(tuple(jobs), period, horizon)
+        return self._expected if self._expected.jobs and self._expected.period > 0 else None
 
     # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------
 
@@ -636,7 +504,7 @@ class _Cycle:
 
     def forecast_step(self) -> None:
         """Capacity came back: what failed before may fit now."""
-        self.memo = _Memo(requests=self.memo.requests)
+        self.memo = Memo(requests=self.memo.requests)
 
     def forecast_end(self, saved: object) -> None:
         self.memo, self.stats, self.may_preempt, self.explaining = saved  # type: ignore[misc]
@@ -648,7 +516,7 @@ class _Cycle:
         """Steps 2 and 3 for one more pending ``job`` on the final state, keeping nothing: what the next
         cycle decides for it when nothing else changes (``dryrun``). A job that never fits is a
         ``NoFit`` whose reason has ``waits`` false."""
-        job = _granted(replace(self.snapshot, workloads=(job,))).workloads[0]
+        job = granted_snapshot(replace(self.snapshot, workloads=(job,))).workloads[0]
         never = podsets.never_fits(job, self.feasibility.never_fits)
         if never is not None:
             return NoFit(never)

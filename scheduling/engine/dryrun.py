@@ -25,8 +25,8 @@ a few more on copies of the state moved along the record: far less than a cycle
 (``bench/bench_dryrun.py``).
 
 ``suggestions`` tries the smallest changes to the request that start it sooner (each a ``check`` of
-the changed job): another GPU model the queue has quota for, half a GPU instead of one, fewer replicas
-(down to its gang minimum... and the gang minimum halved).
+the changed job, its P50 start only): another GPU model the queue has quota for, half a GPU instead of
+one, fewer replicas (down to its gang minimum... and the gang minimum halved).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .cycle import _Cycle
-from .estimate import P50, P90, Start, expected_runtime
+from .estimate import P50, P90, expected_runtime
 from .model import Plan, Policy, Reason, ReasonKind, ReplicaPlacement, Resources, Snapshot, Workload, WorkloadState
 from .outcome import Deferred, Fit, NoFit, Preempt
 from .windows import opens_at
@@ -75,7 +75,11 @@ class DryRun:
         self.snapshot = snapshot
         self.cycle = _Cycle(snapshot, policy, now)
         self.plan: Plan = self.cycle.run()
-        self._replays = (self.cycle.replay(P50), self.cycle.replay(P90))  # its forecast runs, recorded
+        # Its forecast runs, recorded, to replay; one replay for both when the runs were the same (no
+        # runtime differs between P50 and P90): the same record gives the same answers.
+        p50 = self.cycle.replay(P50)
+        same = self.cycle.timelines[P90].same_run(self.cycle.timelines[P50])
+        self._replays = (p50, p50 if same else self.cycle.replay(P90))
         self._pending_by_lq: dict[str, list[Workload]] = {}
         for w in snapshot.workloads:
             if w.state == WorkloadState.PENDING:
@@ -83,7 +87,7 @@ class DryRun:
 
     def warm(self) -> None:
         """Make the replays' copies of the state now rather than in the first checks."""
-        for replay in self._replays:
+        for replay in set(self._replays):
             replay.warm()
 
     def check(self, workload: Workload, runtimes: tuple[float, float] | None = None) -> Check:
@@ -97,7 +101,8 @@ class DryRun:
         finally:
             del self.cycle.runtimes[workload.id]
 
-    def _check(self, workload: Workload) -> Check:
+    def _check(self, workload: Workload, p90: bool = True) -> Check:
+        """The answer; without ``p90`` its P90 start is left out (``None``: suggestions show P50 only)."""
         cycle = self.cycle
         runtime = expected_runtime(workload, cycle.runtimes, P50)
         runtime_p90 = expected_runtime(workload, cycle.runtimes, P90)
@@ -139,9 +144,11 @@ class DryRun:
         if reason.kind == ReasonKind.WINDOW and workload.start_window is not None:
             opens = opens_at(workload.start_window, self.now)  # the cycle's estimate for such a job
             return replace(check, estimated_start_p50=opens, estimated_start_p90=opens)
-        early, late = self._forecast(workload)
+        cq = cycle.lq_by_name[workload.local_queue].cluster_queue
+        early = self._replays[P50].start(workload, cq)
         if early is None:
             return check
+        late = self._replays[P90].start(workload, cq) if p90 else None
         return replace(
             check,
             gpu_model=early.gpu_model,
@@ -149,10 +156,6 @@ class DryRun:
             estimated_start_p50=early.at,
             estimated_start_p90=max(early.at, late.at) if late is not None else None,
         )
-
-    def _forecast(self, workload: Workload) -> tuple[Start | None, Start | None]:
-        cq = self.cycle.lq_by_name[workload.local_queue].cluster_queue
-        return self._replays[P50].start(workload, cq), self._replays[P90].start(workload, cq)
 
     def _position(self, workload: Workload) -> int:
         ahead = self._pending_by_lq.get(workload.local_queue, [])
@@ -165,7 +168,7 @@ class DryRun:
             return ()
         out: list[Suggestion] = []
         for message, change, changed in self._variants(workload, models):
-            answer = self._check(changed)
+            answer = self._check(changed, p90=False)
             if _sooner(answer, check):
                 out.append(Suggestion(message, change, answer))
         out.sort(key=lambda s: (s.check.verdict != RUNS_NOW, s.check.estimated_start_p50 or float("inf")))

@@ -17,7 +17,11 @@ Steps (each is one part of :meth:`Forecast.run`):
    queue are a group: the first of a group that does not fit stops the group for that step (capacity
    and quota only shrink within a step), and a group is tried again only after capacity of a GPU
    model it may use came back. A job that fits starts then, holds its placement and quota, and ends
-   after its expected runtime (it joins the ends of step 3).
+   after its expected runtime (it joins the ends of step 3). Expected submissions (``Arrivals``: the
+   last period's submissions again, each at its own time plus k periods, up to a horizon) join the
+   groups when the run reaches their period; a group whose next job is not submitted yet waits for
+   that job's submission time (an event like an end). They compete as submitted jobs do and get no
+   estimate themselves.
 4. It stops when every waiting job has started (or the one asked about, ``until``), after
    ``max_steps`` steps, or once it has taken ``max_decisions`` decisions (``Policy.forecast_decisions``,
    as Slurm's backfill bounds the jobs it tests): a job not started by then has no estimate (beyond
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from .admission import FairShare
@@ -76,6 +80,8 @@ class Recorder(Protocol):
     def step(self, at: float, released: list[_End]) -> None: ...
 
     def popped(self, key: tuple[object, ...], index: int, decided: bool, started: _End | None) -> None: ...
+
+    def expected(self, key: tuple[object, ...], index: int) -> None: ...
 
     def finish(self, ends: list[_End], left: int, steps: int) -> None: ...
 
@@ -125,8 +131,10 @@ def runtime_from_history(
     return asked, asked
 
 
-def expected_runtime(job: Workload, runtimes: Runtimes, which: int) -> float:
-    known = runtimes.get(job.id)
+def expected_runtime(job: Workload, runtimes: Runtimes, which: int, alias: Mapping[str, str] | None = None) -> float:
+    """``job``'s expected runtime (``which``: P50 or P90); an expected submission (``alias``: its id ->
+    the submission it repeats) runs as the submission it repeats."""
+    known = runtimes.get(alias.get(job.id, job.id) if alias else job.id)
     return known[which] if known is not None else job.runtime_s
 
 
@@ -161,10 +169,12 @@ class Forecast:
         max_steps: int = MAX_STEPS,
         max_decisions: int | None = None,
         recorder: Recorder | None = None,
+        arrivals: Arrivals | None = None,
     ) -> dict[str, Start]:
         """When (and where) each ``(job, cluster queue)`` of ``waiting`` (in the cycle's order) starts;
         a job missing from the answer has no estimate. ``until``: stop once this job has started.
-        ``recorder``: told each step's ends, each group taken off the heap, and what is left."""
+        ``recorder``: told each step's ends, each group taken off the heap, and what is left.
+        ``arrivals``: the submissions expected meanwhile (step 3), which compete as submitted jobs do."""
         host, cluster, quota, fair = self.host, self.host.cluster, self.host.quota, self.host.fair
         saved = host.forecast_begin()
         # Staged, undone in step 5 in exactly the reverse order (MIG slices are bitmasks: undoing a start
@@ -175,27 +185,26 @@ class Forecast:
         try:
             # 2. Ends of what holds capacity now (a heap; the same for every run over one state).
             ends = list(self.ends(holders, victims, which))
-            seq = len(ends)
-            # Groups of equal jobs, in the order of their first member.
-            groups: list[_Group] = []
-            by_key: dict[tuple[object, ...], _Group] = {}
-            for rank, (job, cq) in enumerate(waiting):
-                key = group_key(job, cq)
-                group = by_key.get(key)
-                if group is None:
-                    group = by_key[key] = _Group(len(groups), cq, self._models(job, cq))
-                    groups.append(group)
-                group.jobs.append((rank, job))
+            queue = _Queue(self, len(ends))
+            for job, cq in waiting:
+                queue.add(job, cq)
+            expected = _Expected(arrivals, self.now) if arrivals is not None else None
             left = len(waiting)
             dirty_since: dict[str | None, int] = {}  # GPU model -> the last step capacity of it came back
             dirty_all = 0  # the last step CPU-only work ended (its CPU and memory help every model)
             step = 0
             budget = max_decisions if max_decisions is not None else len(waiting) * max_steps
             if recorder is not None:
-                recorder.begin({key: (g.index, len(g.jobs)) for key, g in by_key.items()}, budget)
-            while ends and left and step < max_steps and budget > 0 and (until is None or until not in starts):
+                recorder.begin({key: (g.index, len(g.jobs)) for key, g in queue.by_key.items()}, budget)
+                queue.recorder = recorder
+            while left and step < max_steps and budget > 0 and (until is None or until not in starts):
+                if expected is not None:
+                    expected.due(ends, queue)
+                if not ends:
+                    break
                 step += 1
-                # 3. Give back what ended.
+                # 3. Give back what ended (an expected submission's arrival gives nothing back but
+                # lets its group try).
                 t = ends[0].at
                 window = max(COALESCE_S, RESOLUTION * (t - self.now))
                 released_now = []
@@ -218,6 +227,7 @@ class Forecast:
                 # Try the groups that may use what came back in the cycle's admission order (priority,
                 # fair share of their queues as usage changes, submission), a heap refreshed lazily as
                 # ``admission.AdmissionOrder`` is (shares only grow within a step).
+                groups = queue.groups
                 heads = [
                     (_order_key(fair, g), g.index)
                     for g in groups
@@ -234,9 +244,11 @@ class Forecast:
                         if recorder is not None:
                             recorder.popped(key, index, False, None)
                         continue
-                    budget -= 1
                     group.tried_at = step
                     job = group.jobs[group.head][1]
+                    if job.created_at > t + window and job.id in queue.alias:
+                        continue  # expected, not submitted yet: its arrival lets the group try again
+                    budget -= 1
                     outcome = host.forecast_decide(job)
                     if not isinstance(outcome, Fit):
                         if recorder is not None:
@@ -247,18 +259,19 @@ class Forecast:
                     quota.add(group.cq, outcome.request)
                     fair.add(job.local_queue, group.cq, outcome.request)
                     charged.append((job.local_queue, group.cq, outcome.request, 1))
-                    starts[job.id] = Start(t, admission.gpu_model, admission.placements)
-                    runtime = expected_runtime(job, self.runtimes, which)
+                    runtime = expected_runtime(job, self.runtimes, which, queue.alias)
                     models = frozenset((admission.gpu_model,))
                     end = _End(
-                        t + runtime, seq, admission.placements, job.local_queue, group.cq, outcome.request, models
+                        t + runtime, queue.seq, admission.placements, job.local_queue, group.cq, outcome.request, models
                     )
                     heapq.heappush(ends, end)
                     if recorder is not None:
                         recorder.popped(key, index, True, end)
-                    seq += 1
-                    left -= 1
+                    queue.seq += 1
                     group.head += 1
+                    if job.id not in queue.alias:
+                        starts[job.id] = Start(t, admission.gpu_model, admission.placements)
+                        left -= 1
                     if until == job.id:
                         break
                     if group.head < len(group.jobs):
@@ -300,10 +313,81 @@ class Forecast:
                 return started + runtime
         return self.now + 0.1 * known[P90]
 
-    def _models(self, job: Workload, cq: str) -> frozenset[str | None]:
+    def models(self, job: Workload, cq: str) -> frozenset[str | None]:
         """The GPU models whose capacity coming back may let ``job`` start (``None``: CPU-only work,
         which any end may help)."""
         return frozenset(models_to_try(job, self.flavors.get(cq, ())))
+
+
+@dataclass(frozen=True, slots=True)
+class Arrivals:
+    """Submissions the forecast expects (a persistence forecast: the next hours bring what the last
+    ``period`` seconds brought). Each job of ``jobs`` (submitted within ``period`` before now, with its
+    ClusterQueue, oldest first) is submitted again every ``period`` seconds, at its own submission
+    time plus k periods, up to ``horizon`` seconds from now."""
+
+    jobs: tuple[tuple[Workload, str], ...]
+    period: float
+    horizon: float
+
+
+EXPECTED = "expected"  # ends the group key of expected submissions
+
+
+class _Queue:
+    """The forecast's waiting jobs in groups of equal jobs (in the order of their first member).
+
+    Expected submissions form groups of their own (``EXPECTED`` ends their key), never joining a group
+    of waiting jobs: so adding one more waiting job (a dry run) leaves them where they were, and a
+    replay of the recorded run (``timeline``) places it as the run itself would."""
+
+    def __init__(self, forecast: Forecast, seq: int) -> None:
+        self.forecast = forecast
+        self.groups: list[_Group] = []
+        self.by_key: dict[tuple[object, ...], _Group] = {}
+        self.alias: dict[str, str] = {}  # an expected submission's id -> the submission it repeats
+        self.rank = 0
+        self.seq = seq  # the next end's tie-breaker
+        self.recorder: Recorder | None = None
+
+    def add(self, job: Workload, cq: str, expected: bool = False) -> _Group:
+        key = (*group_key(job, cq), EXPECTED) if expected else group_key(job, cq)
+        group = self.by_key.get(key)
+        if group is None:
+            group = self.by_key[key] = _Group(len(self.groups), cq, self.forecast.models(job, cq))
+            self.groups.append(group)
+            if expected and self.recorder is not None:
+                self.recorder.expected(key, group.index)
+        group.jobs.append((self.rank, job))
+        self.rank += 1
+        return group
+
+
+class _Expected:
+    """Adds ``Arrivals``' period k once the forecast reaches its start (now + (k-1) periods)."""
+
+    def __init__(self, arrivals: Arrivals, now: float) -> None:
+        self.arrivals = arrivals
+        self.now = now
+        self.k = 1
+
+    def due(self, ends: list[_End], queue: _Queue) -> None:
+        """Add the periods that begin before the next end: their jobs join ``queue`` (after every job
+        submitted before them) and their arrivals join ``ends`` (they give nothing back)."""
+        period, horizon = self.arrivals.period, self.arrivals.horizon
+        while period > 0 and (begins := (self.k - 1) * period) < horizon:
+            if ends and ends[0].at <= self.now + begins:
+                return
+            for job, cq in self.arrivals.jobs:
+                at = job.created_at + self.k * period
+                if not self.now < at <= self.now + horizon:
+                    continue
+                copy = replace(job, id=f"{job.id}@{self.k}", created_at=at)
+                queue.alias[copy.id] = job.id
+                group = queue.add(copy, cq, expected=True)
+                heapq.heappush(ends, _End(at, queue.seq, (), job.local_queue, cq, {}, group.models))
+                queue.seq += 1
+            self.k += 1
 
 
 @dataclass(slots=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -11,7 +12,9 @@ from .capacity import FULL, Cluster
 from .filters import CPU, FIT, GPUS, MEMORY
 from .fit import Shape, gpu_fits
 from .mig import COMPUTE_SLICES
-from .model import Reason, ReasonKind
+from .model import Reason, ReasonKind, Workload
+from .preemption import Victim
+from .quota import QuotaBook
 from .windows import StartWindow
 from .windows import describe as describe_window
 
@@ -334,3 +337,46 @@ def window_reason(window: StartWindow, opens_s: float) -> Reason:
     opens = datetime.fromtimestamp(opens_s, UTC)
     message = f"waits for its start window ({describe_window(window)}): opens at {opens:%Y-%m-%d %H:%M} UTC"
     return Reason(ReasonKind.WINDOW, message, (("opens_at", opens_s), ("waits_for", "window")))
+
+
+def protected_reason(reason: Reason, victims: list[str], until_s: float, now: float) -> Reason:
+    """``reason`` plus the jobs it would preempt once they have run their priority class's minimum
+    runtime (KAI's preemption delay), and when that is."""
+    minutes = max(1, math.ceil((until_s - now) / 60))
+    they = "it has" if len(victims) == 1 else "they have"
+    message = (
+        f"{reason.message}; would preempt {', '.join(victims)} once {they} run the minimum runtime of "
+        f"{'its' if len(victims) == 1 else 'their'} priority class (in {minutes} min)"
+    )
+    details = (*reason.details, ("preempts_after", until_s), ("protected", ", ".join(victims)))
+    return replace(reason, message=message, details=details, waits=True)
+
+
+def preemption_why(job: Workload, cq: str, victim: Victim, count: int) -> str:
+    """Why ``victim`` is preempted for ``job`` (of ClusterQueue ``cq``), one of ``count`` victims: the
+    kind of preemption and the rule that chose it."""
+    w = victim.holder.workload
+    if victim.kind == "priority":
+        why = f"priority: {job.id} (priority {job.priority}) outranks it (priority {w.priority})"
+    elif victim.kind == "serving":
+        why = (
+            f"serving: inference replica {job.id} (priority {job.priority}) preempts training of lower "
+            f"priority (priority {w.priority}; INFERENCE_PREEMPTS_TRAINING)"
+        )
+    else:
+        why = f"reclaim: queue {cq} reclaims quota that queue {victim.holder.cq} borrowed"
+    return why + (
+        f"; rule: least-work minimal victim set (lowest priority, then fewest GPU-seconds lost, then "
+        f"youngest; {count} victim(s)); it loses {victim.lost_gpu_milli_s / 1000:.0f} GPU-seconds"
+    )
+
+
+def quota_shortfall(book: QuotaBook, cq: str, cohort: str, request: dict[str, int]) -> Reason:
+    """The quota reason of the first resource of ``request`` the queue ``cq`` has too little of now."""
+    for key, amount in request.items():
+        available = book.available(cq, key)
+        if available is not None and amount > available:
+            return quota_reason(
+                cq, cohort, key, book.used(cq, key), book.nominal(cq, key) or 0, amount, book.borrowable(cq, key)
+            )
+    return Reason(ReasonKind.QUOTA, f"quota: queue {cq} has no room", (("cluster_queue", cq),))

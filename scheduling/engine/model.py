@@ -331,6 +331,10 @@ class Policy:
     # An inference replica may preempt training jobs of strictly lower priority in any ClusterQueue
     # (not only its own): serving traffic before training throughput (``preemption``, kind "serving").
     inference_preempts_training: bool = False
+    # Expected arrivals in the forecast: the last period's submissions (``Snapshot.recent``) recur
+    # every period, for the horizon (0: the forecast expects no new submissions).
+    arrival_period_s: float = 3600.0
+    arrival_horizon_s: float = 6 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +353,9 @@ class Snapshot:
     # workload id -> (P50, P90) expected runtime in the cluster's own seconds, for estimated starts
     # (from the team's history of similar jobs; a workload without one is expected to run runtime_s)
     runtimes: tuple[tuple[str, float, float], ...] = ()
+    # jobs submitted within ``Policy.arrival_period_s`` before now, in any state (finished too, with
+    # their runtimes in ``runtimes``): the forecast expects their like again (``estimate.Arrivals``)
+    recent: tuple[Workload, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

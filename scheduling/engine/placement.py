@@ -7,18 +7,18 @@ For one replica of a shape (see ``fit.Shape``):
 2. The fit rule, vectorised over the remaining nodes (``fit``): enough fully free devices (whole
    GPUs), a device with enough free share (fractions), a MIG slice at a valid start (MIG), CPU and
    memory.
-3. Score the feasible nodes: the placement scorer chosen for the node's pool, plus preferred-affinity
-   weights, plus topology (for multi-replica jobs: the same node, rack, zone as replicas already placed;
-   for the first replica, the tightest node, rack or zone that can hold the whole gang; for multi-GPU
-   replicas, a node with a contiguous block of free devices). Highest wins; ties go to the node first
-   in node order (GPU model, then name). A gang's next replica first tries the node the previous one
-   went to.
+3. Score the feasible nodes (``votes``): the placement scorer chosen for the node's pool, plus
+   preferred-affinity weights, plus topology (for multi-replica jobs: the same node, rack, zone as
+   replicas already placed; for the first replica, the tightest node, rack or zone that can hold the
+   whole gang; for multi-GPU replicas, a node with a contiguous block of free devices). Highest wins;
+   ties go to the node first in node order (GPU model, then name). A gang's next replica first tries
+   the node the previous one went to.
 4. Pick devices inside the node (the scorer's device picker, or the default packing one).
 
 Scorers are plugins (``scorers.PLUGINS``; the FGD paper's policies are in ``frag.plugins``). When only
-the placement policy votes and it is ``binpack`` or ``spread``, step 3 is a masked argmax over the GPU
-model's block of nodes (:meth:`Placer._fast_pick`); ``test_the_fast_path_picks_the_node_the_scored_path_picks``
-keeps it equal to the scored path.
+the placement policy votes on a single replica, step 3 is a masked argmax over the GPU model's block
+of nodes (``votes.Votes.fast_pick`` for binpack and spread, ``Votes.block_pick`` for fgd and portal);
+``test_the_fast_path_picks_the_node_the_scored_path_picks`` keeps them equal to the scored path.
 
 A gang places replica by replica in a ``Statement``; the caller commits or discards it. A replica
 first tries the node the previous one went to; while the replicas so far share one rack with room,
@@ -41,7 +41,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import fit
-from .affinity import by_max, preferred_terms_of
 from .capacity import FULL, Cluster, Statement
 from .explain import NO_EXPLANATION, Explanation, shortage
 from .filters import (
@@ -59,29 +58,17 @@ from .filters import (
     rule_words,
     topology_levels,
 )
-from .fit import Nodes, Shape
-from .frag import plugins as _frag_plugins  # noqa: F401  (registers the FGD paper's policies)
-from .model import Policy, PreferredTerm, ReplicaPlacement, Workload
+from .fit import Shape
+from .model import Policy, ReplicaPlacement, Workload
 from .replicas import GangRules
-from .scorers import PLUGINS, PluginSetup, ScoreContext, ScorerPlugin, binpack_scores, pick_devices
+from .scorers import PluginSetup, pick_devices
+from .votes import Votes
 
-# Side votes, relative to the placement policy's 1. Where kube-scheduler has the same plugin, its
-# default profile's weight (NodeResourcesFit 1): NodeAffinity 2, TaintToleration 3,
-# InterPodAffinity 2, PodTopologySpread 2.
-TOPOLOGY_WEIGHT = 2.0
-AFFINITY_WEIGHT = 2.0
-SOFT_TAINT_WEIGHT = 3.0
-INTER_POD_WEIGHT = 2.0
-SPREAD_WEIGHT = 2.0
-GPU_AVOID_WEIGHT = 1.0
-CONTIGUOUS_WEIGHT = 0.2
 # A gang that must stay in one domain tries at most this many domains per attempt (bounded work).
 MAX_DOMAIN_TRIALS = 32
 
 # ``fit.misfit``'s outcome as explanation codes.
 _MISFIT_CODES = np.array([FIT, GPUS, CPU, MEMORY], dtype=np.int8)
-# Policies whose scores are shares of a node (about one unit wide): side votes add to them directly.
-_UNIT_SCALE_POLICIES = ("binpack", "spread")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +93,7 @@ class Placer:
     ) -> None:
         """Build before any usage is applied to ``cluster``: stateful scorers mirror every change.
 
-        ``fast_path=False`` always takes the scored path (the fast path's property test compares them).
+        ``fast_path=False`` always takes the scored path (the fast paths' property test compares them).
         """
         self.cluster = cluster
         self.policy = policy
@@ -115,40 +102,11 @@ class Placer:
         self._shapes: dict[tuple[object, ...], Shape | str] = {}
         self._gangs: dict[tuple[object, ...], GangRules] = {}
         self._all = np.arange(cluster.n)
-        self.rack, _ = cluster.label_codes(policy.rack_label)
-        self.zone, _ = cluster.label_codes(policy.zone_label)
+        self.votes = Votes(policy, self.filters, PluginSetup(cluster, policy.seed, typical), fast_path)
+        self.rack = self.votes.rack
+        self.plugins = self.votes.plugins
+        self.scorer_names = self.votes.scorer_names
         self._rack_members = {int(code): np.flatnonzero(self.rack == code) for code in np.unique(self.rack)}
-        self.scorer_names, self._pool_scorer = self._pool_scorers()
-        setup = PluginSetup(cluster, policy.seed, typical)
-        self.plugins: list[ScorerPlugin] = [PLUGINS[name](setup) for name in self.scorer_names]
-        single = self.scorer_names == [policy.placement]
-        self._unit_scale = single and policy.placement in _UNIT_SCALE_POLICIES
-        self._fast = self._unit_scale and fast_path
-        # A single plugin that scores a block of nodes in place (fgd, portal): see :meth:`_block_pick`.
-        block = self.plugins[0] if single and fast_path else None
-        self._block: ScorerPlugin | None = block if hasattr(block, "score_block") else None
-
-    def _pool_scorers(self) -> tuple[list[str], np.ndarray]:
-        """The scorer names in use and, per node, the index of its pool's scorer among them."""
-        policy = self.policy
-        names = [policy.placement]
-        per_node = np.zeros(self.cluster.n, dtype=np.int32)
-        pools = self.cluster.pools
-        if policy.pool_label or any(pool.placement for pool in pools):
-            overrides = dict(policy.pool_placement)
-            node_pool = self.cluster.node_pool.tolist()
-            for i, labels in enumerate(self.filters.labels):
-                name = pools[node_pool[i]].placement if node_pool[i] >= 0 else ""
-                if not name and policy.pool_label:
-                    name = overrides.get(labels.get(policy.pool_label, ""), "")
-                name = name or policy.placement
-                if name not in names:
-                    names.append(name)
-                per_node[i] = names.index(name)
-        for name in names:
-            if name not in PLUGINS:
-                raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(PLUGINS))}")
-        return names, per_node
 
     # -- shapes -----------------------------------------------------------------------------------
 
@@ -175,151 +133,6 @@ class Placer:
         filters) holds: the fit rule on array views, no gathering."""
         return np.flatnonzero(fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask)) + lo
 
-    def _single_vote(self, workload: Workload, gang_nodes: Sequence[int], remaining: int) -> bool:
-        """Only the placement policy votes: one scorer, one replica, no preferences, no soft taints
-        (the GPU-avoidance and contiguity votes aside, see :meth:`_single_vote_score`)."""
-        return (
-            len(self.scorer_names) == 1
-            and not workload.preferred_labels
-            and workload.rules is None
-            and not self.filters.any_soft_taint
-            and remaining <= 1
-            and not gang_nodes
-        )
-
-    # -- scoring ----------------------------------------------------------------------------------
-
-    def _single_vote_score(self, shape: Shape, nodes: Nodes, raw: np.ndarray) -> np.ndarray:
-        """The policy's own score plus the votes a single replica still gets, on the policy's scale:
-        CPU-only work avoids GPU nodes (strictly beyond the policy's range of about one unit),
-        multi-GPU replicas prefer a contiguous block of free devices."""
-        if shape.kind == "cpu":
-            return raw - 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[nodes] > 0)
-        if shape.gpus > 1:
-            return raw + CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
-        return raw
-
-    def _fast_pick(self, shape: Shape, mask: np.ndarray, lo: int) -> int | None:
-        """``binpack``/``spread`` when only they vote: a masked argmax over the model's block of nodes
-        (no gathering, no index arrays); the same scores and tie-break (lowest index) as the scored path."""
-        hi = lo + len(mask)
-        if hi == lo:
-            return None
-        nodes = slice(lo, hi)
-        ok = fit.fits(self.cluster, shape, nodes, within=mask)
-        raw = binpack_scores(self.cluster, shape, nodes)
-        if self.policy.placement == "spread":
-            raw = -raw
-        score = self._single_vote_score(shape, nodes, raw)
-        best = int(np.argmax(np.where(ok, score, -np.inf)))
-        return lo + best if ok[best] else None
-
-    def _block_pick(self, plugin: ScorerPlugin, shape: Shape, mask: np.ndarray, lo: int) -> int | bool | None:
-        """The scored path's choice for one GPU replica under a single block-scoring plugin (fgd,
-        portal): its scores read over the GPU model's block of nodes, masked by the fit rule, no
-        gathering; the same first-best node. ``False`` when the plugin cannot score the block."""
-        if len(mask) == 0:
-            return None
-        ok = fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask)
-        count = int(np.count_nonzero(ok))
-        if count <= 1:  # as the scored path: no scoring for one candidate
-            return lo + int(np.argmax(ok)) if count else None
-        scores = plugin.score_block(shape, lo, ok)  # type: ignore[attr-defined]
-        if scores is None:
-            return False
-        best = int(np.argmax(np.where(ok, scores, -np.inf)))
-        if ok[best]:
-            return lo + best
-        return lo + int(np.argmax(ok))  # every feasible node scored -inf: the scored path takes the first
-
-    def _score(
-        self,
-        workload: Workload,
-        shape: Shape,
-        cand: np.ndarray,
-        gang_nodes: Sequence[int],
-        remaining: int,
-        gang: GangRules | None = None,
-    ) -> np.ndarray:
-        """How much each candidate node is wanted; the votes combine here and only here."""
-        if self._single_vote(workload, gang_nodes, remaining) and (
-            self._unit_scale or (shape.kind != "cpu" and shape.gpus <= 1)
-        ):
-            # One vote (plus the side votes on a unit-scale policy): its own scale is as good as any.
-            ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
-            return self._single_vote_score(shape, cand, np.asarray(self.plugins[0].score(ctx), dtype=np.float64))
-        total = self._policy_votes(workload, shape, cand)
-        preferred = self._preferred_terms(workload)
-        if preferred:
-            # kube-scheduler's NodeAffinity score: the matched terms' weights over the highest.
-            total += AFFINITY_WEIGHT * by_max(self.filters.index.preferred(preferred, cand))
-        if self.filters.any_soft_taint:
-            # TaintToleration's score: untolerated PreferNoSchedule taints over the highest count.
-            total -= SOFT_TAINT_WEIGHT * by_max(self.filters.soft_taints_untolerated(workload.tolerations)[cand])
-        if shape.kind == "cpu":
-            # Strictly above the policy's unit range, as in :meth:`_single_vote_score`: at equal weight
-            # the fullest GPU node tied with the emptiest CPU node and won on node order.
-            total -= 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[cand] > 0)
-        if gang is not None and gang.scores:
-            total += INTER_POD_WEIGHT * gang.anti_affinity_score(cand, gang_nodes)
-            total += SPREAD_WEIGHT * gang.spread_score(cand, gang_nodes)
-        if (remaining > 1 or gang_nodes) and (gang is None or not gang.dynamic):
-            # Keeping a gang together, unless its own rules spread it.
-            total += TOPOLOGY_WEIGHT * self._topology(shape, cand, gang_nodes, remaining)
-        if shape.gpus > 1:
-            total += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, cand)
-        return total
-
-    @staticmethod
-    def _preferred_terms(workload: Workload) -> tuple[PreferredTerm, ...]:
-        terms = preferred_terms_of(workload.preferred_labels) if workload.preferred_labels else ()
-        if workload.rules is not None:
-            terms += workload.rules.preferred_terms
-        return terms
-
-    def _policy_votes(self, workload: Workload, shape: Shape, cand: np.ndarray) -> np.ndarray:
-        """Each node's pool scorer's score, scaled to [0, 1] per scorer over its candidates."""
-        total = np.zeros(len(cand), dtype=np.float64)
-        scorer_of = self._pool_scorer[cand]
-        for s in range(len(self.scorer_names)):
-            part = cand if len(self.scorer_names) == 1 else cand[scorer_of == s]
-            if len(part) == 0:
-                continue
-            ctx = ScoreContext(self.cluster, shape, part, workload.id, self.policy.seed)
-            raw = np.asarray(self.plugins[s].score(ctx), dtype=np.float64)
-            if len(self.scorer_names) == 1:
-                total += _unit(raw)
-            else:
-                total[scorer_of == s] += _unit(raw)
-        return total
-
-    def _topology(self, shape: Shape, cand: np.ndarray, gang_nodes: Sequence[int], remaining: int) -> np.ndarray:
-        """Keep a gang together, in tiers: same node 1, same rack 0.6, same zone 0.3 as replicas already
-        placed. For the first replica: a node, else a rack, else a zone that can hold the whole gang, and
-        within a tier the tightest such domain (keeps big free blocks for big gangs)."""
-        score = np.zeros(len(cand), dtype=np.float64)
-        rack, zone = self.rack, self.zone
-        if gang_nodes:
-            used = np.array(gang_nodes)
-            for weight, codes in ((0.3, zone), (0.6, rack)):
-                seen = np.zeros(int(codes.max(initial=-1)) + 2, dtype=bool)
-                seen[codes[used] + 1] = True
-                seen[0] = False  # nodes without the label share nothing
-                score = np.where(seen[codes[cand] + 1], weight, score)
-            return np.where((cand[:, None] == used[None, :]).any(axis=1), 1.0, score)
-        # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
-        node_cap = fit.replica_capacity(self.cluster, shape, cand)
-        for weight, codes in ((0.3, zone), (0.6, rack)):
-            cand_codes = codes[cand]
-            if (cand_codes >= 0).any():
-                domain_cap = np.bincount(cand_codes + 1, weights=node_cap, minlength=int(codes.max()) + 2)
-                cap_here = domain_cap[cand_codes + 1]
-                holds = (cand_codes >= 0) & (cap_here >= remaining)
-                tight = remaining / np.maximum(cap_here, 1)
-                score = np.where(holds, weight + 0.1 * tight, score)
-        holds = node_cap >= remaining
-        return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
-
     # -- placing ----------------------------------------------------------------------------------
 
     def choose_node(
@@ -338,19 +151,14 @@ class Placer:
             cand = self.feasible(shape, np.array([node]))
         else:
             mask, eligible, lo = self.filters.eligible(workload, shape)
-            fast = gang is None and self._fast and shape.kind != "mig"
-            if fast and self._single_vote(workload, gang_nodes, remaining):
-                return self._fast_pick(shape, mask, lo)
-            if (
-                gang is None
-                and self._block is not None
-                and shape.gpus <= 1
-                and shape.kind in ("whole", "fraction")
-                and self._single_vote(workload, gang_nodes, remaining)
-            ):
-                picked = self._block_pick(self._block, shape, mask, lo)
-                if picked is not False:
-                    return picked
+            votes = self.votes
+            if gang is None and shape.kind != "mig" and votes.single_vote(workload, gang_nodes, remaining):
+                if votes.fast:
+                    return votes.fast_pick(shape, mask, lo)
+                if votes.block is not None and shape.gpus <= 1 and shape.kind != "cpu":
+                    picked = votes.block_pick(votes.block, shape, mask, lo)
+                    if picked is not False:
+                        return picked
             if len(eligible) == 0:
                 return None
             in_rack = None if gang is not None else self._same_rack(shape, mask, lo, gang_nodes)
@@ -366,7 +174,7 @@ class Placer:
             return None
         if len(cand) == 1:
             return int(cand[0])
-        scores = self._score(workload, shape, cand, gang_nodes, remaining, gang)
+        scores = self.votes.score(workload, shape, cand, gang_nodes, remaining, gang)
         return int(cand[int(np.argmax(scores))])
 
     def place_one(
@@ -383,7 +191,7 @@ class Placer:
         best = self.choose_node(workload, shape, gang_nodes, remaining, node, gang)
         if best is None:
             return None
-        plugin = self.plugins[int(self._pool_scorer[best])]
+        plugin = self.plugins[int(self.votes.pool_scorer[best])]
         picked = plugin.pick(self.cluster, best, shape, workload.id)
         devices, slot = picked if picked is not None else pick_devices(self.cluster, best, shape)
         if shape.kind != "cpu" and not devices:
@@ -640,14 +448,3 @@ class Placer:
             if gang.domain_name:
                 words[OUTSIDE_DOMAIN] = f"outside {rules.required_topology} {gang.domain_name}"
         return words
-
-
-def _unit(raw: np.ndarray) -> np.ndarray:
-    """Scale scores to [0, 1] over the candidates (all equal -> all zero)."""
-    if len(raw) == 0:
-        return raw
-    low = raw.min()
-    span = raw.max() - low
-    if span <= 0 or not np.isfinite(span):
-        return np.zeros_like(raw)
-    return (raw - low) / span

@@ -88,7 +88,11 @@ def place(
     placements: list[ReplicaPlacement] = []
     for m in sets:
         w = m.workload
-        result = place_gang(w, m.shape, stmt, w.replicas, w.replicas, explain=False)
+        # A statement of its own: a one-domain gang discards its statement between the domains it
+        # tries, which must not undo the sets placed before it.
+        own = Statement(stmt.cluster)
+        result = place_gang(w, m.shape, own, w.replicas, w.replicas, explain=False)
+        stmt.ops.extend(own.ops)  # the caller commits or discards them all
         if result.explanation is not None:
             stmt.discard()
             name = w.id.rpartition("/")[2]

@@ -4,7 +4,7 @@
    every label with that value); a node that matches none is in no pool and gets the policy's
    placement and no overcommit.
 2. A pool's ``placement`` (``binpack``, ``spread``, ``fgd``, ...) chooses among its nodes;
-   ``Placer._score`` scales each pool's vote over that pool's candidates.
+   ``votes.Votes.score`` scales each pool's vote over that pool's candidates.
 3. ``overcommit_ratio`` r ≥ 1 lets *fractional* requests (``gpu_milli``) share one device up to
    ``floor(1000·r)`` milli: at 1.2, five 0.24-GPU notebooks on one device. Whole GPUs still need a
    device nobody holds, and a device that holds a whole GPU takes no fraction; MIG devices are not

@@ -40,6 +40,7 @@ queue cannot reclaim from it (it is not borrowing).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,6 +158,16 @@ def protected(holder: Holder, now: float) -> bool:
     return now - holder.started < holder.workload.min_runtime_s
 
 
+def protected_until(victims: list[Victim], now: float) -> float | None:
+    """When the last of ``victims`` still within its minimum runtime reaches it (``None``: none is)."""
+    ends = [v.holder.started + v.holder.workload.min_runtime_s for v in victims if protected(v.holder, now)]
+    return max(ends) if ends else None
+
+
+def any_protected(holders: list[Holder], now: float) -> bool:
+    return any(h.workload.preemptible and protected(h, now) for h in holders)
+
+
 def select_victims(
     *,
     job: Workload,
@@ -174,9 +185,15 @@ def select_victims(
     frees_a_node: Callable[[Holder], bool],
     placed_on: Callable[[], set[str]] = set,
     serving_rule: bool = False,
+    min_runtime: bool = True,
 ) -> list[Victim] | None:
-    """The cheapest minimal set of victims after which ``fits()`` holds (in cost order), or ``None``."""
+    """The cheapest minimal set of victims after which ``fits()`` holds (in cost order), or ``None``.
+
+    ``min_runtime=False`` ignores the minimum runtime (only to tell a waiting job which protected jobs
+    it would preempt once they have run it: :func:`protected_until`)."""
     keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
+    if not min_runtime:
+        now = math.inf  # ``protected`` is false for every holder
     # 1.-2. Candidates in cost order.
     candidates = _reclaim_candidates(cq, cohort, request, gpu_key, keys, index, taken, quota, now)
     candidates += _priority_candidates(job, cq, gpu_key, index, taken, now)

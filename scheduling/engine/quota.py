@@ -239,3 +239,22 @@ class QuotaBook:
             if cohort and limit is not None:
                 delta = max(0, after - limit.guaranteed) - max(0, before - limit.guaranteed)
                 self._pool_used[(cohort, key)] = self._pool_used.get((cohort, key), 0) + delta
+
+    def replicas_with_room(self, cq: str, per_replica: dict[str, int], replicas: int, borrow: bool) -> int:
+        """How many replicas (up to ``replicas``) of ``per_replica`` each the queue's quota allows now
+        (within nominal unless ``borrow``)."""
+        count = replicas
+        for key, amount in per_replica.items():
+            room = self.room(cq, key, borrow)
+            if room is not None:
+                count = min(count, room // amount)
+        return count
+
+    def room_for_all(self, cq: str, request: dict[str, int], replicas: int, borrow: bool) -> int:
+        """All ``replicas`` when the queue has room for the whole ``request`` now (within nominal unless
+        ``borrow``), else 0: a gang of several pod sets is admitted whole."""
+        for key, amount in request.items():
+            room = self.room(cq, key, borrow)
+            if room is not None and room < amount:
+                return 0
+        return replicas

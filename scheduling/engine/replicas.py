@@ -18,7 +18,7 @@ may go. Topology domains are the values of a node label; ``kubernetes.io/hostnam
    - the global minimum is the fewest replicas in any domain, or 0 when there are fewer domains
      than ``minDomains``;
    - a node passes when ``count(its domain) + 1 − minimum ≤ maxSkew``.
-4. **Scores** (kube-scheduler's normalisations, see ``placement.Placer._score`` for their weights):
+4. **Scores** (kube-scheduler's normalisations, see ``votes.Votes.score`` for their weights):
    - preferred anti-affinity: minus each term's weight per replica already in the node's domain,
      scaled min-max over the candidates;
    - topology spread, ScheduleAnyway: per constraint ``count · log(domains + 2) + maxSkew − 1``

@@ -4,7 +4,7 @@ A scorer takes a :class:`ScoreContext` (the cluster, the replica shape, the cand
 and returns one float per candidate, higher is better. :func:`register_scorer` adds one under a name
 that ``Policy.placement`` (or a per-pool override) selects. How the votes of the placement scorer, the
 preferred-affinity scorer and the topology scorer combine is written once, in
-``placement.Placer._score``: each is scaled to [0, 1] over the candidates, then summed with weights.
+``votes.Votes.score``: each is scaled to [0, 1] over the candidates, then summed with weights.
 
 A stateful scorer (``register_plugin``) is built once per cycle from a :class:`PluginSetup`, may
 listen to every capacity change of the cluster (``Cluster.listeners``) and may choose the devices

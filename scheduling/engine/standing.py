@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import podsets
 from .admission import FairShare, dominant_resource
 from .capacity import Cluster
 from .fit import shape_of
@@ -165,11 +166,13 @@ def _held(cluster: Cluster, mig_profiles: dict[str, tuple[str, ...]], w: Workloa
 def _demand(
     cluster: Cluster, mig_profiles: dict[str, tuple[str, ...]], book: QuotaBook, cq: str, w: Workload
 ) -> dict[str, int]:
-    """A pending workload's request on the first GPU model of its queue's flavors it may use."""
+    """A pending workload's request on the first GPU model of its queue's flavors it may use (every pod
+    set of a Ray job's)."""
     for model in models_to_try(w, book.flavors.get(cq, ())):
         shape = shape_of(cluster, mig_profiles, w.resources, model)
         if not isinstance(shape, str):
-            return request_of(shape, w.replicas)
+            sets = podsets.members(w, model, lambda m, on: shape_of(cluster, mig_profiles, m.resources, on))
+            return podsets.total_request(request_of(shape, w.replicas), () if isinstance(sets, str) else sets)
     return {}
 
 

@@ -17,8 +17,9 @@ one (defence in depth: a row written around the submit path still cannot reach a
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
-from .model import Taint, Toleration, TolerationGrant
+from .model import Snapshot, Taint, Toleration, TolerationGrant, WorkloadState
 
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
 SOFT_EFFECT = "PreferNoSchedule"
@@ -80,3 +81,23 @@ def allowed_tolerations(
 ) -> tuple[Toleration, ...]:
     """The tolerations of ``tolerations`` some grant covers, in their order."""
     return tuple(t for t in tolerations if toleration_allowed(t, grants))
+
+
+def granted_snapshot(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with each pending job's tolerations cut to those its team was granted (when the
+    snapshot carries the allow-list)."""
+    if snapshot.toleration_grants is None:
+        return snapshot
+    grants = dict(snapshot.toleration_grants)
+    kept: dict[tuple[str, tuple], tuple] = {}
+    workloads = list(snapshot.workloads)
+    changed = False
+    for i, w in enumerate(workloads):
+        if w.tolerations and w.state == WorkloadState.PENDING:
+            key = (w.team, w.tolerations)
+            if key not in kept:
+                kept[key] = allowed_tolerations(w.tolerations, grants.get(w.team, ()))
+            if kept[key] != w.tolerations:
+                workloads[i] = replace(w, tolerations=kept[key])
+                changed = True
+    return replace(snapshot, workloads=tuple(workloads)) if changed else snapshot

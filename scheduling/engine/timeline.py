@@ -26,6 +26,11 @@ record's ends given back and starts taken up to it: a few copies of the cycle's 
 stay parked along the record, and the nearest one is moved there (no decision, no placement search:
 only capacity and quota move), so consecutive checks move them little. When the record stops because
 every waiting job had started, the replay goes on over the ends left, the job alone.
+
+Expected submissions (``estimate.Arrivals``) are groups of their own in the record, so the job's place
+among them is found as among the waiting jobs' groups. Past the record the replay adds no further
+expected submissions (the run stopped before their periods came): there a replay may start the job
+earlier than the run itself would, where a later period's submission would have come first.
 """
 
 from __future__ import annotations
@@ -34,16 +39,20 @@ import copy
 import heapq
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from types import SimpleNamespace
+from typing import Protocol, cast
+
+import numpy as np
 
 from .admission import FairShare
-from .capacity import Cluster
+from .capacity import FULL, Cluster
 from .estimate import COALESCE_S, MAX_STEPS, RESOLUTION, Start, _End, group_key, order_key
+from .fit import Shape, replica_capacity
 from .model import Workload
 from .outcome import Fit, Outcome
 from .quota import QuotaBook
 
-CURSORS = 2  # copies of the state parked along one record
+CURSORS = 3  # copies of the state parked along one record
 
 
 @dataclass(slots=True)
@@ -69,6 +78,7 @@ class Timeline:
 
     def __init__(self) -> None:
         self.groups: dict[tuple[object, ...], tuple[int, int]] = {}  # group key -> (index, size)
+        self.expected_groups: dict[int, tuple[object, ...]] = {}  # index -> decision key
         self.budget = 0
         self.steps: list[_Step] = []
         self.ends: list[_End] = []  # the heap of ends left when it stopped
@@ -91,6 +101,24 @@ class Timeline:
     def popped(self, key: tuple[object, ...], index: int, decided: bool, started: _End | None) -> None:
         self.steps[-1].pops.append(_Pop(key, index, decided, started))
 
+    def expected(self, key: tuple[object, ...], index: int) -> None:
+        """A group of expected submissions joined the run (``estimate.Arrivals``)."""
+        self.expected_groups[index] = key[1:-1]  # its decision key (without the EXPECTED marker)
+
+    def same_run(self, other: Timeline) -> bool:
+        """Whether ``other`` recorded the same run: the same ends and starts, at the same times, and the
+        same heap (then a replay of either gives the same answers)."""
+
+        def facts(t: Timeline) -> tuple[object, ...]:
+            ends = [(e.at, e.placements, e.lq, e.cq, e.request) for e in t.ends]
+            steps = [
+                (s.at, [(e.at, e.placements) for e in s.released], [(p.key, p.index, p.decided) for p in s.pops])
+                for s in t.steps
+            ]
+            return (t.groups, t.budget, t.left, ends, steps, _started(t))
+
+        return facts(self) == facts(other)
+
     def finish(self, ends: list[_End], left: int, steps: int) -> None:
         self.ends = ends
         self.left = left
@@ -101,6 +129,10 @@ class Timeline:
                 if pop.started is not None:
                     self.events.append((pop.started, 1))
             step.after = len(self.events)
+
+
+def _started(t: Timeline) -> list[tuple[object, ...]]:
+    return [(p.started.at, p.started.placements) for s in t.steps for p in s.pops if p.started is not None]
 
 
 class ReplayHost(Protocol):
@@ -171,23 +203,36 @@ class Replay:
         fair: FairShare,
         models: Callable[[Workload, str], frozenset[str | None]],
         now: float,
+        bound: Bound | None = None,
     ) -> None:
         self.timeline = timeline
         self.copy = copy
         self.fair = fair  # the cycle's, read at the final state only
         self.models = models
         self.now = now
+        self.bound = bound
         self.cursors: list[_Cursor] = []
 
     def warm(self) -> None:
-        """Make the copies now (each costs about a copy of the cycle's arrays)."""
+        """Make the copies now and park them spread along the record (each costs about a copy of the
+        cycle's arrays, and moving it there), so that the first checks do not."""
+        if len(self.cursors) >= CURSORS:
+            return  # warm already, or parked by checks
         while len(self.cursors) < CURSORS:
             self.cursors.append(_Cursor(self.copy()))
+        events = self.timeline.events
+        for k, cursor in enumerate(self.cursors):
+            cursor.move(events, len(events) * k // max(1, CURSORS - 1))
 
     def start(self, job: Workload, cq: str) -> Start | None:
         """When (and where) ``job`` of ClusterQueue ``cq`` would start in the recorded run, had it been
         waiting too (last in the waiting list); ``None``: beyond the run's reach. Changes nothing."""
+        events = self.timeline.events
+        tally = self.bound.tally(events) if self.bound is not None else None
+        models = self.models(job, cq)
         for at, pos in self._points(job, cq):
+            if tally is not None and pos <= len(events) and not tally.may_fit(job, models, pos):
+                continue  # not enough room on any node it may use: the decision would be no
             cursor = self._cursor(pos)
             if pos > len(self.timeline.events):  # past the record: the ends left, given back here
                 start = self._beyond(cursor, job, at, pos)
@@ -216,6 +261,8 @@ class Replay:
         timeline = self.timeline
         models = self.models(job, cq)
         member = timeline.groups.get(group_key(job, cq))
+        # Not a recorded group's: a group of its own, after every waiting job's group (an expected
+        # submissions' group sharing the index never counts: ``ahead`` is 0).
         index, ahead = member if member is not None else (len(timeline.groups), 0)
         rank = timeline.waiting
         # Fair-share usage as the record goes: its order key's inputs (only its ClusterQueue's count).
@@ -224,7 +271,10 @@ class Replay:
         tried_at = 0
         dirty = _Dirty(models)
         seen = 0  # jobs of its group started so far
+        decision = group_key(job, cq)[1:]  # the cycle's memo key (with the priority, the stricter one)
+        shapes = {i: key[1:] for key, (i, _) in timeline.groups.items()} | timeline.expected_groups
         for step_no, step in enumerate(timeline.steps, start=1):
+            failed: set[tuple[object, ...]] = set()  # decisions that failed in this step so far
             _charge(fair, cq, step.released, -1)
             dirty.came_back(step_no, step.models)
             mine = (order_key(fair, job, rank), index) if seen >= ahead and dirty.since(tried_at) else None
@@ -238,7 +288,8 @@ class Replay:
                         continue
                     used += 1
                     tried_at = step_no
-                    yield step.at, pop.before if pop is not None else step.after
+                    if decision not in failed:  # else the forecast's memo answers: it does not fit
+                        yield step.at, pop.before if pop is not None else step.after
                     mine = None  # it did not fit: off the heap for this step
                 if pop is None:
                     break
@@ -246,6 +297,8 @@ class Replay:
                     return
                 used += pop.decided
                 if pop.started is None:
+                    if pop.decided:
+                        failed.add(shapes[pop.index])
                     continue
                 _charge(fair, cq, (pop.started,), 1)
                 if pop.index == index:
@@ -314,3 +367,84 @@ def _charge(fair: FairShare, cq: str, ends: tuple[_End, ...] | list[_End], sign:
     for end in ends:
         if end.cq == cq and end.request:
             fair.add(end.lq, end.cq, end.request, sign)
+
+
+class Bound:
+    """Upper bounds of the room on each node along a record, cheap to move (numpy, no decisions): where
+    a job's replicas do not fit even in them, the cycle's decision would not admit it, so the replay
+    need not decide there. Fully free devices: exact for whole GPUs; a fraction given back may free its
+    devices (counted free), one taken may use a device that was free (not counted). CPU and memory:
+    exact. MIG and fraction requests are always decided."""
+
+    def __init__(self, cluster: Cluster, shape_for: Callable[[Workload, str | None], Shape | str]) -> None:
+        self.cluster = cluster
+        self.shape_for = shape_for
+        self.full_free = cluster.full_free.astype(np.int64)  # the final state's
+        self.cpu_free = cluster.cpu_free.copy()
+        self.mem_free = cluster.mem_free.copy()
+        self.gpu_count = np.where(cluster.mig_node, 0, cluster.gpu_count)
+        self._deltas: tuple[np.ndarray, ...] | None = None
+
+    def deltas(self, events: list[tuple[_End, int]]) -> tuple[np.ndarray, ...]:
+        """Per placement of the events in order: node, change of fully free devices, CPU, memory; and
+        each event's first placement."""
+        if self._deltas is None:
+            c = self.cluster
+            rows: list[tuple[int, int, int, int]] = []
+            first = [0]
+            for end, sign in events:
+                for p in end.placements:
+                    i = c.index.get(p.node)
+                    if i is None:
+                        continue
+                    devices = sum(1 for d in p.gpu_indices if d < c.width)
+                    full = 0
+                    if not c.mig_node[i] and p.mig_profile is None and p.gpu_milli > 0:
+                        whole = p.gpu_milli >= FULL
+                        full = -sign * devices if whole or sign < 0 else 0
+                    rows.append((i, full, -sign * p.cpu_milli, -sign * p.memory_mib))
+                first.append(len(rows))
+            table = np.array(rows, dtype=np.int64).reshape(-1, 4)
+            self._deltas = (table[:, 0], table[:, 1], table[:, 2], table[:, 3], np.array(first))
+        return self._deltas
+
+    def tally(self, events: list[tuple[_End, int]]) -> _Tally:
+        return _Tally(self, self.deltas(events))
+
+
+class _Tally:
+    """The bounds at one point of a record, moved forward only (``Bound``)."""
+
+    def __init__(self, bound: Bound, deltas: tuple[np.ndarray, ...]) -> None:
+        self.bound = bound
+        self.deltas = deltas
+        self.full = bound.full_free.copy()
+        self.cpu_free = bound.cpu_free.copy()
+        self.mem_free = bound.mem_free.copy()
+        self.pos = 0
+
+    def may_fit(self, job: Workload, models: frozenset[str | None], pos: int) -> bool:
+        """Whether ``job``'s gang may fit at ``pos`` events on some model of ``models`` (False: it does
+        not fit anywhere, by ``fit.replica_capacity`` over the bounds)."""
+        nodes, full, cpu, mem, first = self.deltas
+        if pos > self.pos:
+            span = slice(first[self.pos], first[pos])
+            np.add.at(self.full, nodes[span], full[span])
+            np.add.at(self.cpu_free, nodes[span], cpu[span])
+            np.add.at(self.mem_free, nodes[span], mem[span])
+            self.pos = pos
+        # What ``replica_capacity`` reads of a cluster, as bounds (fully free devices: at most all).
+        view = SimpleNamespace(
+            full_free=np.minimum(self.full, self.bound.gpu_count), cpu_free=self.cpu_free, mem_free=self.mem_free
+        )
+        cluster = self.bound.cluster
+        for model in models:
+            shape = self.bound.shape_for(job, model)
+            if isinstance(shape, str):
+                continue
+            if shape.kind in ("fraction", "mig"):
+                return True
+            lo, hi = cluster.model_slice.get(model, (0, 0)) if model is not None else (0, cluster.n)
+            if int(replica_capacity(cast(Cluster, view), shape, slice(lo, hi)).sum()) >= job.gang_size:
+                return True
+        return False

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from billing.models import PriceBookEntry
 from billing.services import price_book_seed_defaults
 from portal.jobs.models import Job
-from scheduling.selectors import dry_run_forget
+from scheduling.dry_run import dry_run_forget
 from tests.browser.conftest import assert_nothing_overflows, login, screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)

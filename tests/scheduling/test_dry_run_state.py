@@ -1,4 +1,4 @@
-"""The dry run's kept state (scheduling.selectors.dry_run_state): one cycle's state answers checks until
+"""The dry run's kept state (scheduling.dry_run.dry_run_state): one cycle's state answers checks until
 a scheduling cycle has run since or it is DRY_RUN_TTL_S old; then it is rebuilt, in the request or
 (DRY_RUN_REFRESH_BEHIND) behind the requests, which are answered from the kept state meanwhile."""
 
@@ -9,8 +9,8 @@ import time
 import pytest
 from django.utils import timezone
 
+from scheduling.dry_run import dry_run_forget, dry_run_state
 from scheduling.models import CycleRun
-from scheduling.selectors import dry_run_forget, dry_run_state
 
 
 @pytest.fixture(autouse=True)

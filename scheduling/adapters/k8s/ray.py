@@ -68,10 +68,15 @@ def worker_groups(ray: Mapping[str, Any]) -> tuple[WorkerGroup, ...]:
     )
 
 
-def pod_sets(ray: Mapping[str, Any] | None) -> tuple[PodSet, ...]:
-    """The engine's further pod sets of a Ray job: one per worker group (empty for any other job)."""
+def pod_sets(ray: Mapping[str, Any] | None) -> tuple[PodSet, ...] | None:
+    """The engine's further pod sets of a Ray job: one per worker group (empty for any other job);
+    None for a stored spec the submit path would have refused (edited by hand in the admin)."""
     if not ray:
         return ()
+    try:
+        ray_spec_check(ray, replicas=1, min_available=0, fractional="")
+    except RaySpecError:
+        return None
     return tuple(
         PodSet(g.name, g.replicas, Resources(gpu=g.gpu, cpu_milli=g.cpu_milli, memory_mib=g.memory_mib))
         for g in worker_groups(ray)

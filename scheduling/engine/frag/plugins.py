@@ -1,9 +1,10 @@
 """Placement policies from the FGD paper as the engine's scorer plugins: fgd, portal, dotprod,
 clustering, packing, bestfit (over ``NodeScorer``), plus random.
 
-``NodeScorer`` keeps its own free-capacity arrays; the plugin keeps them identical to the cycle's
-``Cluster`` by listening to every change (``Cluster.listeners``), so the paper's scores, caches and
-device choices are computed on exactly the state the engine sees. MIG nodes and MIG requests are
+``NodeScorer`` keeps its own free-capacity arrays; the plugin notes every node the cycle's ``Cluster``
+changes (``Cluster.listeners``) and copies those nodes' state into the scorer right before it scores
+(``NodeScorer.sync``; clustering, which counts pods per node, binds every change), so the paper's
+scores, caches and device choices are computed on exactly the state the engine sees. MIG nodes and MIG requests are
 outside the paper's model: MIG nodes are given to the scorer as CPU-only nodes and MIG replicas are
 scored by bin-packing.
 

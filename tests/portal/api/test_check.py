@@ -15,7 +15,7 @@ from billing.services import price_book_seed_defaults
 from portal.jobs.models import Job
 from portal.jobs.states import JobState
 from scheduling.adapters.simulated import SimulatedCluster
-from scheduling.selectors import dry_run_forget
+from scheduling.dry_run import dry_run_forget
 from scheduling.services import cycle_run
 
 pytestmark = pytest.mark.django_db

@@ -1,16 +1,20 @@
 """The dry run's answers are remembered per request shape on the kept cycle state
-(``scheduling.selectors.job_check``): a repeated request is not run through the engine again, and
+(``scheduling.dry_run.job_check``): a repeated request is not run through the engine again, and
 its answer is the one a dry run computed afresh on the same state gives."""
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from dataclasses import replace
 from decimal import Decimal
 
 import pytest
+from django.core.cache import cache, caches
 
 from billing.services import price_book_seed_defaults
-from scheduling import selectors
+from scheduling import dry_run as kept
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.dryrun import DryRun
 from scheduling.engine.model import WorkloadState
@@ -29,9 +33,9 @@ def full_cluster(settings, world):
     for _ in range(2):
         world.submit("vision", gpu=8, allowed_gpu_models=(world.models["A100-80GB"],), runtime_s=3600)
     cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
-    selectors.dry_run_forget()
+    kept.dry_run_forget()
     yield
-    selectors.dry_run_forget()
+    kept.dry_run_forget()
 
 
 @pytest.fixture
@@ -56,7 +60,8 @@ def test_the_same_request_twice_runs_the_engine_once_and_gets_the_fresh_answer(a
     assert len(engine_checks) == 1
     assert second == first
     # Computed afresh by the engine on the same state: the same answer.
-    selectors._kept["state"].answers.clear()
+    kept._kept["state"].answers.clear()
+    cache.clear()  # and the answers shared with other processes
     fresh = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
     assert len(engine_checks) == 2
     assert fresh == second
@@ -68,17 +73,19 @@ def test_another_request_shape_is_answered_by_the_engine(api, engine_checks):
     other_queue = api("bob").post("/api/v1/jobs/check/", BODY, format="json").json()
     assert len(engine_checks) == 3
     # 4 GPUs, not 2, for as long (each figure rounded to 6 places)
-    assert Decimal(four["cost"]["gpu_hours"]) == pytest.approx(2 * Decimal(one["cost"]["gpu_hours"]), abs=2e-6)
+    assert Decimal(four["cost"]["gpu_hours"]) == pytest.approx(
+        2 * Decimal(one["cost"]["gpu_hours"]), abs=Decimal("0.000002")
+    )
     assert other_queue["position"] == 1
 
 
 def test_a_request_not_newer_than_every_job_of_the_state_is_not_remembered(engine_checks):
-    dry_run, _ = selectors.dry_run_state()
-    queued = next(w for w in dry_run.snapshot.workloads)
+    state, _ = kept.dry_run_state()
+    queued = next(w for w in state.snapshot.workloads)
     # Submitted no later than a job of the state: its place among them depends on its time.
     request = replace(queued, id="dry-run", state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
-    selectors.job_check(workload=request)
-    selectors.job_check(workload=request)
+    kept.job_check(workload=request)
+    kept.job_check(workload=request)
     assert len(engine_checks) == 2
 
 
@@ -87,3 +94,76 @@ def test_a_new_cycle_drops_the_remembered_answers(api, engine_checks):
     cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
     api("alice").post("/api/v1/jobs/check/", BODY, format="json")
     assert len(engine_checks) == 2
+
+
+@pytest.fixture
+def redis_cache(settings):
+    """The web processes' shared cache (the tests' default is a local one)."""
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL")
+    prefix = f"dry-run-test-{uuid.uuid4().hex}"
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": settings.REDIS_URL,
+            "KEY_PREFIX": prefix,
+        }
+    }
+    yield
+    client = caches["default"]._cache.get_client(write=True)  # its own keys only: the broker shares the db
+    for key in client.scan_iter(f"{prefix}:*"):
+        client.delete(key)
+
+
+def test_another_process_answers_from_the_shared_state_as_the_one_that_built_it(api, engine_checks, redis_cache):
+    first = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
+    built = kept._kept["state"].state
+    built_answers = dict(kept._kept["state"].answers)
+    # Another web process: nothing kept in it, the cache shared. It loads the state (no cycle run)
+    # and the answer; with the answer gone from the cache it asks the engine on the loaded state.
+    kept._kept.clear()
+    assert api("alice").post("/api/v1/jobs/check/", BODY, format="json").json() == first
+    assert kept._kept["state"].state.state_id == built.state_id
+    assert kept._kept["state"].state.dry_run is not built.dry_run  # unpickled, not the same object
+    assert len(engine_checks) == 1
+    loaded = kept._kept.pop("state").state
+    cache.delete(
+        f"{kept.SHARED}:answer:{loaded.state_id}:{next(iter(built_answers))}"
+    )  # the state shared, its answer gone
+    assert api("alice").post("/api/v1/jobs/check/", BODY, format="json").json() == first
+    assert len(engine_checks) == 2
+
+
+def test_a_process_waits_for_the_one_building_the_state_and_builds_it_itself_if_that_one_gives_up(redis_cache):
+    built, _ = kept.dry_run_state()
+    state = kept._kept.pop("state").state
+    shared, building = kept._shared_key(state.key), f"{kept._shared_key(state.key)}:building"
+
+    def later(action) -> threading.Thread:
+        def run() -> None:
+            time.sleep(0.3)
+            action()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    # Another process is building: this one waits and loads what it stores (no cycle run here).
+    cache.delete(shared)
+    cache.add(building, 1)
+    thread = later(lambda: cache.set(shared, state))
+    loaded, _ = kept.dry_run_state()
+    thread.join()
+    assert kept._kept["state"].state.state_id == state.state_id
+    assert loaded is not built  # unpickled
+    # Another process gave up (its claim gone, nothing stored): this one builds the state itself.
+    kept._kept.clear()
+    cache.delete(shared)
+    cache.add(building, 1)
+    thread = later(lambda: cache.delete(building))
+    started = time.monotonic()
+    kept.dry_run_state()
+    thread.join()
+    assert time.monotonic() - started >= 0.3
+    assert kept._kept["state"].state.state_id != state.state_id
+    assert cache.get(building) is None  # its own claim released

@@ -115,5 +115,7 @@ def test_the_demo_has_every_workload_kind_of_issue_13(settings):
     service = InferenceService.objects.get(name="llama-13b-chat")
     assert (service.gpu_memory_gib, service.state) == (26, "running")
     assert Job.objects.filter(service_replica__service=service, kind="inference").count() == 1
+    ray = Job.objects.get(name="ray-tune")
+    assert (ray.kind, ray.ray["worker_groups"][0]["replicas"]) == ("ray", 2)
     call_command("seed_demo", stdout=StringIO())
     assert InferenceService.objects.count() == JobSchedule.objects.count() == 1

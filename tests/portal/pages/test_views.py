@@ -554,3 +554,20 @@ def test_a_preempted_jobs_page_names_the_rule_that_chose_it_and_its_class_minimu
     assert "low (100, not preempted in its first 600 s)" in page
     rule = f"priority: {urgent.pk} (priority 10000) outranks it (priority 100); rule: least-work minimal victim set"
     assert rule in page
+
+
+def test_the_form_submits_a_ray_job_pasted_as_yaml_names_a_bad_group_and_the_page_shows_it(client, world):
+    client.force_login(world.users["alice"])
+    ray = "mode: job\nentrypoint: python tune.py\nworker_groups:\n  - {name: gpu, replicas: 2, gpu: 4}\n"
+    ray_form = {**FORM, "kind": "ray", "replicas": "1", "gpu": "0", "ray": ray}
+    html = client.post("/jobs/new/", {**ray_form, "ray": ray.replace("gpu: 4", "gpu: 99")}).content.decode()
+    errors = re.search(r'<ul class="errorlist" id="id_ray_errors">(.*?)</ul>', html, re.S).group(1)
+    assert "ray.worker_groups.0.gpu: an integer from 0 to 64" in errors
+    assert Job.objects.count() == 0
+    created = client.post("/jobs/new/", ray_form)
+    assert created.status_code == 302, created.content.decode()[:2000]
+    job = Job.objects.get()
+    assert job.ray["worker_groups"] == [{"name": "gpu", "replicas": 2, "gpu": 4}]
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "a RayJob running <code>python tune.py</code>" in page
+    assert "head (no GPU, 4 CPU, 16384 MiB) + 2 × (4 GPU, 1 CPU, 4096 MiB) gpu" in page

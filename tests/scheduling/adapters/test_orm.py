@@ -3,13 +3,16 @@ snapshot; rules are read once per job, an edited row is read again, a corrupt on
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from portal.jobs.models import Job
+from portal.jobs.states import JobState
 from portal.tenants.models import TolerationGrant
 from scheduling.adapters import orm
 from scheduling.adapters.simulated import SimulatedCluster
@@ -17,6 +20,7 @@ from scheduling.engine.model import NodePool as EnginePool
 from scheduling.engine.model import NodeSelectorTerm, PlacementRules, Requirement
 from scheduling.engine.model import TolerationGrant as EngineGrant
 from scheduling.models import NodePool
+from scheduling.selectors import policy_from_settings, snapshot_for_cycle
 from scheduling.services import cycle_run
 
 pytestmark = pytest.mark.django_db
@@ -143,3 +147,17 @@ def test_the_snapshot_rows_agree_with_the_model_instance_path(world, jobs, cycle
     for job in live:
         placements = list(job.placements.order_by("replica"))
         assert workload(snapshot, job) == orm.workload_from_job(job, placements)
+
+
+def test_the_cycle_snapshot_carries_the_last_periods_submissions_in_any_state_with_runtimes(world):
+    now = timezone.now()
+    period = timedelta(seconds=policy_from_settings().arrival_period_s)
+    old, done, waiting = world.submit(gpu=1), world.submit(gpu=2), world.submit(gpu=1)
+    Job.objects.filter(pk=old.pk).update(created_at=now - period - timedelta(minutes=1))
+    Job.objects.filter(pk=done.pk).update(created_at=now - period + timedelta(minutes=1), state=JobState.SUCCEEDED)
+    snapshot = snapshot_for_cycle(backend=SimulatedCluster(), now=now)
+    recent = {w.id: w for w in snapshot.recent}
+    assert set(recent) == {str(done.pk), str(waiting.pk)}
+    assert recent[str(done.pk)].resources.gpu == 2
+    assert {w.state.value for w in recent.values()} == {"pending"}
+    assert {str(done.pk), str(waiting.pk)} <= {wid for wid, _, _ in snapshot.runtimes}

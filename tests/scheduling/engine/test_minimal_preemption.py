@@ -114,6 +114,48 @@ def test_no_victims_while_every_candidate_is_protected():
     assert victims(run_cycle(snap, Policy(), NOW)) == []
 
 
+def test_a_job_blocked_by_a_minimum_runtime_is_told_whom_it_would_preempt_and_when():
+    snap = snapshot(
+        [node("n1", gpus=2)],
+        *QUEUES,
+        [
+            running("young", "a", [("n1", (0,))], started=NOW - 60, min_runtime_s=600),
+            running("younger", "a", [("n1", (1,))], started=NOW - 30, min_runtime_s=600),
+            job("urgent", "a", gpu=1, priority=10),
+            job("big", "a", gpu=2, priority=10),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert victims(plan) == []
+    reasons = {p.workload_id: p.reason for p in plan.pending}
+    # One GPU: the victim losing least work is "younger" (30 GPU-s), protected for 570 s more: 10 min.
+    urgent = reasons["urgent"]
+    assert urgent.waits
+    assert "would preempt younger once it has run the minimum runtime of its priority class (in 10 min)" in (
+        urgent.message
+    )
+    assert dict(urgent.details)["preempts_after"] == NOW - 30 + 600
+    # Two GPUs: both must go; the later of the two protections ends at NOW + 570 s.
+    big = reasons["big"]
+    assert "would preempt " in big.message
+    assert sorted(dict(big.details)["protected"].split(", ")) == ["young", "younger"]
+    assert dict(big.details)["preempts_after"] == NOW - 30 + 600
+
+
+def test_no_protection_note_when_the_protected_jobs_would_not_make_room():
+    snap = snapshot(
+        [node("n1", gpus=1), node("n2", gpus=1)],
+        *QUEUES,
+        [
+            running("young", "a", [("n1", (0,))], started=NOW - 60, min_runtime_s=600),
+            job("huge", "a", gpu=2, priority=10),  # a 2-GPU pod fits no 1-GPU node, victims or not
+        ],
+    )
+    reason = {p.workload_id: p.reason for p in run_cycle(snap, Policy(), NOW).pending}["huge"]
+    assert "would preempt" not in reason.message
+    assert "preempts_after" not in dict(reason.details)
+
+
 # -- properties on small, brute-forceable clusters -----------------------------------------------------
 
 

@@ -300,8 +300,8 @@ _MIX = ((4000, 1000, 1, ()), (2000, 500, 1, ()), (2000, 250, 1, ()), (8000, 1000
 @settings(max_examples=300, deadline=None)
 @given(data=st.data(), placement=st.sampled_from(("binpack", "spread", "portal", "fgd")))
 def test_the_fast_path_picks_the_node_the_scored_path_picks(data, placement):
-    """``Placer._fast_pick`` (a masked argmax over the GPU model's block of nodes) forks the scored
-    path for a single replica under binpack/spread, and ``Placer._block_pick`` (the same over the
+    """``Votes.fast_pick`` (a masked argmax over the GPU model's block of nodes) forks the scored
+    path for a single replica under binpack/spread, and ``Votes.block_pick`` (the same over the
     plugin's cached scores) under fgd/portal: the fast and scored paths choose the same node, and the
     same devices, on any load and shape (whole GPUs with the contiguity vote, fractions, CPU-only work
     with GPU avoidance)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from scheduling.engine.codec import snapshot_from_json, snapshot_to_json
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import PodSet, Policy, ReasonKind, Resources, Workload
+from scheduling.engine.standing import queue_standings
 
 from .builders import admitted_ids, apply_plan, cq, job, lq, node, pending_info, running, snapshot
 
@@ -115,3 +116,10 @@ def test_a_high_priority_ray_cluster_preempts_enough_for_all_its_pod_sets():
 def test_pod_sets_survive_the_snapshot_codec():
     snap = snapshot([node("n1")], [cq("q", {"A100-80GB": 8})], [lq("a", "q")], [ray("r", "a", ("w", 2, 4))])
     assert snapshot_from_json(snapshot_to_json(snap)) == snap
+
+
+def test_the_queue_standing_counts_a_pending_ray_clusters_every_worker():
+    snap = snapshot([node("n1")], [cq("q", {"A100-80GB": 8})], [lq("a", "q")], [ray("r", "a", ("w", 3, 4))])
+    (queue,) = queue_standings(snap).cluster_queues
+    gpu = next(r for r in queue.resources if r.key == "gpu/A100-80GB")
+    assert gpu.pending == 3 * 4 * 1000  # the workers' GPUs (the head has none), in milli-GPU

@@ -17,15 +17,16 @@ from scheduling.engine.model import Policy, WorkloadState
 NOW = 5000.0
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
+    jobs=st.sampled_from((24, 160)),  # 24: every waiting job starts within the record, the replay goes past it
     picks=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from((-1, 0, 1))), min_size=1, max_size=6),
     decisions=st.sampled_from((30, 300, 3000)),
     placement=st.sampled_from(("portal", "binpack")),
 )
-def test_a_replayed_start_is_the_forecast_run_again_with_the_job_waiting(seed, picks, decisions, placement):
-    snap = build(48, 160, 6, 0.6, seed)
+def test_a_replayed_start_is_the_forecast_run_again_with_the_job_waiting(seed, jobs, picks, decisions, placement):
+    snap = build(48, jobs, 6, 0.6, seed)
     dry = DryRun(snap, Policy(seed=seed, placement=placement, forecast_decisions=decisions), NOW)
     cycle = dry.cycle
     pending = [w for w in snap.workloads if w.state == WorkloadState.PENDING]

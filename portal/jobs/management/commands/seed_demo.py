@@ -328,6 +328,25 @@ class Command(BaseCommand):
                 ["A100-80GB"],
             ),
             ("nlp", "tokenize", {"gpu": 0}, "low", 1800, []),
+            # A Ray job: a CPU head and a group of GPU workers, admitted as one gang (a KubeRay RayJob).
+            (
+                "nlp",
+                "ray-tune",
+                {
+                    "kind": "ray",
+                    "gpu": 0,
+                    "ray": {
+                        "mode": "job",
+                        "entrypoint": "python tune.py --trials 32",
+                        "worker_groups": [
+                            {"name": "gpu", "replicas": 2, "gpu": 2, "cpu_milli": 16000, "memory_mib": 131072}
+                        ],
+                    },
+                },
+                "default",
+                3 * 3600,
+                ["A100-80GB"],
+            ),
         ]
         for slug, name, shape, priority, runtime, allowed in live:
             job_submit(

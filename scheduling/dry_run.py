@@ -1,0 +1,240 @@
+"""The dry run's state and answers, kept between requests (``job_check``: what the check endpoint and
+a submission's answer ask the engine).
+
+1. The state: one cycle over the current snapshot (``scheduling.engine.dryrun.DryRun``), as the
+   scheduler runs it. It is current until a scheduling cycle has run since or it is
+   ``DRY_RUN_TTL_S`` old (nodes change without rows); a job submitted in between is seen by the next
+   cycle, and by dry runs from then on. A state no longer current is rebuilt: behind the requests
+   (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time,
+   while it is at most ``DRY_RUN_STALE_S`` old), else in the request.
+2. Shared by the web processes through the default cache (Redis in production): the first process
+   that needs the state of a cycle builds it (the others wait for it, up to ``DRY_RUN_WAIT_S``) and
+   stores it pickled; the others load it instead of running the cycle again. Without a shared cache
+   (a cache other than Redis) each process builds its own.
+3. The answers, per request shape, on that state: the engine is a function of the state and the
+   request, and a request's ``created_at`` (its submission time) only orders it among the queued
+   jobs, so two requests that differ in nothing else, both newer than every job of the state, get
+   the same answer. Kept in the process and in the shared cache, dropped with the state.
+
+Everything shared is best effort: a cache that fails or has been emptied costs a rebuild, never a
+different answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from django.conf import settings
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
+from django.db import connection as db_connection
+from django.db.models import Max
+from django.utils import timezone
+
+from scheduling.adapters.contract import ClusterBackend, node_capacity_type
+from scheduling.adapters.factory import cluster_backend
+from scheduling.engine.dryrun import Check, DryRun, Suggestion
+from scheduling.engine.model import Workload
+from scheduling.models import CycleRun
+from scheduling.selectors import expected_runtimes, policy_from_settings, runtime_speedup, snapshot_for_cycle
+
+logger = logging.getLogger(__name__)
+
+DRY_RUN_WAIT_S = 30.0  # at most, a process waits this long for another that builds the same state
+ANSWERS_KEPT = 256  # request shapes remembered per state in a process
+SHARED = "dry-run:v1"  # cache key prefix
+
+
+@dataclass(frozen=True, slots=True)
+class JobCheck:
+    """A dry run's answer with what the caller needs to price and word it."""
+
+    check: Check
+    suggestions: tuple[Suggestion, ...]
+    as_of: datetime
+    capacity_type: str  # of the nodes it would run on (on-demand when they differ or none)
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    """What is shared: one cycle's final state and where it came from."""
+
+    key: tuple[object, ...]  # the last cycle's id and the backend when it was built
+    state_id: str  # names the answers kept on it
+    built_at: float  # time.time()
+    as_of: datetime
+    dry_run: DryRun
+    newest_created_at: float  # of the snapshot's workloads (-inf for none)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    state: _State
+    answers: dict[str, JobCheck] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one dry run at a time on the state
+
+
+_kept: dict[str, _Kept] = {}
+_kept_lock = threading.Lock()  # guards _kept and _building
+_building: set[tuple[object, ...]] = set()  # keys being built behind the requests
+
+
+def _last_cycle_key() -> tuple[object, ...]:
+    """Changes with every scheduling cycle (one indexed query)."""
+    return (CycleRun.objects.aggregate(last=Max("id"))["last"], settings.CLUSTER_BACKEND)
+
+
+def _fresh(state: _State | None, key: tuple[object, ...]) -> bool:
+    return state is not None and state.key == key and time.time() - state.built_at < settings.DRY_RUN_TTL_S
+
+
+def _ttl() -> int:
+    """Seconds a shared state or answer stays in the cache."""
+    return int(settings.DRY_RUN_TTL_S) + 1
+
+
+def _shared_key(key: tuple[object, ...]) -> str:
+    return f"{SHARED}:state:{key[0]}:{key[1]}"
+
+
+def _cache_call(method: str, *args, **kwargs):
+    """``cache.<method>(...)`` when the default cache is shared by processes (Redis), else None: a
+    process-local cache would only pickle the state (its cost grows with the jobs' specs) for nothing."""
+    if not isinstance(caches["default"], RedisCache):
+        return None
+    try:
+        return getattr(cache, method)(*args, **kwargs)
+    except Exception as exc:  # a shared cache that fails costs a rebuild, not the answer
+        logger.warning("dry run: shared cache %s failed (%s)", method, exc)
+        return None
+
+
+def _shared_state(key: tuple[object, ...]) -> _State | None:
+    state = _cache_call("get", _shared_key(key))
+    return state if isinstance(state, _State) and _fresh(state, key) else None
+
+
+def _build(key: tuple[object, ...], backend: ClusterBackend | None) -> _State:
+    """The state of ``key``: from another process if it built it, else built here and shared."""
+    building = f"{_shared_key(key)}:building"
+    claimed = _cache_call("add", building, 1, timeout=int(DRY_RUN_WAIT_S))
+    if claimed is False:
+        deadline = time.monotonic() + DRY_RUN_WAIT_S
+        # Another process runs the cycle: wait for it while it builds (a loaded machine makes that
+        # slow, and building here too would only take more of its CPU); build here if it gave up.
+        while time.monotonic() < deadline and _cache_call("get", building) is not None:
+            time.sleep(0.05)
+            if (state := _shared_state(key)) is not None:
+                return state
+        if (state := _shared_state(key)) is not None:
+            return state
+    try:
+        now = timezone.now()
+        snapshot = snapshot_for_cycle(backend=backend or cluster_backend(), now=now)
+        dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
+        newest = max((w.created_at for w in snapshot.workloads), default=float("-inf"))
+        state = _State(key, uuid.uuid4().hex, time.time(), now, dry_run, newest)
+        _cache_call("set", _shared_key(key), state, timeout=_ttl())
+        return state
+    finally:
+        if claimed:
+            _cache_call("delete", building)
+
+
+def _warm(state: _State) -> _State:
+    """The replays' state copies, made before the state answers checks (after sharing: not pickled),
+    also for a state loaded from the cache."""
+    state.dry_run.warm()
+    return state
+
+
+def _kept_state(backend: ClusterBackend | None) -> _Kept:
+    key = _last_cycle_key()
+    with _kept_lock:
+        kept = _kept.get("state")
+        if kept is not None and _fresh(kept.state, key):
+            return kept
+        if (
+            kept is not None
+            and settings.DRY_RUN_REFRESH_BEHIND
+            and time.time() - kept.state.built_at < settings.DRY_RUN_STALE_S
+        ):
+            if key not in _building:
+                _building.add(key)
+                threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
+            return kept
+        kept = _Kept(_warm(_shared_state(key) or _build(key, backend)))
+        _kept["state"] = kept
+        return kept
+
+
+def _build_behind(key: tuple[object, ...]) -> None:
+    """The state of ``key`` in a thread of its own (its own database connection, closed after), then kept."""
+    try:
+        state = _warm(_shared_state(key) or _build(key, None))
+        with _kept_lock:
+            _kept["state"] = _Kept(state)
+    except Exception:  # the requests go on with the kept state; the next one tries again
+        logger.exception("building the dry run's state failed")
+    finally:
+        with _kept_lock:
+            _building.discard(key)
+        db_connection.close()
+
+
+def dry_run_state(*, backend: ClusterBackend | None = None) -> tuple[DryRun, datetime]:
+    """The last cycle's state for dry runs, and when it was read (see the module docstring)."""
+    kept = _kept_state(backend)
+    return kept.state.dry_run, kept.state.as_of
+
+
+def dry_run_forget() -> None:
+    """Drop the kept state, here and shared (tests that change nodes without touching a job)."""
+    with _kept_lock:
+        kept = _kept.pop("state", None)
+    if kept is not None:
+        _cache_call("delete", _shared_key(kept.state.key))
+
+
+def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> JobCheck:
+    """What the next cycle decides for ``workload`` (not submitted), when it would start, and the
+    smallest changes that start it sooner (``scheduling.engine.dryrun``); remembered per request
+    shape on the kept state (step 3 of the module docstring)."""
+    kept = _kept_state(backend)
+    state = kept.state
+    runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())}
+    runtime = runtimes.get(workload.id)
+    shape = None
+    if workload.created_at > state.newest_created_at:
+        text = repr((replace(workload, created_at=0.0), runtime))  # frozen dataclasses: a stable repr
+        shape = hashlib.sha256(text.encode()).hexdigest()
+    shared = f"{SHARED}:answer:{state.state_id}:{shape}"
+    with kept.lock:  # the dry run sets the job's runtimes on the shared cycle while it answers
+        if shape is not None:
+            known = kept.answers.get(shape) or _cache_call("get", shared)
+            if isinstance(known, JobCheck):
+                kept.answers.setdefault(shape, known)
+                return known
+        answer = _job_check(state, workload, runtime)
+        if shape is not None:
+            if len(kept.answers) < ANSWERS_KEPT:
+                kept.answers[shape] = answer
+            _cache_call("set", shared, answer, timeout=_ttl())
+        return answer
+
+
+def _job_check(state: _State, workload: Workload, runtime: tuple[float, float] | None) -> JobCheck:
+    dry_run = state.dry_run
+    check = dry_run.check(workload, runtime)
+    lq = dry_run.cycle.lq_by_name.get(workload.local_queue)
+    models = dry_run.cycle.quota.flavors.get(lq.cluster_queue, ()) if lq is not None else ()
+    suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
+    nodes = {n.name: n for n in dry_run.snapshot.nodes}
+    types = {node_capacity_type(nodes[p.node]) for p in check.placements if p.node in nodes}
+    return JobCheck(check, suggestions, state.as_of, types.pop() if len(types) == 1 else "on-demand")

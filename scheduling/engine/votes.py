@@ -1,0 +1,242 @@
+"""Votes: how much each candidate node is wanted for one more replica (``placement``'s step 3).
+
+The placement scorer chosen for the node's pool (``scorers.PLUGINS``), scaled to [0, 1] over the
+candidates, plus side votes with kube-scheduler's weights: preferred node affinity, untolerated
+PreferNoSchedule taints, GPU avoidance for CPU-only work, the job's rules between replicas
+(anti-affinity, topology spread), keeping a gang together (same node, rack, zone; for the first
+replica the tightest domain that holds the whole gang) and a contiguous block of free devices for
+multi-GPU replicas. The votes combine here and only here (:meth:`Votes.score`); highest wins, ties go
+to the first node in node order.
+
+When only the placement policy votes on a single replica, two fast paths read the policy's scores over
+the GPU model's block of nodes instead of gathering candidates: :meth:`Votes.fast_pick` (binpack,
+spread) and :meth:`Votes.block_pick` (a plugin that scores a block in place: fgd, portal). Both pick
+the node the scored path picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import fit
+from .affinity import by_max, preferred_terms_of
+from .filters import StaticFilters
+from .fit import Nodes, Shape
+from .frag import plugins as _frag_plugins  # noqa: F401  (registers the FGD paper's policies)
+from .model import Policy, PreferredTerm, Workload
+from .replicas import GangRules
+from .scorers import PLUGINS, PluginSetup, ScoreContext, ScorerPlugin, binpack_scores
+
+# Side votes, relative to the placement policy's 1. Where kube-scheduler has the same plugin, its
+# default profile's weight (NodeResourcesFit 1): NodeAffinity 2, TaintToleration 3,
+# InterPodAffinity 2, PodTopologySpread 2.
+TOPOLOGY_WEIGHT = 2.0
+AFFINITY_WEIGHT = 2.0
+SOFT_TAINT_WEIGHT = 3.0
+INTER_POD_WEIGHT = 2.0
+SPREAD_WEIGHT = 2.0
+GPU_AVOID_WEIGHT = 1.0
+CONTIGUOUS_WEIGHT = 0.2
+# Policies whose scores are shares of a node (about one unit wide): side votes add to them directly.
+_UNIT_SCALE_POLICIES = ("binpack", "spread")
+
+
+class Votes:
+    """The scorers of one cycle (one per pool policy in use) and the side votes, over one cluster."""
+
+    def __init__(self, policy: Policy, filters: StaticFilters, setup: PluginSetup, fast_path: bool) -> None:
+        """The plugins are built from ``setup`` before any usage is applied to its cluster (stateful
+        scorers follow every change); ``fast_path`` false always takes the scored path."""
+        cluster = setup.cluster
+        self.cluster = cluster
+        self.policy = policy
+        self.filters = filters
+        self.rack, _ = cluster.label_codes(policy.rack_label)
+        self.zone, _ = cluster.label_codes(policy.zone_label)
+        self.scorer_names, self.pool_scorer = self.pool_scorers()
+        self.plugins: list[ScorerPlugin] = [PLUGINS[name](setup) for name in self.scorer_names]
+        single = self.scorer_names == [policy.placement]
+        self.unit_scale = single and policy.placement in _UNIT_SCALE_POLICIES
+        self.fast = self.unit_scale and fast_path
+        # A single plugin that scores a block of nodes in place (fgd, portal): see :meth:`block_pick`.
+        block = self.plugins[0] if single and fast_path else None
+        self.block: ScorerPlugin | None = block if hasattr(block, "score_block") else None
+
+    def pool_scorers(self) -> tuple[list[str], np.ndarray]:
+        """The scorer names in use and, per node, the index of its pool's scorer among them."""
+        policy = self.policy
+        names = [policy.placement]
+        per_node = np.zeros(self.cluster.n, dtype=np.int32)
+        pools = self.cluster.pools
+        if policy.pool_label or any(pool.placement for pool in pools):
+            overrides = dict(policy.pool_placement)
+            node_pool = self.cluster.node_pool.tolist()
+            for i, labels in enumerate(self.filters.labels):
+                name = pools[node_pool[i]].placement if node_pool[i] >= 0 else ""
+                if not name and policy.pool_label:
+                    name = overrides.get(labels.get(policy.pool_label, ""), "")
+                name = name or policy.placement
+                if name not in names:
+                    names.append(name)
+                per_node[i] = names.index(name)
+        for name in names:
+            if name not in PLUGINS:
+                raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(PLUGINS))}")
+        return names, per_node
+
+    def single_vote(self, workload: Workload, gang_nodes: Sequence[int], remaining: int) -> bool:
+        """Only the placement policy votes: one scorer, one replica, no preferences, no soft taints
+        (the GPU-avoidance and contiguity votes aside, see :meth:`single_vote_score`)."""
+        return (
+            len(self.scorer_names) == 1
+            and not workload.preferred_labels
+            and workload.rules is None
+            and not self.filters.any_soft_taint
+            and remaining <= 1
+            and not gang_nodes
+        )
+
+    # -- scoring ----------------------------------------------------------------------------------
+
+    def single_vote_score(self, shape: Shape, nodes: Nodes, raw: np.ndarray) -> np.ndarray:
+        """The policy's own score plus the votes a single replica still gets, on the policy's scale:
+        CPU-only work avoids GPU nodes (strictly beyond the policy's range of about one unit),
+        multi-GPU replicas prefer a contiguous block of free devices."""
+        if shape.kind == "cpu":
+            return raw - 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[nodes] > 0)
+        if shape.gpus > 1:
+            return raw + CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
+        return raw
+
+    def fast_pick(self, shape: Shape, mask: np.ndarray, lo: int) -> int | None:
+        """``binpack``/``spread`` when only they vote: a masked argmax over the model's block of nodes
+        (no gathering, no index arrays); the same scores and tie-break (lowest index) as the scored path."""
+        hi = lo + len(mask)
+        if hi == lo:
+            return None
+        nodes = slice(lo, hi)
+        ok = fit.fits(self.cluster, shape, nodes, within=mask)
+        raw = binpack_scores(self.cluster, shape, nodes)
+        if self.policy.placement == "spread":
+            raw = -raw
+        score = self.single_vote_score(shape, nodes, raw)
+        best = int(np.argmax(np.where(ok, score, -np.inf)))
+        return lo + best if ok[best] else None
+
+    def block_pick(self, plugin: ScorerPlugin, shape: Shape, mask: np.ndarray, lo: int) -> int | bool | None:
+        """The scored path's choice for one GPU replica under a single block-scoring plugin (fgd,
+        portal): its scores read over the GPU model's block of nodes, masked by the fit rule, no
+        gathering; the same first-best node. ``False`` when the plugin cannot score the block."""
+        if len(mask) == 0:
+            return None
+        ok = fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask)
+        count = int(np.count_nonzero(ok))
+        if count <= 1:  # as the scored path: no scoring for one candidate
+            return lo + int(np.argmax(ok)) if count else None
+        scores = plugin.score_block(shape, lo, ok)  # type: ignore[attr-defined]
+        if scores is None:
+            return False
+        best = int(np.argmax(np.where(ok, scores, -np.inf)))
+        if ok[best]:
+            return lo + best
+        return lo + int(np.argmax(ok))  # every feasible node scored -inf: the scored path takes the first
+
+    def score(
+        self,
+        workload: Workload,
+        shape: Shape,
+        cand: np.ndarray,
+        gang_nodes: Sequence[int],
+        remaining: int,
+        gang: GangRules | None = None,
+    ) -> np.ndarray:
+        """How much each candidate node is wanted; the votes combine here and only here."""
+        if self.single_vote(workload, gang_nodes, remaining) and (
+            self.unit_scale or (shape.kind != "cpu" and shape.gpus <= 1)
+        ):
+            # One vote (plus the side votes on a unit-scale policy): its own scale is as good as any.
+            ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
+            return self.single_vote_score(shape, cand, np.asarray(self.plugins[0].score(ctx), dtype=np.float64))
+        total = self.policy_votes(workload, shape, cand)
+        preferred = self.preferred_terms(workload)
+        if preferred:
+            # kube-scheduler's NodeAffinity score: the matched terms' weights over the highest.
+            total += AFFINITY_WEIGHT * by_max(self.filters.index.preferred(preferred, cand))
+        if self.filters.any_soft_taint:
+            # TaintToleration's score: untolerated PreferNoSchedule taints over the highest count.
+            total -= SOFT_TAINT_WEIGHT * by_max(self.filters.soft_taints_untolerated(workload.tolerations)[cand])
+        if shape.kind == "cpu":
+            # Strictly above the policy's unit range, as in :meth:`single_vote_score`: at equal weight
+            # the fullest GPU node tied with the emptiest CPU node and won on node order.
+            total -= 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[cand] > 0)
+        if gang is not None and gang.scores:
+            total += INTER_POD_WEIGHT * gang.anti_affinity_score(cand, gang_nodes)
+            total += SPREAD_WEIGHT * gang.spread_score(cand, gang_nodes)
+        if (remaining > 1 or gang_nodes) and (gang is None or not gang.dynamic):
+            # Keeping a gang together, unless its own rules spread it.
+            total += TOPOLOGY_WEIGHT * self.topology(shape, cand, gang_nodes, remaining)
+        if shape.gpus > 1:
+            total += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, cand)
+        return total
+
+    @staticmethod
+    def preferred_terms(workload: Workload) -> tuple[PreferredTerm, ...]:
+        terms = preferred_terms_of(workload.preferred_labels) if workload.preferred_labels else ()
+        if workload.rules is not None:
+            terms += workload.rules.preferred_terms
+        return terms
+
+    def policy_votes(self, workload: Workload, shape: Shape, cand: np.ndarray) -> np.ndarray:
+        """Each node's pool scorer's score, scaled to [0, 1] per scorer over its candidates."""
+        if len(self.scorer_names) == 1:
+            ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
+            return _unit(np.asarray(self.plugins[0].score(ctx), dtype=np.float64))
+        total = np.zeros(len(cand), dtype=np.float64)
+        scorer_of = self.pool_scorer[cand]
+        for s in range(len(self.scorer_names)):
+            part = cand[scorer_of == s]
+            if len(part) == 0:
+                continue
+            ctx = ScoreContext(self.cluster, shape, part, workload.id, self.policy.seed)
+            total[scorer_of == s] += _unit(np.asarray(self.plugins[s].score(ctx), dtype=np.float64))
+        return total
+
+    def topology(self, shape: Shape, cand: np.ndarray, gang_nodes: Sequence[int], remaining: int) -> np.ndarray:
+        """Keep a gang together, in tiers: same node 1, same rack 0.6, same zone 0.3 as replicas already
+        placed. For the first replica: a node, else a rack, else a zone that can hold the whole gang, and
+        within a tier the tightest such domain (keeps big free blocks for big gangs)."""
+        score = np.zeros(len(cand), dtype=np.float64)
+        rack, zone = self.rack, self.zone
+        if gang_nodes:
+            used = np.array(gang_nodes)
+            for weight, codes in ((0.3, zone), (0.6, rack)):
+                seen = np.zeros(int(codes.max(initial=-1)) + 2, dtype=bool)
+                seen[codes[used] + 1] = True
+                seen[0] = False  # nodes without the label share nothing
+                score = np.where(seen[codes[cand] + 1], weight, score)
+            return np.where((cand[:, None] == used[None, :]).any(axis=1), 1.0, score)
+        # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
+        node_cap = fit.replica_capacity(self.cluster, shape, cand)
+        for weight, codes in ((0.3, zone), (0.6, rack)):
+            cand_codes = codes[cand]
+            if (cand_codes >= 0).any():
+                domain_cap = np.bincount(cand_codes + 1, weights=node_cap, minlength=int(codes.max()) + 2)
+                cap_here = domain_cap[cand_codes + 1]
+                holds = (cand_codes >= 0) & (cap_here >= remaining)
+                tight = remaining / np.maximum(cap_here, 1)
+                score = np.where(holds, weight + 0.1 * tight, score)
+        holds = node_cap >= remaining
+        return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
+
+
+def _unit(raw: np.ndarray) -> np.ndarray:
+    """Scale scores to [0, 1] over the candidates (all equal -> all zero)."""
+    if len(raw) == 0:
+        return raw
+    low = raw.min()
+    span = raw.max() - low
+    if span <= 0 or not np.isfinite(span):
+        return np.zeros_like(raw)
+    return (raw - low) / span
