@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .model import Snapshot, Taint, Toleration, TolerationGrant, WorkloadState
+from .model import Snapshot, Taint, Toleration, TolerationGrant, Workload, WorkloadState
 
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
 SOFT_EFFECT = "PreferNoSchedule"
@@ -85,19 +85,27 @@ def allowed_tolerations(
 
 def granted_snapshot(snapshot: Snapshot) -> Snapshot:
     """The snapshot with each pending job's tolerations cut to those its team was granted (when the
-    snapshot carries the allow-list)."""
+    snapshot carries the allow-list); the recent submissions the forecast expects again too."""
     if snapshot.toleration_grants is None:
         return snapshot
     grants = dict(snapshot.toleration_grants)
     kept: dict[tuple[str, tuple], tuple] = {}
-    workloads = list(snapshot.workloads)
-    changed = False
-    for i, w in enumerate(workloads):
-        if w.tolerations and w.state == WorkloadState.PENDING:
-            key = (w.team, w.tolerations)
-            if key not in kept:
-                kept[key] = allowed_tolerations(w.tolerations, grants.get(w.team, ()))
-            if kept[key] != w.tolerations:
-                workloads[i] = replace(w, tolerations=kept[key])
-                changed = True
-    return replace(snapshot, workloads=tuple(workloads)) if changed else snapshot
+
+    def cut(jobs: tuple[Workload, ...], every: bool) -> tuple[Workload, ...] | None:
+        out = list(jobs)
+        changed = False
+        for i, w in enumerate(out):
+            if w.tolerations and (every or w.state == WorkloadState.PENDING):
+                key = (w.team, w.tolerations)
+                if key not in kept:
+                    kept[key] = allowed_tolerations(w.tolerations, grants.get(w.team, ()))
+                if kept[key] != w.tolerations:
+                    out[i] = replace(w, tolerations=kept[key])
+                    changed = True
+        return tuple(out) if changed else None
+
+    workloads = cut(snapshot.workloads, every=False)
+    recent = cut(snapshot.recent, every=True)  # any state: each is expected again as a pending job
+    if workloads is None and recent is None:
+        return snapshot
+    return replace(snapshot, workloads=workloads or snapshot.workloads, recent=recent or snapshot.recent)

@@ -104,3 +104,20 @@ def test_a_toleration_the_team_was_not_granted_does_not_count_in_the_engine():
     granted = (("vision", (TolerationGrant("dedicated", "nlp"),)),)
     ok = job("k", "a", gpu=1, team="vision", tolerations=(Toleration("dedicated", "Equal", "nlp"),))
     assert admitted_ids(cycle(nodes, [ok], toleration_grants=granted)) == ["k"]
+
+
+def test_the_recent_submissions_the_forecast_expects_again_keep_only_granted_tolerations():
+    from dataclasses import replace
+
+    from scheduling.engine.model import WorkloadState
+    from scheduling.engine.taints import granted_snapshot
+
+    wildcard = (Toleration("", "Exists"),)
+    done = replace(job("r", "a", gpu=1, team="vision", tolerations=wildcard), state=WorkloadState.RUNNING)
+    snap = replace(
+        snapshot([node("n")], *QUEUES, [], toleration_grants=(("vision", (TolerationGrant("spot"),)),)),
+        recent=(done,),
+    )
+    # Running, but expected again as a pending job: its wildcard is not vision's to use.
+    assert granted_snapshot(snap).recent[0].tolerations == ()
+    assert granted_snapshot(replace(snap, toleration_grants=None)).recent[0].tolerations == wildcard
