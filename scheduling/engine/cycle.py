@@ -44,7 +44,7 @@ from dataclasses import replace
 from . import podsets
 from .admission import AdmissionOrder, FairShare
 from .capacity import Cluster, Statement
-from .cycle_plan import plan_of, waiting_jobs
+from .cycle_plan import expected_arrivals, plan_of, waiting_jobs
 from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key
 from .explain import (
     gang_reason,
@@ -478,21 +478,11 @@ class _Cycle:
         return twin
 
     def _arrivals(self) -> Arrivals | None:
-        """The submissions the forecast expects (``estimate.Arrivals``): the snapshot's recent ones that
-        are valid and may start (their team not blocked, no start window)."""
+        """The submissions the forecast expects (``cycle_plan.expected_arrivals``), built once."""
         if self._expected is None:
-            period, horizon = self.policy.arrival_period_s, self.policy.arrival_horizon_s
-            jobs = []
-            for w in sorted(self.snapshot.recent, key=lambda w: w.created_at):
-                lq = self.lq_by_name.get(w.local_queue)
-                if lq is None or w.team in self.blocked or w.start_window is not None:
-                    continue
-                if not self.now - period < w.created_at <= self.now:
-                    continue
-                job = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
-                if self.feasibility.never_fits(job) is None:
-                    jobs.append((job, lq.cluster_queue))
-            self._expected = Arrivals(tuple(jobs), period, horizon)
+            self._expected = expected_arrivals(
+                self.snapshot.recent, self.lq_by_name, self.blocked, self.feasibility, self.policy, self.now
+            )
         return self._expected if self._expected.jobs and self._expected.period > 0 else None
 
     # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------

@@ -10,21 +10,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .admission import lq_order_key
-from .estimate import Start
+from .estimate import Arrivals, Start
 from .model import (
     Admission,
     LocalQueue,
     PendingInfo,
     Plan,
+    Policy,
     Preemption,
     Reason,
     ReasonKind,
     Workload,
     WorkloadState,
 )
+
+if TYPE_CHECKING:
+    from .verdict import Feasibility
 
 Pending = Mapping[str, tuple[Reason, float | None]]
 """Workload id -> (reason, fixed estimated start or None)."""
@@ -87,3 +93,28 @@ def _positions(workloads: Sequence[Workload], pending: Pending) -> dict[str, int
         for k, w in enumerate(sorted(jobs, key=lq_order_key), start=1):
             positions[w.id] = k
     return positions
+
+
+def expected_arrivals(
+    recent: Sequence[Workload],
+    lq_by_name: Mapping[str, LocalQueue],
+    blocked: Collection[str],
+    feasibility: Feasibility,
+    policy: Policy,
+    now: float,
+) -> Arrivals:
+    """The submissions the forecast expects (``estimate.Arrivals``): the recent ones (submitted within
+    ``policy.arrival_period_s``) that are valid and may start (their team not blocked, no start
+    window, not a job that never fits), as pending jobs, oldest first."""
+    period, horizon = policy.arrival_period_s, policy.arrival_horizon_s
+    jobs = []
+    for w in sorted(recent, key=lambda w: w.created_at):
+        lq = lq_by_name.get(w.local_queue)
+        if lq is None or w.team in blocked or w.start_window is not None:
+            continue
+        if not now - period < w.created_at <= now:
+            continue
+        job = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
+        if feasibility.never_fits(job) is None:
+            jobs.append((job, lq.cluster_queue))
+    return Arrivals(tuple(jobs), period, horizon)
