@@ -12,7 +12,9 @@ From the typical pods ``t`` (frequency ``p_t``, request ``r_t = gpu_milli × gpu
 * **pressure** of ``m`` now: ``P_m = s_m × free / free_m`` (``free``: free GPU milli of the whole
   cluster, ``free_m``: of model ``m``'s nodes), the constrained demand per free GPU of ``m`` relative
   to the cluster's; a full model with a demand share has infinite pressure;
-* **level**: ``round(PRESSURE_LEVELS × P / (1 + P))``, 0 (no constrained demand) .. ``PRESSURE_LEVELS``;
+* **level**: with ``E = max(0, P_m - PRESSURE_SLACK)``, ``round(PRESSURE_LEVELS × E / (1 + E))``, 0 ..
+  ``PRESSURE_LEVELS``: a model whose free GPUs still exceed its expected constrained demand by enough
+  (``P_m <= PRESSURE_SLACK``) is level 0 like an unconstrained one, and FGD's score decides there;
   models whose pressures are this close count as equal.
 """
 
@@ -23,6 +25,7 @@ import numpy as np
 from .workload import TypicalArrays
 
 PRESSURE_LEVELS = 100
+PRESSURE_SLACK = 0.8  # measured: 0.5 / 0.8 / 1.0 / none on four generated gpuspec traces (docs/simulator.md)
 
 
 def demand_share(table: TypicalArrays, capacity: np.ndarray) -> np.ndarray:
@@ -44,6 +47,6 @@ def pressure_levels(share: np.ndarray, free: np.ndarray) -> np.ndarray:
     """The level of each row from its demand share and its free GPU milli (see the module docstring)."""
     ratio = np.where(share > 0, 1.0, 0.0)  # a full model with a demand share: the top level
     some = (share > 0) & (free > 0)
-    pressure = share[some] * float(free.sum()) / free[some]
-    ratio[some] = pressure / (1.0 + pressure)
+    excess = np.maximum(share[some] * float(free.sum()) / free[some] - PRESSURE_SLACK, 0.0)
+    ratio[some] = excess / (1.0 + excess)
     return np.round(PRESSURE_LEVELS * ratio)
