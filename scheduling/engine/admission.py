@@ -18,11 +18,11 @@ heap when usage went down (after eviction).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .model import ClusterQueue, LocalQueue, Workload
 
-SortKey = tuple[int, float, float, float, str]
+SortKey = tuple[int, bool, float, float, float, str]
 
 
 def lq_order_key(workload: Workload) -> tuple[int, float, str]:
@@ -107,22 +107,33 @@ class FairShare:
 
 
 class AdmissionOrder:
-    """Yields pending workloads in admission order, re-ranking queues as usage changes."""
+    """Yields pending workloads in admission order, re-ranking queues as usage changes.
 
-    def __init__(self, pending: dict[str, list[Workload]], fair: FairShare, fair_sharing: bool = True) -> None:
+    Across queues: priority first; then, when ``borrows`` is given, a job that fits its queue's
+    nominal quota before one that would borrow (Kueue's rule); then fair share, submission, id."""
+
+    def __init__(
+        self,
+        pending: dict[str, list[Workload]],
+        fair: FairShare,
+        fair_sharing: bool = True,
+        borrows: Callable[[Workload], bool] | None = None,
+    ) -> None:
         self.queues = {lq: sorted(jobs, key=lq_order_key) for lq, jobs in pending.items()}
         self.heads = dict.fromkeys(self.queues, 0)
         self.fair = fair
         self.fair_sharing = fair_sharing
+        self.borrows = borrows
         self._heap: list[tuple[SortKey, str]] = []
         self.refresh()
 
     def _key(self, lq: str) -> SortKey:
         job = self.queues[lq][self.heads[lq]]
+        borrows = self.borrows(job) if self.borrows is not None else False
         if self.fair_sharing:
             cq = self.fair.lq_cq.get(lq, "")
-            return (-job.priority, self.fair.cq_share(cq), self.fair.lq_share(lq), job.created_at, job.id)
-        return (-job.priority, 0.0, 0.0, job.created_at, job.id)
+            return (-job.priority, borrows, self.fair.cq_share(cq), self.fair.lq_share(lq), job.created_at, job.id)
+        return (-job.priority, borrows, 0.0, 0.0, job.created_at, job.id)
 
     def refresh(self) -> None:
         self._heap = [(self._key(lq), lq) for lq in self.queues if self.heads[lq] < len(self.queues[lq])]

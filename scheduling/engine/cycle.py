@@ -216,9 +216,23 @@ class _Cycle:
                 deferred_top.setdefault(cq, job.priority)
             else:
                 self.considered.append(job)
-        for job in AdmissionOrder(deferred, self.fair, fair_sharing=True):
+        # In pass 2, of equal priority, a job that now fits its queue's nominal quota goes before one
+        # that would borrow (else a borrower takes the room and the other reclaims it next cycle).
+        for job in AdmissionOrder(deferred, self.fair, fair_sharing=True, borrows=self._borrows):
             self.considered.append(job)
             self._consider(job, borrow=True)
+
+    def _borrows(self, job: Workload) -> bool:
+        """Whether every GPU model the job may use would make its queue borrow now."""
+        cq = self.lq_by_name[job.local_queue].cluster_queue
+        for model in models_to_try(job, self.quota.flavors[cq]):
+            shape = self.placer.shape_for(job, model)
+            sets = podsets.members(job, model, self.placer.shape_for)
+            if isinstance(shape, str) or isinstance(sets, str):
+                continue
+            if not self.quota.would_borrow(cq, podsets.total_request(self._request(shape, job.gang_size), sets)):
+                return False
+        return True
 
     def _consider(self, job: Workload, borrow: bool) -> Outcome:
         """Decide one job and record the outcome."""

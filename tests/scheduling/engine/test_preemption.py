@@ -216,3 +216,29 @@ def test_a_victim_of_a_borrowing_preemptor_is_not_readmitted_ahead_of_it():
     assert pending_info(second, "low").reason.kind == ReasonKind.QUOTA
     snap = apply_plan(snap, second, NOW + 1)
     assert run_cycle(snap, Policy(placement="binpack"), NOW + 2).preemptions == ()
+
+
+def test_a_job_within_nominal_goes_before_an_equal_priority_borrower_in_the_borrowing_pass():
+    """Hypothesis found this loop: b3 (qb, within nominal) waits for the borrowing pass behind qb's
+    deferred higher-priority a1; there b1 (qa, borrowing) took the last unit of the cohort, and the
+    next cycle b3 reclaimed it from b1, again and again. Of equal priority, the job that fits its
+    queue's nominal quota goes first (Kueue's rule), so b3 starts and nothing is preempted."""
+    snap = snapshot(
+        [node("n0", gpus=4), node("n1", gpus=4)],
+        [cq("qa", {"A100-80GB": 2}, cohort="co"), cq("qb", {"A100-80GB": 4}, cohort="co")],
+        [lq("la", "qa"), lq("lb", "qb")],
+        [
+            running("a0", "lb", [("n0", (0, 1))], priority=1),
+            running("b6", "lb", [("n0", (2,))], priority=2),
+            running("b0", "la", [("n0", (3,))], preemptible=False),
+            running("b2", "la", [("n1", (0,))], preemptible=False),
+            job("a1", "lb", gpu=2, priority=1, created=1),  # would borrow: qb uses 3 of 4
+            job("b1", "la", gpu=1, created=101),  # would borrow: qa uses 2 of 2
+            job("b3", "lb", gpu=1, created=103),  # fits qb's nominal: 4 of 4
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert admitted_ids(plan) == ["b3"]
+    assert plan.preemptions == ()
+    after = apply_plan(snap, plan, NOW)
+    assert run_cycle(after, Policy(), NOW + 1).preemptions == ()
