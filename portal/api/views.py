@@ -18,17 +18,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.selectors import JOB_SORTS, job_cost_report, job_list_costed, job_ordering
+from portal.api.answers import JobCostSerializer, check_data
+from portal.api.job_create import JobCreateSerializer
 from portal.api.job_rows import job_page_rows, jobs_render
 from portal.api.serializers import (
     GpuModelSerializer,
-    JobCostSerializer,
-    JobCreateSerializer,
     JobSerializer,
     LocalQueueSerializer,
     PriorityClassSerializer,
     QuotaUpdateSerializer,
     TeamSerializer,
-    check_data,
 )
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, PriorityClass
 from portal.jobs.selectors import cluster_queue_list, job_list, local_queue_list

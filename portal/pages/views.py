@@ -24,7 +24,8 @@ from billing.selectors import (
     run_interval_list,
 )
 from billing.selectors.idle import job_idle_flag_list
-from portal.api.serializers import JobCreateSerializer, check_data
+from portal.api.answers import check_data
+from portal.api.job_create import JobCreateSerializer
 from portal.jobs import selectors, services
 from portal.jobs.errors import ServiceError
 from portal.jobs.models import GpuModel

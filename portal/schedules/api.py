@@ -11,7 +11,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from portal.api.serializers import StrictSerializer, job_spec_from_body
+from portal.api.job_create import StrictSerializer, job_spec_from_body
 from portal.schedules.cron import MAX_CRON_CHARS
 from portal.schedules.models import JobSchedule, ScheduledRun
 from portal.schedules.selectors import schedule_list, schedule_runs

@@ -16,7 +16,7 @@ from django.db import InterfaceError, OperationalError
     max_retries=3,
 )
 def schedules_fire_task(self) -> None:
-    from portal.api.serializers import job_spec_from_body
+    from portal.api.job_create import job_spec_from_body
     from portal.schedules.services import schedules_fire
 
     try:

@@ -8,7 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 
-from portal.api.serializers import job_spec_from_body
+from portal.api.job_create import job_spec_from_body
 from portal.jobs.errors import ServiceError
 from portal.jobs.selectors import local_queue_list
 from portal.schedules.models import JobSchedule

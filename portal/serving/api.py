@@ -17,7 +17,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from billing.selectors import job_costs
-from portal.api.serializers import CommandField, StrictSerializer, priority_class_resolve
+from portal.api.job_create import CommandField, StrictSerializer, priority_class_resolve
 from portal.jobs.models import GpuModel, LocalQueue
 from portal.jobs.services import MAX_CPU_MILLI, MAX_GPU_MEMORY_GIB, MAX_MEMORY_MIB
 from portal.serving.models import InferenceService, ServiceSample

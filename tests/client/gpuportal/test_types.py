@@ -188,6 +188,6 @@ def test_the_spec_type_names_exactly_the_fields_the_portal_accepts():
     from typing import get_type_hints
 
     from gpuportal.types import JobSpec
-    from portal.api.serializers import JobCreateSerializer
+    from portal.api.job_create import JobCreateSerializer
 
     assert set(get_type_hints(JobSpec)) == set(JobCreateSerializer().fields)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from portal.api.serializers import JobCreateSerializer, JobSerializer
+from portal.api.job_create import JobCreateSerializer
+from portal.api.serializers import JobSerializer
 from portal.jobs.services import SPEC_FIELDS
 from portal.pages.forms import JobForm
 

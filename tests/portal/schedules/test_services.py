@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from portal.api.serializers import job_spec_from_body
+from portal.api.job_create import job_spec_from_body
 from portal.jobs.errors import ServiceError
 from portal.jobs.models import Job
 from portal.schedules.models import JobSchedule, ScheduledRun

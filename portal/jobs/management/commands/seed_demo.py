@@ -371,7 +371,7 @@ class Command(BaseCommand):
     def seed_workloads(self, teams, users, queues, models) -> int:
         """The workloads of issue 13 once each: an off-peak job, a job that starts after a time, a
         nightly schedule (cron in Berlin time) and a 13B chat service the autoscaler scales."""
-        from portal.api.serializers import job_spec_from_body
+        from portal.api.job_create import job_spec_from_body
         from portal.schedules.models import JobSchedule
         from portal.schedules.services import schedule_create
         from portal.serving.models import InferenceService
