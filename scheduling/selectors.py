@@ -26,7 +26,8 @@ from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.namespaces import NamespaceObjects, cpu_quantity, memory_quantity
 from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
-from scheduling.adapters.orm import queues_load, workload_from_job
+from scheduling.adapters.orm import queues_load
+from scheduling.adapters.workloads import workload_from_job
 from scheduling.engine import podsets
 from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.filters import topology_levels

@@ -35,7 +35,7 @@ from portal.jobs.states import TRANSITIONS, JobState
 from portal.jobs.transitions import job_transition
 from portal.notifications.services.notify import job_events_notify
 from portal.tenants.selectors import team_holds
-from scheduling.adapters import orm
+from scheduling.adapters import apply
 from scheduling.adapters.contract import ClusterBackend, Observation
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.namespaces import namespace_manifest
@@ -402,11 +402,11 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         # The capacity signal: the nodes that would let each job waiting for capacity start.
         plan = with_capacity_requests(plan, capacity_requests(snapshot, plan, policy))
         steps.lap("provisioning")
-        counts = orm.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held)
+        counts = apply.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held)
         job_events_notify(job_ids=[int(p.workload_id) for p in plan.preemptions])  # committed: enqueued now
         steps.lap("apply")  # the plan's transaction, then its pods created and bound (after commit)
-        allocated = sum(float(orm.placement_gpus(w.placements)) for w in snapshot.workloads if w.placements) + sum(
-            float(orm.placement_gpus(a.placements)) for a in plan.admissions
+        allocated = sum(float(apply.placement_gpus(w.placements)) for w in snapshot.workloads if w.placements) + sum(
+            float(apply.placement_gpus(a.placements)) for a in plan.admissions
         )
         run = CycleRun.objects.create(
             started_at=now,

@@ -17,7 +17,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from scheduling.adapters.orm import LostCycleLock
+from scheduling.adapters.apply import LostCycleLock
 
 RETRYABLE = (OperationalError, InterfaceError, LostCycleLock)
 TASK_OPTIONS = {

@@ -11,7 +11,7 @@ from portal.jobs.models import ClusterQueue, FlavorQuota, Job, JobAttempt, Local
 from portal.jobs.states import ACTIVE_STATES, JobState
 from portal.tenants.selectors import team_list_for_user
 from scheduling.adapters.k8s.affinity import describe
-from scheduling.adapters.orm import job_rules
+from scheduling.adapters.workloads import job_rules
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
 from scheduling.engine.shares import QUOTA_MILLI_PER_GPU, billed_gpus, placement_billed_units, placement_quota_milli
 

@@ -48,7 +48,7 @@ from portal.ops.models import AuditEntry
 from portal.ops.services import audit_record
 from portal.tenants.selectors import user_is_team_admin
 from scheduling.adapters.factory import cluster_backend
-from scheduling.adapters.orm import workload_from_request
+from scheduling.adapters.workloads import workload_from_request
 from scheduling.dry_run import JobCheck, job_check
 from scheduling.engine import model as engine
 from scheduling.engine.admission import pending_limit_error

@@ -25,7 +25,8 @@ from django.db.models import Q
 from portal.jobs.models import GpuModel, Job, JobAttempt
 from portal.jobs.states import JobState
 from scheduling.adapters.contract import ClusterView
-from scheduling.adapters.orm import jobs_rules, pools_load, queues_load, toleration_grants_load, workload_from_job
+from scheduling.adapters.orm import pools_load, queues_load, toleration_grants_load
+from scheduling.adapters.workloads import jobs_rules, workload_from_job
 from scheduling.engine import model as m
 from scheduling.sim.history import COMPLETED, PREEMPTED, RUNNING, Attempt, HistoryJob
 

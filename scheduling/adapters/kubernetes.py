@@ -45,7 +45,7 @@ from kubernetes.client.exceptions import ApiException
 
 from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
-from scheduling.adapters import orm
+from scheduling.adapters import workloads
 from scheduling.adapters.contract import SPOT, Observation, job_tolerations, termination_notice
 from scheduling.adapters.k8s.manifests import PodJob, binding_manifest, event_manifest, pod_manifest
 from scheduling.adapters.k8s.namespaces import NamespaceObjects, ObjectReport
@@ -234,7 +234,7 @@ class KubernetesBackend:
             tolerations=tuple(job_tolerations(job.tolerations or [], spot=job.spot)),
             node_selector=tuple(sorted((job.node_selector or {}).items())),
             labels=tuple(sorted((getattr(job, "labels", None) or {}).items())),
-            rules=orm.job_rules(job),
+            rules=workloads.job_rules(job),
             kind=job.kind,
             procs_per_node=procs_per_node(gpu=job.gpu),
             checkpoint_path=job.checkpoint_path,

@@ -13,7 +13,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from scheduling import services
-from scheduling.adapters import orm
+from scheduling.adapters import apply
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.model import Preemption
 from tests.browser.conftest import PASSWORDS, assert_nothing_overflows, login, screenshot
@@ -66,7 +66,7 @@ def test_a_requeued_jobs_page_shows_each_attempt_and_what_it_does_now(page, worl
     services.cycle_run(now=timezone.now(), backend=fast)
     services.cluster_sync(backend=fast, now=timezone.now())
     with transaction.atomic():
-        orm.preemption_apply(
+        apply.preemption_apply(
             Preemption(str(job.pk), "", "preempted by job 9 (critical)"), now=timezone.now(), backend=fast
         )
     login(page, "alice")

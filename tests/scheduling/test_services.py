@@ -17,9 +17,9 @@ from billing.services import metering_run
 from portal.jobs.models import Job
 from portal.jobs.services import job_cancel
 from portal.jobs.states import JobState
-from scheduling.adapters import orm
+from scheduling.adapters import apply, orm
+from scheduling.adapters.apply import LostCycleLock
 from scheduling.adapters.contract import Observation
-from scheduling.adapters.orm import LostCycleLock
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.cycle import run_cycle
 from scheduling.models import CycleRun, SimNode
@@ -183,7 +183,7 @@ def test_a_plan_is_not_written_once_the_lock_is_lost(world):
     plan = run_cycle(snapshot, policy_from_settings(), timezone.now().timestamp())
     assert plan.admissions
     with pytest.raises(LostCycleLock):
-        orm.plan_apply(plan=plan, snapshot=snapshot, now=timezone.now(), backend=backend, fence=lambda: False)
+        apply.plan_apply(plan=plan, snapshot=snapshot, now=timezone.now(), backend=backend, fence=lambda: False)
     assert Job.objects.get(pk=job.pk).state == JobState.PENDING
 
 

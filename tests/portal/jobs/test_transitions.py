@@ -21,7 +21,7 @@ from portal.jobs.models import Job, JobAttempt
 from portal.jobs.services import job_submit
 from portal.jobs.states import JobState
 from scheduling import services
-from scheduling.adapters import orm
+from scheduling.adapters import apply
 from scheduling.adapters.contract import Observation
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.model import Preemption
@@ -65,7 +65,7 @@ def requeued_twice(world):
     services.cycle_run(now=T0 + timedelta(minutes=31), backend=backend)  # attempt 2 on a100-1
     services.cluster_sync(backend=backend, now=T0 + timedelta(minutes=32))
     preempt_at = T0 + timedelta(minutes=75)
-    orm.preemption_apply(Preemption(str(job.pk), "", "preempted by a critical job"), now=preempt_at, backend=backend)
+    apply.preemption_apply(Preemption(str(job.pk), "", "preempted by a critical job"), now=preempt_at, backend=backend)
     _cordon("a100-0", False)
     _cordon("a100-1")
     services.cycle_run(now=T0 + timedelta(minutes=80), backend=backend)  # attempt 3 on a100-0
@@ -114,7 +114,7 @@ def test_a_requeued_job_waits_without_its_old_admission_and_start_times(world):
     services.cycle_run(now=T0 + timedelta(seconds=10), backend=backend)
     services.cluster_sync(backend=backend, now=T0 + timedelta(seconds=20))
     job.refresh_from_db()
-    orm.preemption_apply(Preemption(str(job.pk), "", "preempted"), now=T0 + timedelta(minutes=5), backend=backend)
+    apply.preemption_apply(Preemption(str(job.pk), "", "preempted"), now=T0 + timedelta(minutes=5), backend=backend)
     job.refresh_from_db()
     assert job.state == JobState.PENDING
     assert (job.admitted_at, job.started_at, job.finished_at) == (None, None, None)
@@ -134,7 +134,7 @@ def test_a_readmitted_job_runs_its_full_time_again_on_the_simulated_cluster(worl
     job = job_submit(owner=world.users["alice"], spec=world.spec(gpu=1, runtime_s=3600), at=T0, request_cycle=False)
     services.cycle_run(now=T0, backend=backend)
     services.cluster_sync(backend=backend, now=T0 + timedelta(seconds=1))
-    orm.preemption_apply(Preemption(str(job.pk), "", "preempted"), now=T0 + timedelta(minutes=50), backend=backend)
+    apply.preemption_apply(Preemption(str(job.pk), "", "preempted"), now=T0 + timedelta(minutes=50), backend=backend)
     services.cycle_run(now=T0 + timedelta(minutes=70), backend=backend)
     services.cluster_sync(backend=backend, now=T0 + timedelta(minutes=71))
     job.refresh_from_db()

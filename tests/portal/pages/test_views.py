@@ -427,12 +427,12 @@ def test_the_list_and_the_job_page_refresh_their_live_part_without_a_reload(clie
 
 
 def test_a_requeued_job_page_shows_its_attempts_and_what_it_does_now(client, world):
-    from scheduling.adapters import orm
+    from scheduling.adapters import apply
     from scheduling.adapters.simulated import SimulatedCluster
     from scheduling.engine.model import Preemption
 
     job = _run(world, name="requeued", gpu=1)
-    orm.preemption_apply(
+    apply.preemption_apply(
         Preemption(str(job.pk), "", "preempted by job 99 (critical)"), now=job.started_at, backend=SimulatedCluster()
     )
     client.force_login(world.users["alice"])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from portal.jobs.models import Job
 from portal.jobs.states import JobState
 from portal.tenants.models import TolerationGrant
-from scheduling.adapters import orm
+from scheduling.adapters import orm, workloads
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.model import NodePool as EnginePool
 from scheduling.engine.model import NodeSelectorTerm, PlacementRules, Requirement
@@ -146,7 +146,7 @@ def test_the_snapshot_rows_agree_with_the_model_instance_path(world, jobs, cycle
     assert {w.id for w in snapshot.workloads} == {str(pk) for pk in live.values_list("pk", flat=True)}
     for job in live:
         placements = list(job.placements.order_by("replica"))
-        assert workload(snapshot, job) == orm.workload_from_job(job, placements)
+        assert workload(snapshot, job) == workloads.workload_from_job(job, placements)
 
 
 def test_the_cycle_snapshot_carries_the_last_periods_submissions_in_any_state_with_runtimes(world):

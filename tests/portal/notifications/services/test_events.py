@@ -15,7 +15,7 @@ from portal.notifications.models import Event, Notification, NotificationPrefere
 from portal.notifications.services.events import notifications_dispatch, notifications_sweep
 from portal.notifications.services.preferences import preference_save
 from scheduling import services
-from scheduling.adapters import orm
+from scheduling.adapters import apply
 from scheduling.adapters.simulated import SimulatedCluster
 from scheduling.engine.model import Preemption
 
@@ -82,7 +82,9 @@ def test_without_a_choice_failures_and_preemptions_are_mailed_but_not_finishes(
         services.cycle_run(now=timezone.now(), backend=backend)
         services.cluster_sync(backend=backend, now=timezone.now())
     with django_capture_on_commit_callbacks(execute=True):
-        orm.preemption_apply(Preemption(str(victim.pk), "", "preempted by job 7"), now=timezone.now(), backend=backend)
+        apply.preemption_apply(
+            Preemption(str(victim.pk), "", "preempted by job 7"), now=timezone.now(), backend=backend
+        )
         from portal.notifications.services.notify import job_events_notify
 
         job_events_notify(job_ids=[victim.pk])  # what cycle_run does after applying a plan
