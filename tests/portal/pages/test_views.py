@@ -469,6 +469,23 @@ def test_a_pending_job_without_an_estimate_is_not_told_it_does_not_fit(client, w
     assert "No start estimate" not in page
 
 
+def test_the_pending_line_names_the_time_zone_once_and_the_position_as_its_own_sentence(client, world):
+    job = world.submit("vision", name="quota-blocked")
+    Job.objects.filter(pk=job.pk).update(
+        pending_reason={"kind": "quota", "message": "quota: queue cq-vision uses 8 of 8", "waits": True, "details": {}},
+        queue_position=3,
+    )
+    client.force_login(world.users["alice"])
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "UTC UTC" not in page
+    assert "UTC for its first admission" in page
+    assert "uses 8 of 8. Position 3 in default." in page
+    Job.objects.filter(pk=job.pk).update(
+        pending_reason={"kind": "quota", "message": "quota: full.", "waits": True, "details": {}}
+    )
+    assert "quota: full. Position 3 in default." in client.get(f"/jobs/{job.pk}/").content.decode()
+
+
 def test_the_gang_line_appears_only_for_several_replicas(client, world):
     one = world.submit("vision", name="single")
     gang = world.submit("vision", name="gang", replicas=4, min_available=2)
