@@ -152,7 +152,7 @@ class JobForm(forms.Form):
 
     def __init__(self, *args, queues: list[LocalQueue], **kwargs):
         super().__init__(*args, **kwargs)
-        self.choice_field("queue").choices = [(f"{q.team.slug}/{q.name}", f"{q.team.slug} / {q.name}") for q in queues]
+        self.choice_field("queue").choices = queue_choices(queues)
         models = list(GpuModel.objects.all())
         self.choice_field("allowed_gpu_models").choices = [(g.name, g.name) for g in models]
         chosen = self.data.getlist("allowed_gpu_models") if hasattr(self.data, "getlist") else []
@@ -179,6 +179,11 @@ class JobForm(forms.Form):
         field = self.fields[name]
         assert isinstance(field, forms.ChoiceField)
         return field
+
+
+def queue_choices(queues: list[LocalQueue]) -> list[tuple[str, str]]:
+    """A form's queue choices: ``team/queue`` (what the request takes) shown as ``team / queue``."""
+    return [(f"{q.team.slug}/{q.name}", f"{q.team.slug} / {q.name}") for q in queues]
 
 
 def mig_profile_choices(models: list[GpuModel], chosen: list[str]) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from portal.api.job_create import job_spec_from_body
 from portal.jobs.errors import ServiceError
 from portal.jobs.selectors import local_queue_list
+from portal.pages.forms import queue_choices
 from portal.schedules.models import JobSchedule
 from portal.schedules.selectors import schedule_list, schedule_runs
 from portal.schedules.services import schedule_create
@@ -32,7 +33,7 @@ class ScheduleForm(forms.Form):
         super().__init__(*args, **kwargs)
         field = self.fields["queue"]
         assert isinstance(field, forms.ChoiceField)
-        field.choices = [(f"{q.team.slug}/{q.name}", f"{q.team.slug} / {q.name}") for q in queues]
+        field.choices = queue_choices(queues)
 
 
 @login_required

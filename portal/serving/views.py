@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from portal.jobs.errors import ServiceError
 from portal.jobs.selectors import local_queue_list
 from portal.pages.charts import figure_html, service_figure
+from portal.pages.forms import queue_choices
 from portal.serving.api import ServiceCreateSerializer, ServiceSerializer
 from portal.serving.models import InferenceService
 from portal.serving.selectors import service_list, service_samples
@@ -41,7 +42,7 @@ class ServiceForm(forms.Form):
         super().__init__(*args, **kwargs)
         field = self.fields["queue"]
         assert isinstance(field, forms.ChoiceField)
-        field.choices = [(f"{q.team.slug}/{q.name}", f"{q.team.slug} / {q.name}") for q in queues]
+        field.choices = queue_choices(queues)
 
 
 @login_required
