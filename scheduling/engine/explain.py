@@ -335,7 +335,10 @@ def per_model_reason(reasons: list[tuple[str, Reason]]) -> Reason:
 def window_reason(window: StartWindow, opens_s: float) -> Reason:
     """A job outside its start window: when it opens (it waits; the estimated start is the opening)."""
     opens = datetime.fromtimestamp(opens_s, UTC)
-    message = f"waits for its start window ({describe_window(window)}): opens at {opens:%Y-%m-%d %H:%M} UTC"
+    if window.daily:
+        message = f"waits for its start window ({describe_window(window)}): opens at {opens:%Y-%m-%d %H:%M} UTC"
+    else:  # only a start time: the window is its opening
+        message = f"waits for its start window: not before {opens:%Y-%m-%d %H:%M} UTC"
     return Reason(ReasonKind.WINDOW, message, (("opens_at", opens_s), ("waits_for", "window")))
 
 

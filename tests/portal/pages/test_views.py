@@ -1,8 +1,10 @@
 """The browser pages (``portal.pages``): login, the submit form, job pages, dashboard, queues, admin."""
 
 import re
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from portal.jobs.models import Job, QuotaChange
 from scheduling.models import NodePool, SimNode
@@ -484,6 +486,19 @@ def test_the_pending_line_names_the_time_zone_once_and_the_position_as_its_own_s
         pending_reason={"kind": "quota", "message": "quota: full.", "waits": True, "details": {}}
     )
     assert "quota: full. Position 3 in default." in client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_a_job_waiting_for_its_window_is_not_told_what_it_needs_is_in_use(client, world):
+    job = world.submit("vision", name="later")
+    opens = timezone.now() + timedelta(hours=6)
+    Job.objects.filter(pk=job.pk).update(
+        pending_reason={"kind": "window", "message": "waits for its start window", "waits": True, "details": {}},
+        estimated_start=opens,
+    )
+    client.force_login(world.users["alice"])
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "it may start once its start window opens" in page
+    assert "in use now" not in page
 
 
 def test_the_gang_line_appears_only_for_several_replicas(client, world):

@@ -110,6 +110,14 @@ def test_the_cycle_holds_a_job_outside_its_window_and_admits_it_inside():
     assert admitted_ids(plan) == ["night"]
 
 
+def test_a_start_after_window_names_its_opening_once():
+    cluster = ([node("n1", gpus=8)], [cq("q", {"A100-80GB": 8})], [lq("a", "q")])
+    later = replace(job("later", "a", gpu=1), start_window=StartWindow(not_before_s=ts(2026, 1, 5, 18, 30)))
+    info = pending_info(run_cycle(snapshot(*cluster, [later]), Policy(), ts(2026, 1, 5, 12)), "later")
+    assert info.reason.message == "waits for its start window: not before 2026-01-05 18:30 UTC"
+    assert info.estimated_start == ts(2026, 1, 5, 18, 30)
+
+
 def test_a_job_held_by_its_window_leaves_its_quota_to_others():
     cluster = ([node("n1", gpus=8)], [cq("q", {"A100-80GB": 4})], [lq("a", "q")])
     night = replace(job("night", "a", gpu=4, priority=100), start_window=NIGHT_UTC)

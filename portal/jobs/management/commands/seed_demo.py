@@ -17,11 +17,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, LocalQueue, PriorityClass
-from portal.jobs.services import JobSpec, job_submit
+from portal.jobs.services import MAX_RUNTIME_S, JobSpec, job_submit
 from portal.jobs.states import JobState
 from portal.jobs.transitions import job_transition
 from portal.tenants.models import Membership, Team, TolerationGrant
 from scheduling.models import NodePool, SimNode
+from scheduling.selectors import runtime_speedup
 
 MIG_PROFILES_80GB = ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
 GPU_MODELS = [
@@ -225,6 +226,7 @@ class Command(BaseCommand):
         """Finished jobs of the last seven days: transitions stamped in the past, as the cluster reported."""
         rng = random.Random(7)
         now = timezone.now()
+        speedup = runtime_speedup()
         count = 0
         shapes: list[dict[str, Any]] = [
             {"gpu": 1}, {"gpu": 2}, {"gpu": 4}, {"gpu_milli": 500}, {"gpu_milli": 250}, {"mig_profile": "3g.40gb"},
@@ -238,7 +240,11 @@ class Command(BaseCommand):
                         "A100-80GB" if "mig_profile" in shape else rng.choice(["H100-80GB", "A100-80GB", "A10", "T4"])
                     )
                     submitted = now - timedelta(days=day, hours=rng.uniform(0, 20))
-                    runtime = rng.randint(1, 6) * 1800
+                    runtime = rng.randint(1, 6) * 1800  # what the job ran, in the cluster's seconds
+                    # What it asked for: the simulated cluster runs a job of runtime_s in runtime_s /
+                    # speedup seconds, and jobs mostly end before their limit (here at 60-100 % of it).
+                    # So the team's history tells the start estimates this cluster's real pace.
+                    requested = min(MAX_RUNTIME_S, round(runtime * speedup / rng.uniform(0.6, 1.0)))
                     job = job_submit(
                         owner=owners[slug],
                         spec=JobSpec(
@@ -248,7 +254,7 @@ class Command(BaseCommand):
                             priority_class=priorities["default"],
                             name=f"{slug}-history-{count}",
                             command=("python", "train.py"),
-                            runtime_s=runtime,
+                            runtime_s=requested,
                             cpu_milli=4000,
                             memory_mib=16384,
                             **shape,
