@@ -194,12 +194,20 @@ class DryRun:
         elif res.gpu > 1:
             fewer = replace(res, gpu=res.gpu // 2)
             variants.append(
-                (f"ask for {res.gpu // 2} GPUs per replica", (("gpu", res.gpu // 2),), replace(w, resources=fewer))
+                (
+                    f"ask for {_count(res.gpu // 2, 'GPU')} per replica",
+                    (("gpu", res.gpu // 2),),
+                    replace(w, resources=fewer),
+                )
             )
         if w.replicas > 1:
             n = max(1, w.replicas // 2)
             variants.append(
-                (f"run {n} replicas", (("replicas", n), ("min_available", 0)), replace(w, replicas=n, min_available=0))
+                (
+                    f"run {_count(n, 'replica')}",
+                    (("replicas", n), ("min_available", 0)),
+                    replace(w, replicas=n, min_available=0),
+                )
             )
         return variants
 
@@ -212,3 +220,8 @@ def _sooner(answer: Check, than: Check) -> bool:
     if answer.estimated_start_p50 is None:
         return False
     return than.estimated_start_p50 is None or answer.estimated_start_p50 < than.estimated_start_p50
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 replica``, ``2 replicas``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -155,6 +155,22 @@ def test_it_suggests_another_gpu_model_that_is_free_now():
     assert suggestions[0].check.verdict == RUNS_NOW
 
 
+def test_suggestions_count_in_words_one_replica_and_one_gpu():
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [running("r", "a", [("n1", tuple(range(6)))], started=NOW, runtime=3600)],
+    )
+    dry = DryRun(snap, Policy(), NOW)
+    candidate = job("new", "a", gpu=2, replicas=2, created=NOW, allowed_gpu_models=("A100-80GB",))
+    check = dry.check(candidate)
+    assert check.verdict == WAITS
+    messages = {s.message for s in dry.suggestions(candidate, check, ("A100-80GB",))}
+    assert {"ask for 1 GPU per replica", "run 1 replica"} <= messages
+    assert not any("1 GPUs" in m or "1 replicas" in m for m in messages)
+
+
 def test_a_job_queued_behind_equal_jobs_starts_after_them_in_the_cycles_order():
     # r ends at +100; w1 (same queue, same shape, older) runs 200 s from then; a lower-priority w2 in
     # another queue comes after the new job. The new job starts at +300, before w2.
