@@ -283,11 +283,11 @@ class _Cycle:
             and self.policy.preemption
             and self.preemptors.get(cq, 0) < self.policy.preemptors_per_queue
         ):
-            preempt = self._try_preemption(job, cq, misses.tried)
+            preempt = self._try_preemption(job, cq, misses.tried, borrow)
             if preempt is not None:
                 return preempt
             if self.explaining and not misses.deferrable:
-                misses.protected = self._protected(job, cq, misses.tried)
+                misses.protected = self._protected(job, cq, misses.tried, borrow)
         # e. Deferred to the borrowing pass, or the reason.
         if misses.deferrable:
             return Deferred()
@@ -299,7 +299,7 @@ class _Cycle:
         return NoFit(reason)
 
     def _protected(
-        self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]
+        self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]], borrow: bool
     ) -> tuple[list[str], float] | None:
         """The victims the job would take if none were within its minimum runtime, when some are."""
         if self._any_protected is None:
@@ -307,7 +307,7 @@ class _Cycle:
         if not self._any_protected:
             return None
         for shape, minimum in tried:
-            victims = self._victims(job, cq, shape, minimum, min_runtime=False)
+            victims = self._victims(job, cq, shape, minimum, borrow, min_runtime=False)
             until = protected_until(victims, self.now) if victims else None
             if victims and until is not None:
                 return [v.holder.workload.id for v in victims], until
@@ -362,14 +362,16 @@ class _Cycle:
         misses.placement = misses.placement or failure
         return None
 
-    def _try_preemption(self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]]) -> Preempt | None:
+    def _try_preemption(
+        self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]], borrow: bool
+    ) -> Preempt | None:
         for shape, minimum in tried:
             # the kind too: the serving rule lets an inference replica preempt more
             key: tuple[object, ...] = (cq, job.priority, shape, job.node_selector, job.tolerations, job.rules)
-            key += (job.gang_size, job.kind, job.pod_sets)
+            key += (job.gang_size, job.kind, job.pod_sets, borrow)
             if key in self.memo.preemption_failed:
                 continue
-            victims = self._victims(job, cq, shape, minimum)
+            victims = self._victims(job, cq, shape, minimum, borrow)
             if victims:
                 self.preemptors[cq] = self.preemptors.get(cq, 0) + 1
                 return Preempt(tuple(victims))
@@ -396,8 +398,16 @@ class _Cycle:
         return request
 
     def _victims(
-        self, job: Workload, cq: str, shape: Shape, request: dict[str, int], min_runtime: bool = True
+        self,
+        job: Workload,
+        cq: str,
+        shape: Shape,
+        request: dict[str, int],
+        borrowing_pass: bool,
+        min_runtime: bool = True,
     ) -> list[Victim] | None:
+        """In the borrowing pass, reclaim only from jobs of at most the job's priority: that pass orders
+        them after it, so a victim is never re-admitted ahead of its preemptor (``preemption``)."""
         sets = podsets.members(job, shape.gpu_model, self.placer.shape_for) if job.pod_sets else ()
         if isinstance(sets, str):
             return None
@@ -422,6 +432,7 @@ class _Cycle:
             placed_on=probes.placed_on,
             serving_rule=self.policy.inference_preempts_training,
             min_runtime=min_runtime,
+            reclaim_max_priority=job.priority if borrowing_pass else None,
         )
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:

@@ -35,7 +35,13 @@ def quota_reason(
         f"quota: queue {cq} uses {_fmt(used, scale)} of {_fmt(nominal, scale)} {unit}{name}"
         f" and needs {_fmt(requested, scale)} more"
     )
-    message += f"; cohort {cohort} has {_fmt(borrowable, scale)} borrowable" if cohort else "; no cohort"
+    if cohort and used + requested <= nominal:
+        # Within its nominal quota and still no room: other queues of the cohort borrow the rest.
+        lent = nominal - used
+        message += f"; {_fmt(lent, scale)} of its nominal quota is lent to other queues of cohort {cohort}"
+        message += " and in use (it returns as their jobs finish)"
+    else:
+        message += f"; cohort {cohort} has {_fmt(borrowable, scale)} borrowable" if cohort else "; no cohort"
     return Reason(
         ReasonKind.QUOTA,
         message,

@@ -35,7 +35,12 @@ For a job that fits neither quota nor nodes as they are:
 
 No loops: a priority victim has lower priority than its preemptor, so it can never preempt it back;
 a reclaim victim's queue was borrowing while the preemptor's stays within nominal, so the victim's
-queue cannot reclaim from it (it is not borrowing).
+queue cannot reclaim from it (it is not borrowing). Nor is a victim re-admitted ahead of its
+preemptor in the next cycle: a preemptor of the nominal pass comes before every job of the borrowing
+pass, and one of the borrowing pass (a job below a deferred job of its queue) reclaims only from jobs
+of at most its own priority (``reclaim_max_priority``), which that pass orders after it (priority
+first; of equal priority the job within its queue's nominal quota goes first). Without that bound a
+higher-priority borrower took the reclaimed room back every other cycle (found by Hypothesis).
 """
 
 from __future__ import annotations
@@ -186,16 +191,20 @@ def select_victims(
     placed_on: Callable[[], set[str]] = set,
     serving_rule: bool = False,
     min_runtime: bool = True,
+    reclaim_max_priority: int | None = None,
 ) -> list[Victim] | None:
     """The cheapest minimal set of victims after which ``fits()`` holds (in cost order), or ``None``.
 
     ``min_runtime=False`` ignores the minimum runtime (only to tell a waiting job which protected jobs
-    it would preempt once they have run it: :func:`protected_until`)."""
+    it would preempt once they have run it: :func:`protected_until`). ``reclaim_max_priority`` bounds
+    the priority of reclaim candidates (the borrowing pass: see the module's "No loops")."""
     keys = [gpu_key] if gpu_key else [k for k in request if request[k] > 0]
     if not min_runtime:
         now = math.inf  # ``protected`` is false for every holder
     # 1.-2. Candidates in cost order.
     candidates = _reclaim_candidates(cq, cohort, request, gpu_key, keys, index, taken, quota, now)
+    if reclaim_max_priority is not None:
+        candidates = [v for v in candidates if v.holder.workload.priority <= reclaim_max_priority]
     candidates += _priority_candidates(job, cq, gpu_key, index, taken, now)
     if serving_rule and job.kind == INFERENCE:
         seen = {v.holder.workload.id for v in candidates}  # a borrowing trainer is a reclaim candidate already

@@ -242,3 +242,56 @@ def test_a_job_within_nominal_goes_before_an_equal_priority_borrower_in_the_borr
     assert plan.preemptions == ()
     after = apply_plan(snap, plan, NOW)
     assert run_cycle(after, Policy(), NOW + 1).preemptions == ()
+
+
+def _lent_to_a_higher_priority_borrower(*, deferred_above: bool):
+    """qb (nominal 4) lends 2 GPUs to qa's borrower hb (priority 2); qb's own b3 (priority 0, 2 GPUs)
+    fits qb's nominal quota. With ``deferred_above``, qb also has a1 (priority 3, 4 GPUs), which would
+    have to borrow and finds nothing to borrow, so b3 waits for the borrowing pass behind it."""
+    workloads = [
+        running("a0", "lb", [("n0", (0, 1))], priority=1, preemptible=False),
+        running("r", "la", [("n1", (0, 1))], preemptible=False),
+        running("hb", "la", [("n1", (2, 3))], priority=2),  # qa uses 4 of 2: borrows qb's 2
+        job("b3", "lb", gpu=2, created=103),
+    ]
+    if deferred_above:
+        workloads.append(job("a1", "lb", gpu=4, priority=3, created=1))
+    return snapshot(
+        [node("n0", gpus=4), node("n1", gpus=4)],
+        [cq("qa", {"A100-80GB": 2}, cohort="co"), cq("qb", {"A100-80GB": 4}, cohort="co")],
+        [lq("la", "qa"), lq("lb", "qb")],
+        workloads,
+    )
+
+
+def test_a_job_in_the_borrowing_pass_does_not_reclaim_from_a_higher_priority_borrower():
+    """Hypothesis found this loop: b3 waits for the borrowing pass behind a1 and reclaimed qb's lent
+    GPUs from hb; the next cycle hb, of higher priority, came first in the borrowing pass and borrowed
+    them back, every other cycle. In the borrowing pass a job reclaims only from jobs of at most its
+    own priority (that pass orders them after it), so nothing is preempted and b3 is told why."""
+    snap = _lent_to_a_higher_priority_borrower(deferred_above=True)
+    now = NOW
+    for _ in range(4):
+        plan = run_cycle(snap, Policy(), now)
+        assert plan.preemptions == ()
+        assert admitted_ids(plan) == []
+        snap, now = apply_plan(snap, plan, now), now + 1
+    reason = pending_info(plan, "b3").reason
+    assert reason.kind == ReasonKind.QUOTA
+    assert reason.waits
+    assert reason.message == (
+        "quota: queue qb uses 2 of 4 A100-80GB GPUs and needs 2 more;"
+        " 2 of its nominal quota is lent to other queues of cohort co and in use (it returns as their jobs finish)"
+    )
+
+
+def test_a_job_within_nominal_still_reclaims_lent_quota_in_the_nominal_pass():
+    snap = _lent_to_a_higher_priority_borrower(deferred_above=False)
+    first = run_cycle(snap, Policy(), NOW)
+    assert victims(first) == ["hb"]
+    snap = apply_plan(snap, first, NOW)
+    second = run_cycle(snap, Policy(), NOW + 1)
+    assert admitted_ids(second) == ["b3"]
+    assert second.preemptions == ()
+    snap = apply_plan(snap, second, NOW + 1)
+    assert run_cycle(snap, Policy(), NOW + 2).preemptions == ()
