@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from portal.celery import app as celery_app
 from portal.tokens.services import api_token_create
 from tests.factories import World, build_world
+
+# Hypothesis: the suite (and CI) runs derandomized, so the same tree passes or fails the same way every
+# time; `HYPOTHESIS_PROFILE=explore` searches with fresh random examples (with ENGINE_EXAMPLES=400 for
+# the engine's properties). What an exploring run finds becomes a hand-written regression test.
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+hypothesis_settings.register_profile("explore", derandomize=False, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)
