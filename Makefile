@@ -6,6 +6,8 @@ PIP := $(VENV)/bin/pip
 PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/portal
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# The suite runs in this many processes (pytest-xdist; each has its own test database and Redis database).
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test install install-dev system-deps lint bench chaos secrets env clean
 
@@ -46,7 +48,7 @@ test: install-dev system-deps
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(VENV)/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
+		$(VENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

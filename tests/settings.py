@@ -16,4 +16,15 @@ os.environ.setdefault("STATIC_STORAGE", "simple")
 # test's transaction (tests of the background refresh turn it on).
 os.environ.setdefault("DRY_RUN_REFRESH_BEHIND", "0")
 
-from portal.settings import *  # noqa: F403
+# Under pytest-xdist (`-n 2`) each worker has its own test database (pytest-django adds the worker's
+# name) and here its own Redis database: the real Celery workers one test starts must never take the
+# tasks of a test running in the other worker.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and os.environ.get("REDIS_URL"):
+    from urllib.parse import urlsplit
+
+    _redis = urlsplit(os.environ["REDIS_URL"])
+    _db = (int(_redis.path.strip("/") or 0) + 1 + int(_worker[2:])) % 16
+    os.environ["REDIS_URL"] = _redis._replace(path=f"/{_db}").geturl()
+
+from portal.settings import *  # noqa: E402, F403
