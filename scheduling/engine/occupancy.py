@@ -78,8 +78,8 @@ class ModelSummary:
     free_fragment_milli: int  # free part of partly held devices on schedulable non-MIG nodes
     mig_free_milli: int  # free MIG memory slices' share on schedulable MIG nodes
     cordoned_free_milli: int
-    fragmentation_milli: float  # FGD's measure over the schedulable non-MIG nodes
-    measured_free_milli: int  # the free milli FGD's measure was taken over
+    fragmentation_milli: float  # FGD's measure over the schedulable non-MIG nodes, in physical milli-GPU
+    measured_free_milli: int  # the free physical milli-GPU FGD's measure was taken over
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,15 +185,21 @@ def _summaries(rows: list[NodeOccupancy], typical: tuple[TypicalPod, ...]) -> tu
                     free_whole += 1
                 else:
                     fragments += d.free_milli
+        # Fragmentation and the free GPU it is measured over in physical GPUs: on a pool that overcommits
+        # fractions a device holds more than 1000 milli of shares, which would make an empty 12-GPU
+        # pool of 1.25 read "15 GPUs fragmented".
+        scale = np.array([FULL / r.devices[0].capacity_milli if r.devices else 1.0 for r in measured])
+        free_measured = round(
+            sum(s * sum(d.free_milli for d in r.devices) for s, r in zip(scale, measured, strict=True))
+        )
         frag = 0.0
-        free_measured = sum(d.free_milli for r in measured for d in r.devices)
         if measured and typical:
             width = max(r.node.gpu_count for r in measured)
             gpu = np.full((len(measured), width), -1, dtype=np.int64)
             for i, r in enumerate(measured):
                 gpu[i, : r.node.gpu_count] = [d.free_milli for d in r.devices]
             cpu = np.array([r.node.cpu_milli - r.cpu_used_milli for r in measured], dtype=np.int64)
-            frag = float(frag_milli(cpu, gpu, np.full(len(measured), row_index, dtype=np.int64), tp).sum())
+            frag = float((frag_milli(cpu, gpu, np.full(len(measured), row_index, dtype=np.int64), tp) * scale).sum())
         out.append(
             ModelSummary(
                 gpu_model=model,

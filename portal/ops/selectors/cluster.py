@@ -130,9 +130,22 @@ def _matches(row: dict, *, gpu_model: str, pool: str, rack: str, state: str) -> 
 
 def model_rows(occ: Occupancy) -> list[dict]:
     """Per GPU model: GPUs, allocated, free whole, free in fragments, MIG free, cordoned free, and FGD's
-    fragmentation (GPUs, and as a share of the free GPU it was measured over)."""
+    fragmentation (GPUs, and as a share of the free GPU it was measured over). ``overcommit_gpus``: how
+    much the allocated and free columns add up to beyond the model's GPUs, which a pool that overcommits
+    fractions hands out (a device of a 1.25 pool holds 1.25 GPUs of fractions)."""
     return [
         {
+            "overcommit_gpus": _gpus(
+                max(
+                    0,
+                    m.allocated_milli
+                    + 1000 * m.free_whole
+                    + m.free_fragment_milli
+                    + m.mig_free_milli
+                    + m.cordoned_free_milli
+                    - 1000 * m.gpus,
+                )
+            ),
             "gpu_model": m.gpu_model,
             "nodes": m.nodes,
             "gpus": m.gpus,

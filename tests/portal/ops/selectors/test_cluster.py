@@ -85,3 +85,35 @@ def test_a_nodes_page_lists_the_users_jobs_and_counts_the_others(world, busy):
     assert [j["id"] for j in node["job_list"]] == [busy[3].pk]
     assert node["hidden_jobs"] == 2
     assert node_view(user=world.users["bob"], name="no-such-node") is None
+
+
+def test_a_model_in_a_pool_that_overcommits_fractions_says_by_how_much_its_columns_exceed_its_gpus(world):
+    # t4-0 (4 T4 GPUs) in a pool handing out 1.25 GPUs of fractions per device; one 0.25 job on GPU 0:
+    # allocated 0.25, free whole 3, free in fragments 1.25 - 0.25 = 1.0: 4.25 of 4 GPUs, 0.25 beyond.
+    from decimal import Decimal
+
+    from scheduling.models import NodePool
+
+    NodePool.objects.create(name="notebooks", node_selector={"pool": "notebooks"}, overcommit_ratio=Decimal("1.25"))
+    SimNode.objects.filter(name="t4-0").update(labels={"pool": "notebooks"})
+    place(world.submit("vision", name="nb", gpu=0, gpu_milli=250), "t4-0", (0,), milli=250, model="T4")
+    t4 = next(m for m in cluster_view(user=world.users["admin"])["models"] if m["gpu_model"] == "T4")
+    assert (t4["allocated_gpus"], t4["free_whole_gpus"], t4["free_fragment_gpus"]) == (0.25, 3, 1.0)
+    assert t4["overcommit_gpus"] == 0.25
+    a100 = next(m for m in cluster_view(user=world.users["admin"])["models"] if m["gpu_model"] == "A100-80GB")
+    assert a100["overcommit_gpus"] == 0
+
+
+def test_fragmentation_on_a_pool_that_overcommits_fractions_is_counted_in_physical_gpus(world):
+    # t4-0 (4 T4 GPUs, empty) in a 1.25 pool; the only job mix is whole A100 GPUs, which cannot use a T4:
+    # every free T4 GPU is fragmented for every typical pod: 4 GPUs, 100 % of free (not 5 = 4 x 1.25).
+    from decimal import Decimal
+
+    from scheduling.models import NodePool
+
+    NodePool.objects.create(name="notebooks", node_selector={"pool": "notebooks"}, overcommit_ratio=Decimal("1.25"))
+    SimNode.objects.filter(name="t4-0").update(labels={"pool": "notebooks"})
+    world.submit("vision", name="wants-a100", gpu=1, allowed_gpu_models=(world.models["A100-80GB"],))
+    t4 = next(m for m in cluster_view(user=world.users["admin"])["models"] if m["gpu_model"] == "T4")
+    assert (t4["gpus"], t4["free_whole_gpus"]) == (4, 4)
+    assert (t4["fragmentation_gpus"], t4["fragmentation_pct"]) == (4.0, 100.0)
