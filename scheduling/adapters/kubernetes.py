@@ -1,8 +1,9 @@
 """The Kubernetes cluster backend: reads the cluster through two caches, writes pods through the API.
 
 The ``scheduling.adapters.kubernetes*`` modules are the only ones that import the ``kubernetes``
-client: this one (the backend), ``kubernetes_api`` (configuration, calls with retries) and
-``kubernetes_informer`` (the caches). The pure ``scheduling.adapters.k8s`` package translates what
+client: this one (the backend), ``kubernetes_api`` (configuration, calls with retries),
+``kubernetes_informer`` (the caches), and the writers of team namespaces, Services and Ray objects
+(``kubernetes_namespaces``, ``kubernetes_services``, ``kubernetes_ray``). The pure ``scheduling.adapters.k8s`` package translates what
 they read and write.
 
 Reading the cluster (``nodes``, ``foreign_usage``, ``observe``):
@@ -23,6 +24,7 @@ Writing the cluster (``start``, ``stop``, ``reconcile``):
 - ``reconcile`` converges after any crash: pods missing for an admitted job are created and its
   unbound ones bound; pods of unknown jobs, and live pods of finished jobs or older attempts, are
   deleted;
+- a training job's headless Service is created before its workers (``kubernetes_services``);
 - a Ray job is one KubeRay object instead of pods (``kubernetes_ray``): created on start, deleted on
   stop, observed through its status, converged by reconcile.
 """
@@ -51,13 +53,14 @@ from scheduling.adapters.k8s.manifests import PodJob, binding_manifest, event_ma
 from scheduling.adapters.k8s.namespaces import NamespaceObjects, ObjectReport
 from scheduling.adapters.k8s.nodes import gpu_node_from
 from scheduling.adapters.k8s.observations import ActiveJob, job_observations
-from scheduling.adapters.k8s.pods import ANN_NODE, LABEL_JOB, MANAGED_BY, pod_job_attempt, pod_name, pod_phase
-from scheduling.adapters.k8s.training import headless_service_manifest, procs_per_node
+from scheduling.adapters.k8s.pods import ANN_NODE, pod_job_attempt, pod_name, pod_phase
+from scheduling.adapters.k8s.training import procs_per_node
 from scheduling.adapters.k8s.usage import foreign_usage_from
 from scheduling.adapters.kubernetes_api import NETWORK_ERRORS, K8sOptions, api_client_from_settings, call, logger
 from scheduling.adapters.kubernetes_informer import Informer
 from scheduling.adapters.kubernetes_namespaces import NamespaceWriter
 from scheduling.adapters.kubernetes_ray import RayJobs, RayWriter
+from scheduling.adapters.kubernetes_services import ServiceWriter
 from scheduling.engine.model import ForeignUsage, GpuNode
 
 T = TypeVar("T")
@@ -103,6 +106,7 @@ class KubernetesBackend:
         self.core = client.CoreV1Api(api_client)
         self.node_informer = Informer("nodes", self.core.list_node, self.options)
         self.pod_informer = Informer("pods", self.core.list_pod_for_all_namespaces, self.options)
+        self.services = ServiceWriter(self.core, self.options)
         self.ray = RayJobs(RayWriter(api_client, self.options), self.options, self._pod_job)
         self._started = False
         self._lock = threading.Lock()
@@ -339,7 +343,7 @@ class KubernetesBackend:
                 self.ray.start(job)  # KubeRay creates the pods
                 continue
             if job.kind == Job.Kind.TRAINING:
-                self.ensure_service(job)  # before its workers, which resolve each other through it
+                self.services.ensure(job)  # before its workers, which resolve each other through it
             work += [(job, manifest) for manifest in self.pods_for(job)]
         if len(work) <= 1 or self.options.start_threads <= 1:
             for job, manifest in work:
@@ -350,23 +354,6 @@ class KubernetesBackend:
             errors = [error for future in futures if (error := future.exception()) is not None]
         if errors:
             raise errors[0]
-
-    def ensure_service(self, job: Job) -> bool:
-        """Create a training job's headless Service (409 AlreadyExists is success); True if created.
-        A refusal is logged: the workers still start, and reconcile tries again."""
-        body = headless_service_manifest(job_id=job.pk, namespace=job.team.namespace, labels={})
-        try:
-            self._call(
-                lambda: self.core.create_namespaced_service(
-                    job.team.namespace, body, _preload_content=False, _request_timeout=self._timeout
-                ),
-                f"create service {job.team.namespace}/{body['metadata']['name']}",
-            )
-        except ApiException as exc:
-            if exc.status != 409:
-                logger.warning("kubernetes: job %s: cannot create its service: %s %s", job.pk, exc.status, exc.reason)
-            return False
-        return True
 
     def _start_pods(self, job: Job, manifests: list[dict], *, skip_create: bool = False) -> int:
         """Create (unless ``skip_create``) and bind ``manifests``; returns pods created. A refusal (403
@@ -445,48 +432,10 @@ class KubernetesBackend:
             pods, [job_id for job_id, (_, state) in jobs.items() if state == JobState.ADMITTED]
         )
         # 5. the headless Services of training jobs: made for active ones, deleted for the others
-        services = self._services_converge()
+        services = self.services.converge()
         # 6. the KubeRay objects of Ray jobs: made for admitted ones, deleted for the others
         ray = self.ray.converge()
         return {"created": created, "deleted": deleted, **services, **ray}
-
-    def _services_converge(self) -> dict[str, int]:
-        """Reconcile, step 5: a Service for every active training job, none for any other job."""
-        selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{LABEL_JOB}"
-        response = self._call(
-            lambda: self.core.list_service_for_all_namespaces(
-                label_selector=selector, _preload_content=False, _request_timeout=self._timeout
-            ),
-            "list services",
-        )
-        existing = {
-            int(item["metadata"]["labels"][LABEL_JOB]): item["metadata"]
-            for item in json.loads(response.data).get("items") or []
-            if str(item["metadata"].get("labels", {}).get(LABEL_JOB, "")).isdigit()
-        }
-        active = list(Job.objects.select_related("team").filter(kind=Job.Kind.TRAINING, state__in=ACTIVE_STATES))
-        made = sum(self.ensure_service(job) for job in active if job.pk not in existing)
-        keep = {job.pk for job in active}
-        removed = 0
-        for job_id, meta in existing.items():
-            if job_id not in keep:
-                removed += self._delete_service(meta["namespace"], meta["name"])
-        return {"services_created": made, "services_deleted": removed}
-
-    def _delete_service(self, namespace: str, name: str) -> int:
-        """Delete one Service; 1 if it was there, 0 if gone (404) or refused (logged)."""
-        try:
-            self._call(
-                lambda: self.core.delete_namespaced_service(
-                    name, namespace, _preload_content=False, _request_timeout=self._timeout
-                ),
-                f"delete service {namespace}/{name}",
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                logger.warning("kubernetes: cannot delete service %s/%s: %s", namespace, name, exc)
-            return 0
-        return 1
 
     def _delete_orphans(self, managed: list[dict], jobs: dict[int, tuple[int, str]]) -> int:
         """Reconcile, step 3: delete live pods of unknown jobs, inactive jobs or older attempts."""
