@@ -15,6 +15,8 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from billing.core.advice import budget_used_pct
+
 
 class CapacityType(models.TextChoices):
     ON_DEMAND = "on-demand"
@@ -307,6 +309,12 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} {self.month:%Y-%m}: {self.threshold_pct} % (${self.spend_usd} of ${self.budget_usd})"
+
+    @property
+    def used_pct(self) -> float:
+        """The month's spend over the budget when the alert was raised, in percent (past the threshold:
+        one check may cross both)."""
+        return budget_used_pct(spend_usd=self.spend_usd, budget_usd=self.budget_usd)
 
 
 class IdlePolicy(models.Model):

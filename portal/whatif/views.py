@@ -5,7 +5,7 @@ Views parse the form, call the service or a selector and render; figures come fr
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -135,6 +135,24 @@ def _teams_shown(request: HttpRequest, run: WhatIfRun) -> list[str]:
     return [t for t in teams if t in mine]
 
 
+def admission_rows(examples: list) -> list[dict]:
+    """The check's differing admissions (job id, recorded, replayed; POSIX seconds, None = never) as
+    table rows with times and the replay's lead (negative: the replay admitted earlier)."""
+
+    def moment(seconds: float | None) -> datetime | None:
+        return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
+
+    return [
+        {
+            "job": int(job_id),
+            "recorded": moment(recorded),
+            "replayed": moment(replayed),
+            "delta_s": None if recorded is None or replayed is None else replayed - recorded,
+        }
+        for job_id, recorded, replayed in examples
+    ]
+
+
 @login_required
 def whatif_run(request, pk: int) -> HttpResponse:
     run = selectors.whatif_run_get(user=request.user, pk=pk)
@@ -158,6 +176,7 @@ def whatif_run(request, pk: int) -> HttpResponse:
             name: figure_html(figure) for name, figure in charts.comparison_figures(result, teams).items()
         }
         context["check"] = result["check"]
+        context["differences"] = admission_rows(result["check"].get("examples") or [])
         context["cluster"] = result["cluster"]
     if request.htmx and not done:
         return render(request, "whatif/_progress.html", context)

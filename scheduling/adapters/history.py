@@ -7,8 +7,9 @@ before its start. Per job, from its attempts (``JobAttempt``: queued, admitted, 
   replay on that attempt's recorded placements and ends at that attempt's end;
 - otherwise it arrives when the wait that led to its first admission in the window began (its
   submission, or the end of the attempt it was requeued after), or at its submission if it was never
-  admitted; its demand is the run time of its last attempt (the one that ended it, or still runs);
-  a job that never ran and was finished (cancelled) leaves the queue then.
+  admitted; its demand is how long its last attempt (the one that ended it, or still runs) held its
+  placement, from admission to end, and its pods ran that attempt's lag after admission; a job
+  that never ran and was finished (cancelled) leaves the queue then.
 
 The recorded side is the same attempts as ``Attempt`` values, and the jobs that were waiting at the
 window's end with the time their wait began.
@@ -128,24 +129,41 @@ def history_load(*, start: datetime, end: datetime) -> History:
                 started_at=(first.started_at or first.admitted_at).timestamp(),
             )
             ends = first.ended_at.timestamp() if first.ended_at else None
-            history_jobs.append(HistoryJob(pending, first.queued_at.timestamp(), demand, running=running, ends_s=ends))
+            history_jobs.append(
+                HistoryJob(
+                    pending,
+                    first.queued_at.timestamp(),
+                    demand,
+                    running=running,
+                    ends_s=ends,
+                    start_lag_s=_start_lag(mine),
+                )
+            )
             continue
         arrival = (first.queued_at if first is not None else job.created_at).timestamp()
         never_ran = not mine
         leave = job.finished_at.timestamp() if never_ran and job.finished_at is not None else None
-        history_jobs.append(HistoryJob(pending, arrival, demand, leave_s=leave))
+        history_jobs.append(HistoryJob(pending, arrival, demand, leave_s=leave, start_lag_s=_start_lag(mine)))
     return History(tuple(history_jobs), tuple(recorded), tuple(waiting))
 
 
 def _demand(job: Job, attempts: list[JobAttempt]) -> float | None:
-    """How long the job's pods run: its last attempt's run (None while it still runs: to the end)."""
+    """How long the job holds its placement: its last attempt's admission to end (quota and devices are
+    held from admission, before the pods run); None while it still runs (to the end)."""
     if not attempts:
         return None
     last = attempts[-1]
     if last.ended_at is None:
         return None
-    started = last.started_at or last.admitted_at
-    return max(0.0, (last.ended_at - started).total_seconds())
+    return max(0.0, (last.ended_at - last.admitted_at).total_seconds())
+
+
+def _start_lag(attempts: list[JobAttempt]) -> float:
+    """How long after its last admission the job's pods ran (0 when they never did)."""
+    last = attempts[-1] if attempts else None
+    if last is None or last.started_at is None:
+        return 0.0
+    return max(0.0, (last.started_at - last.admitted_at).total_seconds())
 
 
 def base_snapshot_load(*, backend: ClusterView) -> m.Snapshot:

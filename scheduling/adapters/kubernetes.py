@@ -3,8 +3,8 @@
 The ``scheduling.adapters.kubernetes*`` modules are the only ones that import the ``kubernetes``
 client: this one (the backend), ``kubernetes_api`` (configuration, calls with retries),
 ``kubernetes_informer`` (the caches), and the writers of team namespaces, Services and Ray objects
-(``kubernetes_namespaces``, ``kubernetes_services``, ``kubernetes_ray``). The pure ``scheduling.adapters.k8s`` package translates what
-they read and write.
+(``kubernetes_namespaces``, ``kubernetes_services``, ``kubernetes_ray``). The pure
+``scheduling.adapters.k8s`` package translates what they read and write.
 
 Reading the cluster (``nodes``, ``foreign_usage``, ``observe``):
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduling.engine.cycle import run_cycle
-from scheduling.engine.model import Policy, Snapshot, Workload, WorkloadState
+from scheduling.engine.model import Policy, ReplicaPlacement, Snapshot, Workload, WorkloadState
 from scheduling.engine.shares import placement_billed_units
 
 COMPLETED = "completed"
@@ -47,8 +47,10 @@ class HistoryJob:
 
     ``workload``: the job as the engine saw it when it was pending (state pending, no placements;
     ``created_at`` is its submission, which the admission order reads). ``arrival_s``: when its wait
-    began. ``run_s``: how long its pods ran in the attempt that ended it (its demand; a job still
-    running when the window ends runs to the end). ``leave_s``: a job that never ran leaves the queue
+    began. ``run_s``: how long it held its placement in the attempt that ended it, from admission to
+    end (quota and devices are held from admission; a job still running when the window ends runs to
+    the end). ``start_lag_s``: how long after admission its pods ran then (image pull, binding): the
+    replay's GPU-hours count from there, as the bill does. ``leave_s``: a job that never ran leaves the queue
     then (cancelled). ``running``: for a job running at the window's start, that workload (state
     running, recorded placements) and ``ends_s`` its recorded end."""
 
@@ -58,6 +60,7 @@ class HistoryJob:
     leave_s: float | None = None
     running: Workload | None = None
     ends_s: float | None = None
+    start_lag_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,8 @@ class Attempt:
     borrowed: bool = False
     capacity_type: str = ""  # on-demand | spot | reserved (prices differ)
     started_s: float | None = None  # pods running; None = at admission (the replay starts pods at once)
+    placements: tuple[ReplicaPlacement, ...] = ()  # where its replicas ran (the replay's; empty when recorded)
+    reason: str = ""  # a replayed preemption: the engine's reason
 
     @property
     def run_from_s(self) -> float:
@@ -114,6 +119,7 @@ class _Live:
     workload: Workload
     queued_s: float
     admitted_s: float = 0.0
+    started_s: float | None = None  # pods running (None: at admission)
     ends_s: float | None = None
     generation: int = 0  # bumps on every admission, so a stale completion event is ignored
 
@@ -200,7 +206,7 @@ class _HistoryReplay:
             live = self.running.pop(preemption.workload_id, None)
             if live is None:
                 continue
-            self._record(live, now, PREEMPTED)
+            self._record(live, now, PREEMPTED, preemption.reason)
             self.pending[preemption.workload_id] = _Live(live.job, live.job.workload, now, generation=live.generation)
         for admission in plan.admissions:
             live = self.pending.pop(admission.workload_id)
@@ -212,6 +218,7 @@ class _HistoryReplay:
                 started_at=now,
             )
             live.admitted_s = now
+            live.started_s = now + live.job.start_lag_s if live.job.start_lag_s > 0 else None
             live.generation += 1
             run_s = live.job.run_s
             live.ends_s = None if run_s is None else now + run_s
@@ -221,7 +228,7 @@ class _HistoryReplay:
             self.borrowed[admission.workload_id] = admission.borrowed
         return bool(plan.preemptions)
 
-    def _record(self, live: _Live, ended_s: float | None, outcome: str) -> None:
+    def _record(self, live: _Live, ended_s: float | None, outcome: str, reason: str = "") -> None:
         w = live.workload
         self.attempts.append(
             Attempt(
@@ -236,5 +243,9 @@ class _HistoryReplay:
                 nodes=tuple(sorted({p.node for p in w.placements})),
                 borrowed=self.borrowed.get(w.id, False),
                 capacity_type=self.capacity_types.get(w.placements[0].node, "") if w.placements else "",
+                # A run cut before its pods ran holds nothing the bill counts.
+                started_s=None if live.started_s is None or ended_s is None else min(live.started_s, ended_s),
+                placements=w.placements,
+                reason=reason,
             )
         )

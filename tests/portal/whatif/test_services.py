@@ -135,3 +135,15 @@ def test_a_bad_change_is_refused_naming_the_field(world, changes, field):
         whatif_start(user=world.users["admin"], changes=changes, window_from=T0, window_to=T0 + timedelta(hours=1))
     assert refused.value.field == field
     assert refused.value.status_code == 400
+
+
+def test_a_jobs_demand_is_its_hold_from_admission_and_its_pods_lag_is_kept(tick_settings):
+    # On Kubernetes pods run some seconds after admission (image pull, binding); quota and devices are
+    # held from admission, so the replay holds them for admission -> end and bills from the pods' start.
+    world = build_world(a100_nodes=1, t4_nodes=0, nominal_a100=4)
+    end = record_history(world, submissions(1), ticks=100)
+    attempt = JobAttempt.objects.filter(ended_at__isnull=False, requeued=False).order_by("pk").first()
+    JobAttempt.objects.filter(pk=attempt.pk).update(started_at=attempt.admitted_at + timedelta(seconds=30))
+    loaded = {j.workload.id: j for j in history_load(start=T0, end=end).jobs}[str(attempt.job_id)]
+    assert loaded.run_s == (attempt.ended_at - attempt.admitted_at).total_seconds()
+    assert loaded.start_lag_s == 30.0

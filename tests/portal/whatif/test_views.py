@@ -135,3 +135,28 @@ def test_a_failed_run_says_why_and_stops_polling(client, world):
     page = logged_in(client, world, "admin").get(f"/whatif/{run.pk}/").content.decode()
     assert "The replay failed: no nodes" in page
     assert "hx-trigger" not in page.split('id="progress"')[1].split(">")[0]
+
+
+def test_admissions_the_replay_does_not_reproduce_are_listed_with_their_times(
+    client, world, django_capture_on_commit_callbacks
+):
+    from portal.jobs.models import JobAttempt
+
+    busy_history(world)
+    # The portal admitted one job five minutes after the cycle would have (say its scheduler was down).
+    attempt = JobAttempt.objects.filter(admitted_at__gt=timezone.now() - timedelta(hours=2)).order_by("pk").first()
+    replayed_at = attempt.admitted_at
+    late = replayed_at + timedelta(minutes=5)
+    JobAttempt.objects.filter(pk=attempt.pk).update(admitted_at=late)
+    c = logged_in(client, world, "admin")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = c.post("/whatif/", {"days": "1"})
+    run = WhatIfRun.objects.get()
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    page = c.get(response["Location"]).content.decode()
+    assert run.result["check"]["differ"] >= 1
+    row = re.search(rf'<a href="/jobs/{attempt.job_id}/">#{attempt.job_id}</a></td>(.*?)</tr>', page, re.S)
+    assert row, page
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1))
+    assert cells == [late.strftime("%Y-%m-%d %H:%M:%S"), replayed_at.strftime("%Y-%m-%d %H:%M:%S"), "-300 s"]
+    assert "POSIX" not in page

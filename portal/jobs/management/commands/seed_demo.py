@@ -7,16 +7,18 @@ database has no jobs yet, so running it twice changes nothing the second time.
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, LocalQueue, PriorityClass
+from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, JobTransition, LocalQueue, PriorityClass
 from portal.jobs.services import MAX_RUNTIME_S, JobSpec, job_submit
 from portal.jobs.states import JobState
 from portal.jobs.transitions import job_transition
@@ -213,7 +215,7 @@ class Command(BaseCommand):
 
         # vision: roomy; nlp: tight enough that the demo shows budget alerts (no hard stop).
         Budget.objects.get_or_create(team=teams["vision"], defaults={"monthly_gpu_usd": Decimal("20000")})
-        Budget.objects.get_or_create(team=teams["nlp"], defaults={"monthly_gpu_usd": Decimal("400")})
+        Budget.objects.get_or_create(team=teams["nlp"], defaults={"monthly_gpu_usd": Decimal("3000")})
 
     def seed_jobs(self, teams, users, queues, models) -> int:
         """A week of finished history (for charts and bills), then live jobs the scheduler will place."""
@@ -223,15 +225,49 @@ class Command(BaseCommand):
         return count + self.seed_live(teams, owners, queues, models, priorities)
 
     def seed_history(self, teams, owners, queues, models, priorities) -> int:
-        """Finished jobs of the last seven days: transitions stamped in the past, as the cluster reported."""
+        """Jobs of the last seven days, scheduled by the engine: submitted at their times, then replayed
+        through the cycle (``history_replay``), so what the pages and the what-if show of this history is
+        what the scheduler would have done (a replay with today's settings gives it back)."""
         rng = random.Random(7)
         now = timezone.now()
         speedup = runtime_speedup()
-        count = 0
+        ran: dict[str, tuple[float, str]] = {}  # job id -> (seconds its pods ran, how it ended)
         shapes: list[dict[str, Any]] = [
             {"gpu": 1}, {"gpu": 2}, {"gpu": 4}, {"gpu_milli": 500}, {"gpu_milli": 250}, {"mig_profile": "3g.40gb"},
         ]  # fmt: skip
-        # Finished history: transitions stamped in the past, GPU model and share recorded at admission.
+
+        def submit(slug: str, shape: dict[str, Any], model: str, submitted, runtime: int) -> None:
+            # ``runtime``: what the job runs, in the cluster's seconds. What it asks for: the simulated
+            # cluster runs a job of runtime_s in runtime_s / speedup seconds, and jobs mostly end before
+            # their limit (here at 60-100 % of it), so the team's history tells the start estimates
+            # this cluster's real pace.
+            requested = min(MAX_RUNTIME_S, round(runtime * speedup / rng.uniform(0.6, 1.0)))
+            job = job_submit(
+                owner=owners[slug],
+                spec=JobSpec(
+                    team=teams[slug],
+                    local_queue=queues[slug],
+                    image="nvcr.io/nvidia/pytorch:24.08-py3",
+                    priority_class=priorities["default"],
+                    name=f"{slug}-history-{len(ran)}",
+                    command=("python", "train.py"),
+                    runtime_s=requested,
+                    cpu_milli=4000,
+                    memory_mib=16384,
+                    allowed_gpu_models=(models[model],),
+                    **shape,
+                ),
+                at=submitted,
+                request_cycle=False,
+            )
+            outcome = rng.random()
+            if outcome < 0.08:
+                ran[str(job.pk)] = (runtime / 3, JobState.FAILED)
+            elif outcome < 0.14:
+                ran[str(job.pk)] = (runtime / 2, JobState.CANCELLED)
+            else:
+                ran[str(job.pk)] = (float(runtime), JobState.SUCCEEDED)
+
         for day in range(7, 0, -1):
             for slug in ("vision", "nlp"):
                 for _ in range(rng.randint(3, 6)):
@@ -239,32 +275,21 @@ class Command(BaseCommand):
                     model = (
                         "A100-80GB" if "mig_profile" in shape else rng.choice(["H100-80GB", "A100-80GB", "A10", "T4"])
                     )
-                    submitted = now - timedelta(days=day, hours=rng.uniform(0, 20))
-                    runtime = rng.randint(1, 6) * 1800  # what the job ran, in the cluster's seconds
-                    # What it asked for: the simulated cluster runs a job of runtime_s in runtime_s /
-                    # speedup seconds, and jobs mostly end before their limit (here at 60-100 % of it).
-                    # So the team's history tells the start estimates this cluster's real pace.
-                    requested = min(MAX_RUNTIME_S, round(runtime * speedup / rng.uniform(0.6, 1.0)))
-                    job = job_submit(
-                        owner=owners[slug],
-                        spec=JobSpec(
-                            team=teams[slug],
-                            local_queue=queues[slug],
-                            image="nvcr.io/nvidia/pytorch:24.08-py3",
-                            priority_class=priorities["default"],
-                            name=f"{slug}-history-{count}",
-                            command=("python", "train.py"),
-                            runtime_s=requested,
-                            cpu_milli=4000,
-                            memory_mib=16384,
-                            **shape,
-                        ),
-                        at=submitted,
-                        request_cycle=False,
+                    submit(
+                        slug,
+                        shape,
+                        model,
+                        now - timedelta(days=day, hours=rng.uniform(0, 20)),
+                        rng.randint(1, 6) * 1800,
                     )
-                    count += 1
-                    self.replay_history(job, models[model], submitted, runtime, rng)
-        return count
+            # A daily burst of whole-node training runs, more than the team's quota of the model holds at
+            # once: the last ones wait for the first to end (real waits for the queue and what-if pages).
+            slug, model, count = ("nlp", "H100-80GB", 3) if day % 2 else ("vision", "A100-80GB", 4)
+            burst = now - timedelta(days=day, hours=rng.uniform(2, 16))
+            for k in range(count):
+                submit(slug, {"gpu": 8}, model, burst + timedelta(seconds=20 * k), rng.randint(3, 6) * 1800)
+        history_replay(now, ran)
+        return len(ran)
 
     def seed_live(self, teams, owners, queues, models, priorities) -> int:
         """Live jobs: the scheduler admits what fits; the rest waits with a reason and an estimated start."""
@@ -445,37 +470,77 @@ class Command(BaseCommand):
             count += 1
         return count
 
-    def replay_history(self, job: Job, model: GpuModel, submitted, runtime: int, rng: random.Random) -> None:
-        admitted = submitted + timedelta(minutes=rng.uniform(0.5, 30))
-        gpus = job.gpu_share_per_replica * job.replicas
-        detail = {"gpu_model": model.name, "gpus": f"{gpus:.6f}", "replicas": job.replicas,
-                  "capacity_type": "on-demand", "nodes": [f"{model.name.split('-')[0].lower()}-0"]}  # fmt: skip
-        job.gpu_model = model
-        job.capacity_type = "on-demand"
-        job.save(update_fields=["gpu_model", "capacity_type"])
-        job_transition(
-            job=job,
-            to_state=JobState.ADMITTED,
-            at=admitted,
-            reason=f"admitted on {model.name}",
-            detail=detail,
+
+def history_replay(now, ran: dict[str, tuple[float, str]]) -> None:
+    """Schedule the submitted history with the engine and write what it decided.
+
+    The jobs of ``ran`` (id -> seconds its pods ran, final state) are replayed from their submissions to
+    ``now`` by the what-if's replay (``scheduling.sim.history``: the cycle's own code at every arrival
+    and end) on today's nodes and queues; each attempt is then written as the scheduler writes one
+    (``admission_apply``, ``preemption_apply``), its pods running from admission (as the simulated
+    cluster reports them) and ending after their run time. A job the replay leaves running or waiting
+    at ``now`` is cancelled."""
+    from scheduling.adapters.apply import admission_apply, preemption_apply
+    from scheduling.adapters.contract import node_capacity_type
+    from scheduling.adapters.factory import cluster_backend
+    from scheduling.adapters.history import base_snapshot_load, history_load
+    from scheduling.engine import model as m
+    from scheduling.selectors import policy_from_settings
+    from scheduling.sim.history import COMPLETED, PREEMPTED, replay_history
+
+    jobs = {str(job.pk): job for job in Job.objects.filter(pk__in=[int(i) for i in ran]).select_related("owner")}
+    start = min(job.created_at for job in jobs.values())
+    history = history_load(start=start, end=now)
+    replay_jobs = [replace(h, run_s=ran[h.workload.id][0]) for h in history.jobs]
+    backend = cluster_backend()
+    base = base_snapshot_load(backend=backend)
+    run = replay_history(
+        base,
+        replay_jobs,
+        policy_from_settings(),
+        start_s=start.timestamp(),
+        end_s=now.timestamp(),
+        node_capacity_types={node.name: node_capacity_type(node) for node in base.nodes},
+        preempt_delay_s=settings.SCHEDULER_INTERVAL_S,
+    )
+    nodes = {node.name: node for node in base.nodes}
+    gpu_models = {g.name: g for g in GpuModel.objects.all()}
+
+    def moment(seconds: float):
+        return datetime.fromtimestamp(seconds, tz=UTC)
+
+    for attempt in run.attempts:  # in admission order
+        job = jobs[attempt.job_id]
+        admitted = moment(attempt.admitted_s)
+        admission = m.Admission(attempt.job_id, attempt.gpu_model or None, attempt.placements, attempt.borrowed)
+        admission_apply(admission, now=admitted, nodes=nodes, gpu_models=gpu_models)
+        job.refresh_from_db()
+        # Metering reads the running transition's detail (the cluster's observation copies the admission's).
+        admitted_detail = (
+            JobTransition.objects.filter(job=job, to_state=JobState.ADMITTED).order_by("-at", "-id").first()
         )
-        started = admitted + timedelta(seconds=rng.uniform(5, 60))
         job_transition(
             job=job,
             to_state=JobState.RUNNING,
-            at=started,
+            at=admitted,
             reason="pods running",
             actor="cluster",
-            detail=detail,
+            detail=dict(admitted_detail.detail) if admitted_detail else {},
         )
-        outcome = rng.random()
-        if outcome < 0.08:
-            job_transition(job=job, to_state=JobState.FAILED, at=started + timedelta(seconds=runtime / 3),
-                           reason="container exited with code 1", actor="cluster")  # fmt: skip
-        elif outcome < 0.14:
-            job_transition(job=job, to_state=JobState.CANCELLED, at=started + timedelta(seconds=runtime / 2),
-                           reason="cancelled", actor=job.owner.username)  # fmt: skip
-        else:
-            job_transition(job=job, to_state=JobState.SUCCEEDED, at=started + timedelta(seconds=runtime),
-                           reason="completed", actor="cluster")  # fmt: skip
+        if attempt.outcome == PREEMPTED:
+            preemption = m.Preemption(attempt.job_id, "", attempt.reason)
+            preemption_apply(preemption, now=moment(attempt.ended_s or attempt.admitted_s), backend=backend)
+        elif attempt.outcome == COMPLETED and attempt.ended_s is not None:
+            final = ran[attempt.job_id][1]
+            endings: dict[str, tuple[str, str]] = {
+                JobState.FAILED: ("cluster", "container exited with code 1"),
+                JobState.CANCELLED: (job.owner.username, "cancelled"),
+                JobState.SUCCEEDED: ("cluster", "completed"),
+            }
+            actor, reason = endings[final]
+            job_transition(job=job, to_state=final, at=moment(attempt.ended_s), reason=reason, actor=actor)
+        else:  # still running at ``now``
+            job_transition(job=job, to_state=JobState.CANCELLED, at=now, reason="cancelled", actor=job.owner.username)
+    for job_id, _, _ in run.waiting:
+        job = Job.objects.get(pk=int(job_id))
+        job_transition(job=job, to_state=JobState.CANCELLED, at=now, reason="cancelled", actor=job.owner.username)
