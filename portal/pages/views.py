@@ -238,6 +238,9 @@ def job_detail(request, pk: int):
     context["allowed_models"] = ", ".join(g.name for g in job.allowed_gpu_models.all()) or "any"
     context["rules"] = selectors.job_placement_rules(job=job, levels=topology_level_labels())
     context["training_env"] = training_environment(job=job)
+    speedup = runtime_speedup()
+    context["runtime_here_s"] = job.runtime_s / speedup if speedup != 1 else None
+    context["speedup"] = speedup
     return render(request, "portal/job_detail.html", context)
 
 

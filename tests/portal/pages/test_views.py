@@ -603,3 +603,19 @@ def test_the_form_submits_a_ray_job_pasted_as_yaml_names_a_bad_group_and_the_pag
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "a RayJob running <code>python tune.py</code>" in page
     assert "head (no GPU, 4 CPU, 16384 MiB) + 2 × (4 GPU, 1 CPU, 4096 MiB) gpu" in page
+
+
+def test_the_requested_runtime_reads_as_a_duration_and_in_the_simulated_clusters_time(client, world, settings):
+    settings.CLUSTER_BACKEND = "simulated"
+    settings.SIM_SPEEDUP = 60.0
+    job = world.submit("vision", gpu=1, runtime_s=36_000)  # 10 h asked: 10 min of the simulated cluster's
+    client.force_login(world.users["alice"])
+    text = " ".join(client.get(f"/jobs/{job.pk}/").content.decode().split())
+    assert (
+        "<dt>Requested runtime</dt><dd>10 h 00 min (10 min on this simulated cluster, which runs jobs 60× faster)</dd>"
+        in text
+    )
+    settings.CLUSTER_BACKEND = "kubernetes"  # a real cluster runs jobs at their own pace
+    settings.K8S_IN_CLUSTER = False
+    text = " ".join(client.get(f"/jobs/{job.pk}/").content.decode().split())
+    assert "<dt>Requested runtime</dt><dd>10 h 00 min</dd>" in text
