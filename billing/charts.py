@@ -5,12 +5,13 @@ Figures are chart data: amounts become floats here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import plotly.graph_objects as go
 
 from billing.core.advice import HIGH_UTILIZATION_PCT, LOW_UTILIZATION_PCT
-from billing.core.allocation import IDLE, Allocation
+from billing.core.allocation import IDLE, Allocation, Figures
 
 LAYOUT = {"margin": {"l": 55, "r": 20, "t": 40, "b": 40}, "height": 340, "legend": {"orientation": "h"}}
 TOP_GROUPS = 12  # charts show the costliest groups and one "other" series: 100 stacked series are unreadable
@@ -70,17 +71,17 @@ def series_over_steps(allocation: Allocation, attribute: str, *, skip: tuple[str
     return series
 
 
-def cost_dashboard_figures(by_namespace: Allocation, by_model: Allocation) -> dict[str, go.Figure]:
+def cost_dashboard_figures(by_namespace: Allocation, by_model: Mapping[str, Figures]) -> dict[str, go.Figure]:
     """The cost page's charts: GPU-hours and cost per namespace over time, GPU-hours and cost per GPU
-    model (two charts: one unit per axis), efficiency per namespace, and idle against allocated
-    capacity when idle is shown (platform admins)."""
+    model (``by_model``: window totals per model; two charts: one unit per axis), efficiency per
+    namespace, and idle against allocated capacity when idle is shown (platform admins)."""
     times = [s for s, _, _ in by_namespace.steps]
     namespaces = by_namespace.group_totals()
     # One unit per axis: GPU-hours and USD are two charts. Idle capacity is not a model's use: it has
     # its own chart (idle against allocated), where it cannot dwarf the teams' bars.
-    used_models = sorted(by_model.totals)
-    hours_by_model = {"GPU-hours": [float(by_model.totals[m].gpu_hours) for m in used_models]}
-    cost_by_model = {"GPU cost": [float(by_model.totals[m].gpu_cost) for m in used_models]}
+    used_models = sorted(by_model)
+    hours_by_model = {"GPU-hours": [float(by_model[m].gpu_hours) for m in used_models]}
+    cost_by_model = {"GPU cost": [float(by_model[m].gpu_cost) for m in used_models]}
     figures = {
         "gpu_hours": stacked_over_time(
             times, series_over_steps(by_namespace, "gpu_hours", skip=(IDLE,)),

@@ -22,7 +22,7 @@ from billing.core.allocation import IDLE
 from billing.core.units import hours_between
 from billing.core.windows import month_start, next_month
 from billing.selectors import AllocationQuery, cost_allocation, team_efficiency_list
-from billing.selectors.allocation import SharedReads
+from billing.selectors.allocation import SharedReads, cost_totals
 from billing.selectors.breakdown import cost_by_label, cost_by_quota_use, cost_by_user, label_keys
 from billing.selectors.efficiency import job_recommendation_list
 from billing.selectors.forecast import month_forecast_list
@@ -57,7 +57,7 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
     by_namespace = cost_allocation(query, now=now, shared=shared)
     # The model charts show window totals: one step, not the page's steps (the same totals, fewer rows).
     whole = hours_between(query.start, query.end)
-    by_model = cost_allocation(
+    by_model = cost_totals(
         replace(query, aggregate="gpu_model", show_idle=False, step_hours=whole), now=now, shared=shared
     )
     figures = charts.cost_dashboard_figures(by_namespace, by_model)

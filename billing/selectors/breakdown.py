@@ -16,9 +16,9 @@ from datetime import datetime
 from decimal import Decimal
 
 from billing import sql
-from billing.core.allocation import Allocation, AllocationQuery
+from billing.core.allocation import AllocationQuery, Figures
 from billing.core.units import epoch_hour, epoch_us, hours_between
-from billing.selectors.allocation import SharedReads, cost_allocation
+from billing.selectors.allocation import SharedReads, cost_totals
 from billing.selectors.prices import price_segment_list
 from billing.selectors.rollups import group_label_keys
 
@@ -37,14 +37,14 @@ class GroupCost:
 
 def cost_by_user(query: AllocationQuery, *, now: datetime, shared: SharedReads | None = None) -> list[GroupCost]:
     """Cost per job owner over the query's window, costliest first."""
-    return _groups(cost_allocation(_totals_only(query, "owner"), now=now, shared=shared))
+    return _groups(cost_totals(_totals_only(query, "owner"), now=now, shared=shared))
 
 
 def cost_by_label(
     query: AllocationQuery, *, key: str, now: datetime, shared: SharedReads | None = None
 ) -> list[GroupCost]:
     """Cost per value of label ``key`` (``__unallocated__``: jobs without it), costliest first."""
-    return _groups(cost_allocation(_totals_only(query, f"label:{key}"), now=now, shared=shared))
+    return _groups(cost_totals(_totals_only(query, f"label:{key}"), now=now, shared=shared))
 
 
 def _totals_only(query: AllocationQuery, aggregate: str) -> AllocationQuery:
@@ -52,8 +52,8 @@ def _totals_only(query: AllocationQuery, aggregate: str) -> AllocationQuery:
     return replace(query, aggregate=aggregate, show_idle=False, step_hours=hours_between(query.start, query.end))
 
 
-def _groups(allocation: Allocation) -> list[GroupCost]:
-    groups = [GroupCost(name, f.gpu_hours, f.total_cost) for name, f in allocation.group_totals().items()]
+def _groups(totals: dict[str, Figures]) -> list[GroupCost]:
+    groups = [GroupCost(name, f.gpu_hours, f.total_cost) for name, f in totals.items()]
     return sorted(groups, key=lambda g: (-g.total_cost, g.name))
 
 

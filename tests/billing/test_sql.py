@@ -12,6 +12,7 @@ same constants. These properties check that the two paths agree to the last unit
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -21,7 +22,7 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing.core.allocation import Allocation, AllocationQuery
+from billing.core.allocation import Allocation, AllocationQuery, Figures
 from billing.core.intervals import RunInterval
 from billing.core.prices import CAPACITY_TYPES
 from billing.core.usage import Utilization
@@ -30,6 +31,7 @@ from billing.records import usage_record
 from billing.selectors.allocation import (
     AllocationPath,
     allocation_inputs,
+    cost_totals,
     group_path,
     record_path,
     rollup_path,
@@ -123,18 +125,23 @@ def team_cost_rows() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
 def assert_same_allocation(got: Allocation, expected: Allocation) -> None:
     """The same exact totals (efficiency to its 4 decimals' rounding) and the same step figures to
     float rounding."""
-    assert {g: f._replace(gpu_efficiency=None) for g, f in got.totals.items()} == {
-        g: f._replace(gpu_efficiency=None) for g, f in expected.totals.items()
-    }
-    for group, figures in got.totals.items():
-        expected_efficiency = expected.totals[group].gpu_efficiency
-        assert (figures.gpu_efficiency is None) == (expected_efficiency is None)
-        assert (figures.gpu_efficiency or 0) == pytest.approx(expected_efficiency or 0, abs=1.01e-4)
+    assert_same_totals(got.totals, expected.totals)
     for (_, _, steps), (_, _, expected_steps) in zip(got.steps, expected.steps, strict=True):
         assert steps.keys() == expected_steps.keys()
         for group, step in steps.items():
             money = step._replace(gpu_efficiency=0.0)
             assert money == pytest.approx(expected_steps[group]._replace(gpu_efficiency=0.0), rel=1e-9, abs=1e-6)
+
+
+def assert_same_totals(got: dict[str, Figures], expected: dict[str, Figures]) -> None:
+    """The same exact window totals (efficiency to its 4 decimals' rounding)."""
+    assert {g: f._replace(gpu_efficiency=None) for g, f in got.items()} == {
+        g: f._replace(gpu_efficiency=None) for g, f in expected.items()
+    }
+    for group, figures in got.items():
+        expected_efficiency = expected[group].gpu_efficiency
+        assert (figures.gpu_efficiency is None) == (expected_efficiency is None)
+        assert (figures.gpu_efficiency or 0) == pytest.approx(expected_efficiency or 0, abs=1.01e-4)
 
 
 @pytest.mark.django_db
@@ -173,6 +180,9 @@ def test_sql_and_python_pricing_give_the_same_figures(world, rows, changes, wind
             paths.append(rollup_shared_idle_path)  # see the next test
         for path in paths:
             assert_same_allocation(path(inputs), expected)
+            # Totals only (the cost page's model charts and breakdowns): no step query, the same totals.
+            assert_same_totals(path(replace(inputs, steps=False)).group_totals(), expected.group_totals())
+        assert_same_totals(cost_totals(query, now=query.end), expected.group_totals())
         transaction.set_rollback(True)
 
 

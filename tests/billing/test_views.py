@@ -133,7 +133,7 @@ def test_no_cost_chart_puts_two_units_on_one_axis():
 
     now = timezone.now()
     with_idle = Allocation(now, now, 1, "namespace", [], {IDLE: ZERO, "team-a": ZERO}, {"A100-80GB": ZERO})
-    by_model = Allocation(now, now, 1, "gpu_model", [], {"A100-80GB": ZERO})
+    by_model = {"A100-80GB": ZERO}
     figures = cost_dashboard_figures(with_idle, by_model)
     assert set(figures) == {"gpu_hours", "cost", "models", "models_cost", "efficiency", "idle"}
     for name, figure in figures.items():
