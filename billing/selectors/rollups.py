@@ -145,6 +145,7 @@ def group_totals(
     fetched = sql.fetch_all(
         sql.rollup_per_segment_sql(cte + key_cte, [column], where, table=sql.GROUP_HOURLY),
         [*params, *key_params, *where_params],
+        window_scan=True,
     )
     return _priced_totals(fetched, 1, segments, lambda key: names.get(key[0], str(key[0])) if names else key[0])
 
@@ -161,6 +162,7 @@ def group_step_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) ->
     return sql.fetch_binary(
         sql.group_step_figures_sql(cte + key_cte, column, where),
         [*params, *key_params, epoch_hour(query.start), query.step_hours, *where_params],
+        window_scan=True,
     )
 
 
@@ -170,7 +172,8 @@ def group_label_keys(query: AllocationQuery, limit: int) -> list[str]:
     if found is None:
         return []
     where, params = found
-    return [row[0] for row in sql.fetch_all(sql.GROUP_LABEL_KEYS_SQL.format(where=where), [*params, limit])]
+    rows = sql.fetch_all(sql.GROUP_LABEL_KEYS_SQL.format(where=where), [*params, limit], window_scan=True)
+    return [row[0] for row in rows]
 
 
 def rollup_step_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) -> list[tuple[Any, ...]]:
