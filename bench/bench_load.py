@@ -17,6 +17,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -85,6 +86,21 @@ def read_stats(prefix: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def print_profile(stack: Stack) -> None:
+    """Stop gunicorn (its workers write their profiles as they exit) and print the top functions."""
+    import pstats
+
+    os.killpg(stack.web_process.pid, signal.SIGTERM)
+    stack.web_process.wait(timeout=30)
+    files = [str(path) for path in stack.tmp.glob("web-*.prof")]
+    if not files:
+        print("no profile written")
+        return
+    stats = pstats.Stats(*files)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=int, default=60)
@@ -98,6 +114,9 @@ def main() -> int:
         "--worker-nice", type=int, default=0, help="run the Celery worker (the cycles) at this nice level"
     )
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile the web workers' CPU; prints their top functions"
+    )
     args = parser.parse_args()
     with Stack("load", keep=args.keep) as stack:
         env = stack.environment(
@@ -121,7 +140,11 @@ def main() -> int:
             worker = stack.worker(0, "load", nice=args.worker_nice)
             stack.beat()
             wait_until(lambda: CycleRun.objects.exists(), timeout_s=60, what="the first cycle")
-            base = stack.web(free_port(), workers=args.web_workers, threads=args.web_threads)
+            extra: tuple[str, ...] = ()
+            if args.profile:
+                env["BENCH_PROFILE_DIR"] = str(stack.tmp)  # env is the stack's environment
+                extra = ("-c", str(ROOT / "bench" / "gunicorn_profile.py"))
+            base = stack.web(free_port(), workers=args.web_workers, threads=args.web_threads, extra=extra)
             connection.close()
             prefix = stack.tmp / "locust"
             print(
@@ -145,6 +168,8 @@ def main() -> int:
             cycles = CycleRun.objects.filter(started_at__isnull=False).count() - cycles_before
             elapsed = time.monotonic() - started
             durations = list(CycleRun.objects.order_by("-started_at").values_list("duration_ms", flat=True)[:cycles])
+            if args.profile:
+                print_profile(stack)
         rows = read_stats(prefix)
     print(f"\n{'endpoint':32} {'req/s':>7} {'P50 ms':>7} {'P95 ms':>7} {'P99 ms':>7} {'fail':>5} {'count':>7}")
     total = None

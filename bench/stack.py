@@ -192,10 +192,10 @@ class Stack:
             "beat", [sys.executable, "-m", "celery", "-A", "portal", "beat", "-s", schedule, "-l", "INFO"]
         )
 
-    def web(self, port: int, *, workers: int = 2, threads: int = 1) -> str:
+    def web(self, port: int, *, workers: int = 2, threads: int = 1, extra: tuple[str, ...] = ()) -> str:
         """Start gunicorn (``self.web_process``) and return its URL once it answers."""
         command = [sys.executable, "-m", "gunicorn", "portal.wsgi", "--bind", f"127.0.0.1:{port}"]
-        command += ["--workers", str(workers), "--threads", str(threads), "--timeout", "60"]
+        command += ["--workers", str(workers), "--threads", str(threads), "--timeout", "60", *extra]
         self.web_process = self.spawn("web", command)
         url = f"http://127.0.0.1:{port}"
 
