@@ -17,6 +17,7 @@ import argparse
 import csv
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -156,6 +157,8 @@ def main() -> int:
             cycles_before = CycleRun.objects.count()
             connection.close()
             web_cpu_s, worker_cpu_s = group_cpu_s(stack.web_process), group_cpu_s(worker)
+            assert stack.postgres is not None
+            postgres_cpu_s, children = stack.postgres.cpu_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run(
                 [sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "locustfile.py"), "--headless",
                  "-u", str(args.users), "-r", str(args.users), "-t", f"{args.seconds}s", "--host", base,
@@ -163,6 +166,9 @@ def main() -> int:
                 env={**env, "BENCH_LOAD_DATA": str(data_file), "BENCH_LOAD_USER_RPS": str(args.user_rps)},
                 check=False, stdout=subprocess.DEVNULL, stderr=stack.log("locust").open("w"),
             )  # fmt: skip
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # Locust, the only child waited for
+            locust_cpu_s = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+            postgres_cpu_s = stack.postgres.cpu_s() - postgres_cpu_s  # its backends of the web: still open
             web_cpu_s = group_cpu_s(stack.web_process) - web_cpu_s
             worker_cpu_s = group_cpu_s(worker) - worker_cpu_s
             cycles = CycleRun.objects.filter(started_at__isnull=False).count() - cycles_before
@@ -188,7 +194,8 @@ def main() -> int:
     served = int(total["Request Count"])
     print(
         f"CPU: web {web_cpu_s:.1f} s ({web_cpu_s / max(served, 1) * 1000:.1f} ms a request), Celery worker "
-        f"{worker_cpu_s:.1f} s; load average {os.getloadavg()[0]:.1f} at the end"
+        f"{worker_cpu_s:.1f} s, PostgreSQL {postgres_cpu_s:.1f} s ({postgres_cpu_s / max(served, 1) * 1000:.1f} ms a "
+        f"request), Locust {locust_cpu_s:.1f} s; load average {os.getloadavg()[0]:.1f} at the end"
     )
     rps, p99, failures = float(total["Requests/s"]), float(total["99%"]), int(total["Failure Count"])
     met = rps >= TARGET_RPS and p99 < TARGET_P99_MS and failures == 0
