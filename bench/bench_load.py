@@ -1,14 +1,17 @@
 """Load benchmark: the API under a mixed load while scheduling cycles run, on its own stack.
 
-Usage: ``python bench/bench_load.py [--users 60] [--user-rps 2] [--seconds 60] [--web-workers 2] [--web-threads 4]``.
+Usage: ``python bench/bench_load.py [--users 60] [--user-rps 2] [--seconds 60] [--web-workers 2]
+[--web-threads 4] [--profile]``.
 Starts its own PostgreSQL and Redis (free ports, a temporary directory), migrates, seeds 5 teams of
 10 members, 64 simulated 8-GPU nodes, a history of finished and metered jobs and a backlog of
 pending ones; starts gunicorn, one Celery worker and beat (a cycle every 2 s over the backlog), then
 runs Locust headless on the same machine: each user sends ``--user-rps`` requests a second, 80 %
 reads (job list 40 %, one job 30 %, cost allocation of the last week 10 %) and 20 % submissions.
 
-Prints requests/s and the 50th/95th/99th percentile latency per endpoint, the failures, and the
-verdict against the target: at least 100 requests/s at P99 under 300 ms with no error.
+Prints requests/s and the 50th/95th/99th percentile latency per endpoint, the failures, the CPU
+time of the web, the Celery worker, PostgreSQL and Locust, and the verdict against the target: at
+least 100 requests/s at P99 under 300 ms with no error. ``--profile`` (with ``--web-threads 1``)
+also prints the web workers' cProfile of CPU time (``bench/gunicorn_profile.py``).
 """
 
 from __future__ import annotations
