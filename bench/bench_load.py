@@ -1,14 +1,17 @@
 """Load benchmark: the API under a mixed load while scheduling cycles run, on its own stack.
 
-Usage: ``python bench/bench_load.py [--users 60] [--user-rps 2] [--seconds 60] [--web-workers 2] [--web-threads 4]``.
+Usage: ``python bench/bench_load.py [--users 60] [--user-rps 2] [--seconds 60] [--web-workers 2]
+[--web-threads 4] [--profile]``.
 Starts its own PostgreSQL and Redis (free ports, a temporary directory), migrates, seeds 5 teams of
 10 members, 64 simulated 8-GPU nodes, a history of finished and metered jobs and a backlog of
 pending ones; starts gunicorn, one Celery worker and beat (a cycle every 2 s over the backlog), then
 runs Locust headless on the same machine: each user sends ``--user-rps`` requests a second, 80 %
 reads (job list 40 %, one job 30 %, cost allocation of the last week 10 %) and 20 % submissions.
 
-Prints requests/s and the 50th/95th/99th percentile latency per endpoint, the failures, and the
-verdict against the target: at least 100 requests/s at P99 under 300 ms with no error.
+Prints requests/s and the 50th/95th/99th percentile latency per endpoint, the failures, the CPU
+time of the web, the Celery worker, PostgreSQL and Locust, and the verdict against the target: at
+least 100 requests/s at P99 under 300 ms with no error. ``--profile`` (with ``--web-threads 1``)
+also prints the web workers' cProfile of CPU time (``bench/gunicorn_profile.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import argparse
 import csv
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 import time
@@ -85,6 +90,21 @@ def read_stats(prefix: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def print_profile(stack: Stack) -> None:
+    """Stop gunicorn (its workers write their profiles as they exit) and print the top functions."""
+    import pstats
+
+    os.killpg(stack.web_process.pid, signal.SIGTERM)
+    stack.web_process.wait(timeout=30)
+    files = [str(path) for path in stack.tmp.glob("web-*.prof")]
+    if not files:
+        print("no profile written")
+        return
+    stats = pstats.Stats(*files)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=int, default=60)
@@ -98,6 +118,9 @@ def main() -> int:
         "--worker-nice", type=int, default=0, help="run the Celery worker (the cycles) at this nice level"
     )
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile the web workers' CPU; prints their top functions"
+    )
     args = parser.parse_args()
     with Stack("load", keep=args.keep) as stack:
         env = stack.environment(
@@ -121,7 +144,11 @@ def main() -> int:
             worker = stack.worker(0, "load", nice=args.worker_nice)
             stack.beat()
             wait_until(lambda: CycleRun.objects.exists(), timeout_s=60, what="the first cycle")
-            base = stack.web(free_port(), workers=args.web_workers, threads=args.web_threads)
+            extra: tuple[str, ...] = ()
+            if args.profile:
+                env["BENCH_PROFILE_DIR"] = str(stack.tmp)  # env is the stack's environment
+                extra = ("-c", str(ROOT / "bench" / "gunicorn_profile.py"))
+            base = stack.web(free_port(), workers=args.web_workers, threads=args.web_threads, extra=extra)
             connection.close()
             prefix = stack.tmp / "locust"
             print(
@@ -133,6 +160,8 @@ def main() -> int:
             cycles_before = CycleRun.objects.count()
             connection.close()
             web_cpu_s, worker_cpu_s = group_cpu_s(stack.web_process), group_cpu_s(worker)
+            assert stack.postgres is not None
+            postgres_cpu_s, children = stack.postgres.cpu_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run(
                 [sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "locustfile.py"), "--headless",
                  "-u", str(args.users), "-r", str(args.users), "-t", f"{args.seconds}s", "--host", base,
@@ -140,11 +169,16 @@ def main() -> int:
                 env={**env, "BENCH_LOAD_DATA": str(data_file), "BENCH_LOAD_USER_RPS": str(args.user_rps)},
                 check=False, stdout=subprocess.DEVNULL, stderr=stack.log("locust").open("w"),
             )  # fmt: skip
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # Locust, the only child waited for
+            locust_cpu_s = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+            postgres_cpu_s = stack.postgres.cpu_s() - postgres_cpu_s  # its backends of the web: still open
             web_cpu_s = group_cpu_s(stack.web_process) - web_cpu_s
             worker_cpu_s = group_cpu_s(worker) - worker_cpu_s
             cycles = CycleRun.objects.filter(started_at__isnull=False).count() - cycles_before
             elapsed = time.monotonic() - started
             durations = list(CycleRun.objects.order_by("-started_at").values_list("duration_ms", flat=True)[:cycles])
+            if args.profile:
+                print_profile(stack)
         rows = read_stats(prefix)
     print(f"\n{'endpoint':32} {'req/s':>7} {'P50 ms':>7} {'P95 ms':>7} {'P99 ms':>7} {'fail':>5} {'count':>7}")
     total = None
@@ -163,7 +197,8 @@ def main() -> int:
     served = int(total["Request Count"])
     print(
         f"CPU: web {web_cpu_s:.1f} s ({web_cpu_s / max(served, 1) * 1000:.1f} ms a request), Celery worker "
-        f"{worker_cpu_s:.1f} s; load average {os.getloadavg()[0]:.1f} at the end"
+        f"{worker_cpu_s:.1f} s, PostgreSQL {postgres_cpu_s:.1f} s ({postgres_cpu_s / max(served, 1) * 1000:.1f} ms a "
+        f"request), Locust {locust_cpu_s:.1f} s; load average {os.getloadavg()[0]:.1f} at the end"
     )
     rps, p99, failures = float(total["Requests/s"]), float(total["99%"]), int(total["Failure Count"])
     met = rps >= TARGET_RPS and p99 < TARGET_P99_MS and failures == 0

@@ -91,6 +91,11 @@ class Postgres:
         with suppress(subprocess.CalledProcessError):
             self.stop()
 
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by the server and its live backends (its children), from ``/proc``."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        return tree_cpu_s(postmaster)
+
 
 class Stack:
     """The processes of one run. Use as a context manager; everything started is stopped at the end."""
@@ -192,10 +197,10 @@ class Stack:
             "beat", [sys.executable, "-m", "celery", "-A", "portal", "beat", "-s", schedule, "-l", "INFO"]
         )
 
-    def web(self, port: int, *, workers: int = 2, threads: int = 1) -> str:
+    def web(self, port: int, *, workers: int = 2, threads: int = 1, extra: tuple[str, ...] = ()) -> str:
         """Start gunicorn (``self.web_process``) and return its URL once it answers."""
         command = [sys.executable, "-m", "gunicorn", "portal.wsgi", "--bind", f"127.0.0.1:{port}"]
-        command += ["--workers", str(workers), "--threads", str(threads), "--timeout", "60"]
+        command += ["--workers", str(workers), "--threads", str(threads), "--timeout", "60", *extra]
         self.web_process = self.spawn("web", command)
         url = f"http://127.0.0.1:{port}"
 
@@ -231,9 +236,9 @@ class Stack:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def group_cpu_s(process: subprocess.Popen) -> float:
-    """CPU seconds (user + system) used so far by every live process of ``process``'s session (it and
-    the children it forked: gunicorn's or Celery's workers), from ``/proc``."""
+def _cpu_s(select: Callable[[int, list[str]], bool]) -> float:
+    """CPU seconds (user + system) used so far by the live processes ``select(pid, stat fields)`` picks,
+    from ``/proc`` (the fields after the command name: [1] the parent's id, [3] the session id)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for stat in glob.glob("/proc/[0-9]*/stat"):
@@ -242,9 +247,20 @@ def group_cpu_s(process: subprocess.Popen) -> float:
                 fields = handle.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[3]) == process.pid:  # the session id: spawn() starts a new session per process
+        if select(int(stat.split("/")[2]), fields):
             total += (int(fields[11]) + int(fields[12])) / ticks
     return total
+
+
+def group_cpu_s(process: subprocess.Popen) -> float:
+    """CPU seconds used so far by every live process of ``process``'s session (it and the children it
+    forked: gunicorn's or Celery's workers); spawn() starts a new session per process."""
+    return _cpu_s(lambda pid, fields: int(fields[3]) == process.pid)
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds used so far by process ``root`` and its live children."""
+    return _cpu_s(lambda pid, fields: pid == root or int(fields[1]) == root)
 
 
 @contextmanager

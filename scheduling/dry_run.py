@@ -6,7 +6,8 @@ a submission's answer ask the engine).
    ``DRY_RUN_TTL_S`` old (nodes change without rows); a job submitted in between is seen by the next
    cycle, and by dry runs from then on. A state no longer current is rebuilt: behind the requests
    (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time,
-   while it is at most ``DRY_RUN_STALE_S`` old), else in the request.
+   while it is at most ``DRY_RUN_STALE_S`` old; and not more often than every
+   ``DRY_RUN_REFRESH_EVERY_S``), else in the request.
 2. Shared by the web processes through the default cache (Redis in production): the first process
    that needs the state of a cycle builds it (the others wait for it, up to ``DRY_RUN_WAIT_S``) and
    stores it pickled; the others load it instead of running the cycle again. Without a shared cache
@@ -160,12 +161,11 @@ def _kept_state(backend: ClusterBackend | None) -> _Kept:
         kept = _kept.get("state")
         if kept is not None and _fresh(kept.state, key):
             return kept
-        if (
-            kept is not None
-            and settings.DRY_RUN_REFRESH_BEHIND
-            and time.time() - kept.state.built_at < settings.DRY_RUN_STALE_S
-        ):
-            if key not in _building:
+        age_s = time.time() - kept.state.built_at if kept is not None else 0.0
+        if kept is not None and settings.DRY_RUN_REFRESH_BEHIND and age_s < settings.DRY_RUN_STALE_S:
+            # At most one rebuild every DRY_RUN_REFRESH_EVERY_S: with a cycle every few seconds, each
+            # one would otherwise have a web process run a whole cycle again for the dry runs.
+            if key not in _building and age_s >= settings.DRY_RUN_REFRESH_EVERY_S:
                 _building.add(key)
                 threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
             return kept
