@@ -46,6 +46,7 @@ def test_the_kept_state_is_rebuilt_once_it_is_older_than_its_ttl(world, settings
 @pytest.mark.django_db(transaction=True)
 def test_behind_the_requests_a_check_gets_the_kept_state_while_the_new_cycles_is_built(world, settings):
     settings.DRY_RUN_REFRESH_BEHIND = True
+    settings.DRY_RUN_REFRESH_EVERY_S = 0.0
     first, as_of = dry_run_state()
     a_cycle_runs()
     assert dry_run_state() == (first, as_of)  # answered at once from the kept state, as of its time
@@ -65,3 +66,20 @@ def test_a_state_older_than_the_staleness_bound_is_rebuilt_in_the_request(world,
     first, _ = dry_run_state()
     a_cycle_runs()
     assert dry_run_state()[0] is not first
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_the_requests_a_state_younger_than_the_refresh_interval_is_not_rebuilt(world, settings):
+    # Cycles every few seconds would otherwise keep a web process rebuilding (a whole cycle's CPU each).
+    settings.DRY_RUN_REFRESH_BEHIND = True
+    settings.DRY_RUN_REFRESH_EVERY_S = 3600.0
+    first, as_of = dry_run_state()
+    a_cycle_runs()
+    for _ in range(20):
+        assert dry_run_state() == (first, as_of)  # kept, and no rebuild started behind the requests
+        time.sleep(0.05)
+    settings.DRY_RUN_REFRESH_EVERY_S = 0.0  # old enough now: the next check starts the rebuild
+    deadline = time.monotonic() + 60
+    while dry_run_state()[0] is first:
+        assert time.monotonic() < deadline, "the state was not rebuilt behind the requests"
+        time.sleep(0.05)
