@@ -225,14 +225,22 @@ class _Cycle:
     def _borrows(self, job: Workload) -> bool:
         """Whether every GPU model the job may use would make its queue borrow now."""
         cq = self.lq_by_name[job.local_queue].cluster_queue
-        for model in models_to_try(job, self.quota.flavors[cq]):
-            shape = self.placer.shape_for(job, model)
-            sets = podsets.members(job, model, self.placer.shape_for)
-            if isinstance(shape, str) or isinstance(sets, str):
-                continue
-            if not self.quota.would_borrow(cq, podsets.total_request(self._request(shape, job.gang_size), sets)):
-                return False
-        return True
+        return all(self.quota.would_borrow(cq, minimum) for minimum in self._minimums(job, cq))
+
+    def _minimums(self, job: Workload, cq: str) -> tuple[dict[str, int], ...]:
+        """The gang's minimum request on each GPU model it may use in ``cq`` (models where it cannot
+        exist left out), memoised for the cycle: it depends only on the fields in the key."""
+        key = (cq, job.resources, job.pod_sets, job.allowed_gpu_models, job.gang_size)
+        minimums = self.memo.minimums.get(key)
+        if minimums is None:
+            out = []
+            for model in models_to_try(job, self.quota.flavors[cq]):
+                shape = self.placer.shape_for(job, model)
+                sets = podsets.members(job, model, self.placer.shape_for)
+                if not isinstance(shape, str) and not isinstance(sets, str):
+                    out.append(podsets.total_request(self._request(shape, job.gang_size), sets))
+            minimums = self.memo.minimums[key] = tuple(out)
+        return minimums
 
     def _consider(self, job: Workload, borrow: bool) -> Outcome:
         """Decide one job and record the outcome."""

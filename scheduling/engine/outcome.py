@@ -87,6 +87,8 @@ class Memo:
     explained: dict[tuple[object, ...], Reason] = field(default_factory=dict)
     preemption_failed: set[tuple[object, ...]] = field(default_factory=set)
     requests: dict[tuple[Shape, int], dict[str, int]] = field(default_factory=dict)
+    # Per queue and request signature: the minimum request of each GPU model the job may use.
+    minimums: dict[tuple[object, ...], tuple[dict[str, int], ...]] = field(default_factory=dict)
 
 
 NOT_EXPLAINED = NoFit(Reason(ReasonKind.PLACEMENT, "does not fit (forecast)"))

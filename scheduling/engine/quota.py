@@ -175,11 +175,8 @@ class QuotaBook:
         limit = self.limits.get(cq, {}).get(key)
         if limit is None:
             return None if key in (CPU, MEMORY) else 0
-        used = self.usage.get(cq, {}).get(key, 0)
-        if not borrow:
-            within = limit.nominal - used
-            room = self.available(cq, key) or 0
-            return max(0, min(room, within))
+        if not borrow:  # within the nominal quota: its unused part caps :meth:`available`
+            return max(0, min(self.available(cq, key) or 0, limit.nominal - self.usage.get(cq, {}).get(key, 0)))
         return self.available(cq, key)
 
     def ceiling(self, cq: str, key: str) -> int | None:
@@ -217,9 +214,11 @@ class QuotaBook:
         return nominal is not None and self.used(cq, key) > nominal
 
     def would_borrow(self, cq: str, request: dict[str, int]) -> bool:
+        limits = self.limits.get(cq, {})  # :meth:`nominal` and :meth:`used` inlined (a hot path)
+        usage = self.usage.get(cq, {})
         for key, amount in request.items():
-            nominal = self.nominal(cq, key)
-            if nominal is not None and amount > 0 and self.used(cq, key) + amount > nominal:
+            limit = limits.get(key)
+            if limit is not None and amount > 0 and usage.get(key, 0) + amount > limit.nominal:
                 return True
         return False
 

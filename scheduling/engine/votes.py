@@ -55,6 +55,8 @@ class Votes:
         self.filters = filters
         self.rack, _ = cluster.label_codes(policy.rack_label)
         self.zone, _ = cluster.label_codes(policy.zone_label)
+        # The highest code of each (static) label, read by every topology vote.
+        self.rack_top, self.zone_top = int(self.rack.max(initial=-1)), int(self.zone.max(initial=-1))
         self.scorer_names, self.pool_scorer = self.pool_scorers()
         self.plugins: list[ScorerPlugin] = [PLUGINS[name](setup) for name in self.scorer_names]
         single = self.scorer_names == [policy.placement]
@@ -211,18 +213,18 @@ class Votes:
         rack, zone = self.rack, self.zone
         if gang_nodes:
             used = np.array(gang_nodes)
-            for weight, codes in ((0.3, zone), (0.6, rack)):
-                seen = np.zeros(int(codes.max(initial=-1)) + 2, dtype=bool)
+            for weight, codes, top in ((0.3, zone, self.zone_top), (0.6, rack, self.rack_top)):
+                seen = np.zeros(top + 2, dtype=bool)
                 seen[codes[used] + 1] = True
                 seen[0] = False  # nodes without the label share nothing
                 score = np.where(seen[codes[cand] + 1], weight, score)
             return np.where((cand[:, None] == used[None, :]).any(axis=1), 1.0, score)
         # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
         node_cap = fit.replica_capacity(self.cluster, shape, cand)
-        for weight, codes in ((0.3, zone), (0.6, rack)):
+        for weight, codes, top in ((0.3, zone, self.zone_top), (0.6, rack, self.rack_top)):
             cand_codes = codes[cand]
             if (cand_codes >= 0).any():
-                domain_cap = np.bincount(cand_codes + 1, weights=node_cap, minlength=int(codes.max()) + 2)
+                domain_cap = np.bincount(cand_codes + 1, weights=node_cap, minlength=top + 2)
                 cap_here = domain_cap[cand_codes + 1]
                 holds = (cand_codes >= 0) & (cap_here >= remaining)
                 tight = remaining / np.maximum(cap_here, 1)
