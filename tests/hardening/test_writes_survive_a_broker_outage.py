@@ -21,16 +21,23 @@ def closed_port() -> int:
         return sock.getsockname()[1]  # nothing listens once the socket is closed
 
 
+def drop_broker_connections() -> None:
+    """Forget pooled connections to the broker. Not ``celery_app.close()``: that also deregisters the
+    app, and shared tasks of a module imported afterwards (``billing.tasks`` in a later test) would
+    never register with it (``NotRegistered``)."""
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+
+
 @pytest.fixture
 def broker_down():
     """Celery sends for real, to a Redis port nothing listens on (a broker that is down)."""
     saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
     celery_app.conf.update(task_always_eager=False, broker_url=f"redis://127.0.0.1:{closed_port()}/0")
-    celery_app.close()  # drop any pooled connection to the real broker
+    drop_broker_connections()  # no pooled connection to the real broker
     yield
     celery_app.conf.update(saved)
-    celery_app.close()
-    celery_app.amqp._producer_pool = None
+    drop_broker_connections()
 
 
 @pytest.mark.django_db
