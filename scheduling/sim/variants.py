@@ -159,7 +159,7 @@ def gpuspec(pods: Sequence[TracePod], pct: float, nodes: Sequence[TraceNode], *,
     ``gpu_spec`` format allows (``V100M16|V100M32``): the models whose names differ only in their
     trailing digits (``model_family``). The family is drawn among those with a node big enough for
     the pod, weighted by the family's GPU count, except that the largest family (the general-purpose
-    one: G2 and G3 in ``openb``, 77 % of the GPUs) weighs a tenth of that: a constraint usually names
+    one: G2 and G3 in ``openb``, 76 % of the GPUs) weighs a tenth of that: a constraint usually names
     a special, smaller pool. Neither is published; one model per constraint (at 0 to 0.2 of the
     largest pool's weight) and the V100 family alone fit FGD or BestFit on some gpuspec variants but
     not both on the first three (docs/simulator.md).
