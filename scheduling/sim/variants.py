@@ -18,9 +18,9 @@ the rest of a variant is the default list as it is:
   183 %).
 - ``gpuspecXX`` (10, 20, 25, 33): GPU pods chosen at random carry a GPU-type constraint (``gpu_spec``)
   until they make up the published share of the GPU request (10.9 / 20.4 / 25.9 / 34.8 %; other XX:
-  XX %). Each constrained pod may run on one GPU model, drawn among the models with a node that has
-  enough devices for it, by GPU count, the largest pool weighing a tenth (not published: chosen to
-  match the paper's means, see ``gpuspec``).
+  XX %). Each constrained pod may run on one GPU model family (``V100M16|V100M32``, ``G2|G3``, ``T4``),
+  drawn among the families with a node that has enough devices for it, by GPU count, the largest
+  family weighing a tenth (not published: chosen to match the paper's means, see ``gpuspec``).
 
 Copies are drawn uniformly with replacement from the default's pods of that class and renamed
 ``<name>-v<i>`` (every pod is renamed, so names stay unique). All draws come from ``seed``. Nothing is
@@ -141,30 +141,42 @@ def multigpu(pods: Sequence[TracePod], pct: float, *, seed: int = 0) -> list[Tra
     return _rename(list(pods) + added, rng)
 
 
-# gpuspecXX: the largest GPU pool's weight when a constraint's model is drawn (see gpuspec()).
+# gpuspecXX: the largest family's weight when a constraint's family is drawn (see gpuspec()).
 LARGEST_POOL_WEIGHT = 0.1
 
 
+def model_family(model: str) -> str:
+    """A GPU model's family: its name without the trailing digits (``V100M16`` and ``V100M32`` are
+    ``V100M``, the undisclosed ``G2`` and ``G3`` are ``G``; ``T4``, ``P100``, ``A10`` stand alone)."""
+    return model.rstrip("0123456789") or model
+
+
 def gpuspec(pods: Sequence[TracePod], pct: float, nodes: Sequence[TraceNode], *, seed: int = 0) -> list[TracePod]:
-    """GPU pods drawn at random carry a one-model constraint until they make up ``pct`` % of the GPU
+    """GPU pods drawn at random carry a GPU-type constraint until they make up ``pct`` % of the GPU
     request.
 
-    The model is drawn among the models with a node big enough for the pod, weighted by the model's
-    GPU count, except that the largest pool (the general-purpose one: G2 in ``openb``, 71 % of the
-    GPUs) weighs a tenth of that: a constraint usually names a special, smaller pool. That weight is
-    not published; it is the one (of 0, 0.05, 0.1, 0.2 and capacity or uniform weights) whose
-    gpuspec33 came closest to the paper's FGD and BestFit means (docs/simulator.md).
+    A constraint names a model *family*, all its models joined by ``|`` as the trace's own
+    ``gpu_spec`` format allows (``V100M16|V100M32``): the models whose names differ only in their
+    trailing digits (``model_family``). The family is drawn among those with a node big enough for
+    the pod, weighted by the family's GPU count, except that the largest family (the general-purpose
+    one: G2 and G3 in ``openb``, 76 % of the GPUs) weighs a tenth of that: a constraint usually names
+    a special, smaller pool. Neither is published; one model per constraint (at 0 to 0.2 of the
+    largest pool's weight) and the V100 family alone fit FGD or BestFit on some gpuspec variants but
+    not both on the first three (docs/simulator.md).
     """
     rng = np.random.default_rng(seed)
     most: dict[str, int] = {}
     gpus: dict[str, int] = {}
+    members: dict[str, set[str]] = {}
     for n in nodes:
         if n.gpu_model and n.gpu_count > 0:
-            most[n.gpu_model] = max(most.get(n.gpu_model, 0), n.gpu_count)
-            gpus[n.gpu_model] = gpus.get(n.gpu_model, 0) + n.gpu_count
-    models = sorted(most)
-    largest = max(models, key=lambda m: (gpus[m], m)) if models else ""
-    weight = {m: gpus[m] * (LARGEST_POOL_WEIGHT if m == largest else 1.0) for m in models}
+            family = model_family(n.gpu_model)
+            most[family] = max(most.get(family, 0), n.gpu_count)
+            gpus[family] = gpus.get(family, 0) + n.gpu_count
+            members.setdefault(family, set()).add(n.gpu_model)
+    families = sorted(most)
+    largest = max(families, key=lambda f: (gpus[f], f)) if families else ""
+    weight = {f: gpus[f] * (LARGEST_POOL_WEIGHT if f == largest else 1.0) for f in families}
     total = sum(p.total_gpu_milli for p in pods)
     out = list(pods)
     constrained = 0
@@ -174,11 +186,12 @@ def gpuspec(pods: Sequence[TracePod], pct: float, nodes: Sequence[TraceNode], *,
         p = out[i]
         if p.gpu_count == 0:
             continue
-        able = [m for m in models if most[m] >= p.gpu_count]
+        able = [f for f in families if most[f] >= p.gpu_count]
         if not able:
             continue
-        w = np.array([weight[m] for m in able], dtype=np.float64)
-        out[i] = dataclasses.replace(p, allowed_models=(str(rng.choice(able, p=w / w.sum())),))
+        w = np.array([weight[f] for f in able], dtype=np.float64)
+        family = str(rng.choice(able, p=w / w.sum()))
+        out[i] = dataclasses.replace(p, allowed_models=tuple(sorted(members[family])))
         constrained += p.total_gpu_milli
     return _rename(out, rng)
 

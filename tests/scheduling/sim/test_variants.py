@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from scheduling.sim import variants
-from scheduling.sim.trace import write_nodes, write_pods
+from scheduling.sim.trace import TraceNode, write_nodes, write_pods
 from tests.scheduling.sim.conftest import make_nodes, make_pods
 
 # What the issue states about the published variants (% of the pods, or of the GPU request).
@@ -146,3 +146,34 @@ def test_a_list_already_past_the_share_is_refused():
 def test_an_unknown_variant_is_refused_by_name():
     with pytest.raises(ValueError, match="unknown variant 'cpuonly200'"):
         variants.make("cpuonly200", make_pods(50), make_nodes())
+
+
+# The openb node list's pools (model, GPUs per node, nodes), as its README lists the models.
+OPENB_LIKE_POOLS = [("G2", 8, 40), ("G3", 8, 4), ("T4", 2, 30), ("T4", 4, 2), ("P100", 2, 10), ("V100M16", 4, 3)]
+OPENB_LIKE_POOLS += [("V100M32", 8, 2), ("A10", 1, 2)]
+# Families written out by hand: models whose names differ only in their trailing digits.
+FAMILY_OF = {"G2": "G2|G3", "G3": "G2|G3", "T4": "T4", "P100": "P100", "V100M16": "V100M16|V100M32"}
+FAMILY_OF |= {"V100M32": "V100M16|V100M32", "A10": "A10"}
+
+
+@pytest.mark.parametrize(("name", "pct"), SPEC_SHARE_OF_REQUEST.items())
+def test_a_gpu_spec_names_a_whole_model_family_and_the_largest_family_seldom(tmp_path, name, pct):
+    nodes = [
+        TraceNode(name=f"{model}-{gpus}-{i}", cpu_milli=96000, memory_mib=393216, gpu_count=gpus, gpu_model=model)
+        for model, gpus, count in OPENB_LIKE_POOLS
+        for i in range(count)
+    ]
+    nodes_path, pods_path = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    write_nodes(nodes_path, nodes)
+    write_pods(pods_path, default_like_pods())
+    variants.main(["--pods", str(pods_path), "--nodes", str(nodes_path), "--out", str(tmp_path / "out"), name])
+    rows = variant(tmp_path / "out", name)
+    largest = max(request(r) for r in rows) / sum(request(r) for r in rows) * 100
+    assert pct <= share_pct(rows, lambda r: bool(r["gpu_spec"])) <= pct + largest
+    specs = Counter(r["gpu_spec"] for r in rows if r["gpu_spec"] and r["num_gpu"] == "1")
+    assert set(specs) <= set(FAMILY_OF.values())
+    assert specs["G2|G3"] > 0
+    assert specs["V100M16|V100M32"] > 0
+    # G2|G3 holds 352 of the 470 GPUs (75 %); at a tenth of that weight it is drawn for
+    # 35.2 / (35.2 + 118) = 23 % of the one-GPU pods.
+    assert specs["G2|G3"] / specs.total() < 0.4
