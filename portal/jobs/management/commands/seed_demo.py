@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, JobTransition, LocalQueue, PriorityClass
+from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, LocalQueue, PriorityClass
 from portal.jobs.services import MAX_RUNTIME_S, JobSpec, job_submit
 from portal.jobs.states import JobState
 from portal.jobs.transitions import job_transition
@@ -471,6 +471,13 @@ class Command(BaseCommand):
         return count
 
 
+# How a seeded job's run ends (a cancelled one: by its owner).
+ENDINGS: dict[str, tuple[str, str]] = {
+    JobState.FAILED: ("cluster", "container exited with code 1"),
+    JobState.SUCCEEDED: ("cluster", "completed"),
+}
+
+
 def history_replay(now, ran: dict[str, tuple[float, str]]) -> None:
     """Schedule the submitted history with the engine and write what it decided.
 
@@ -481,11 +488,12 @@ def history_replay(now, ran: dict[str, tuple[float, str]]) -> None:
     cluster reports them) and ending after their run time. A job the replay leaves running or waiting
     at ``now`` is cancelled."""
     from scheduling.adapters.apply import admission_apply, preemption_apply
-    from scheduling.adapters.contract import node_capacity_type
+    from scheduling.adapters.contract import Observation, node_capacity_type
     from scheduling.adapters.factory import cluster_backend
     from scheduling.adapters.history import base_snapshot_load, history_load
     from scheduling.engine import model as m
     from scheduling.selectors import policy_from_settings
+    from scheduling.services import observations_apply
     from scheduling.sim.history import COMPLETED, PREEMPTED, replay_history
 
     jobs = {str(job.pk): job for job in Job.objects.filter(pk__in=[int(i) for i in ran]).select_related("owner")}
@@ -515,29 +523,16 @@ def history_replay(now, ran: dict[str, tuple[float, str]]) -> None:
         admission = m.Admission(attempt.job_id, attempt.gpu_model or None, attempt.placements, attempt.borrowed)
         admission_apply(admission, now=admitted, nodes=nodes, gpu_models=gpu_models)
         job.refresh_from_db()
-        # Metering reads the running transition's detail (the cluster's observation copies the admission's).
-        admitted_detail = (
-            JobTransition.objects.filter(job=job, to_state=JobState.ADMITTED).order_by("-at", "-id").first()
-        )
-        job_transition(
-            job=job,
-            to_state=JobState.RUNNING,
-            at=admitted,
-            reason="pods running",
-            actor="cluster",
-            detail=dict(admitted_detail.detail) if admitted_detail else {},
-        )
+        # The pods run from admission, as the simulated cluster reports them (its observation, applied as
+        # every cluster report is: the running transition carries the admission's detail for metering).
+        observations_apply([Observation(job.pk, job.attempt, JobState.RUNNING, admitted, "pods running")])
+        job.refresh_from_db()
         if attempt.outcome == PREEMPTED:
             preemption = m.Preemption(attempt.job_id, "", attempt.reason)
             preemption_apply(preemption, now=moment(attempt.ended_s or attempt.admitted_s), backend=backend)
         elif attempt.outcome == COMPLETED and attempt.ended_s is not None:
             final = ran[attempt.job_id][1]
-            endings: dict[str, tuple[str, str]] = {
-                JobState.FAILED: ("cluster", "container exited with code 1"),
-                JobState.CANCELLED: (job.owner.username, "cancelled"),
-                JobState.SUCCEEDED: ("cluster", "completed"),
-            }
-            actor, reason = endings[final]
+            actor, reason = (job.owner.username, "cancelled") if final == JobState.CANCELLED else ENDINGS[final]
             job_transition(job=job, to_state=final, at=moment(attempt.ended_s), reason=reason, actor=actor)
         else:  # still running at ``now``
             job_transition(job=job, to_state=JobState.CANCELLED, at=now, reason="cancelled", actor=job.owner.username)
