@@ -25,6 +25,14 @@ def a_cycle_runs() -> None:
     CycleRun.objects.create(started_at=timezone.now(), duration_ms=1.0)
 
 
+def rebuilt_behind(first) -> None:
+    """Wait (up to a minute) until the checks get a state other than ``first``."""
+    deadline = time.monotonic() + 60
+    while dry_run_state()[0] is first:
+        assert time.monotonic() < deadline, "the state was not rebuilt behind the requests"
+        time.sleep(0.05)
+
+
 @pytest.mark.django_db
 def test_the_kept_state_answers_until_a_cycle_runs_then_the_next_check_rebuilds_it(world):
     first, as_of = dry_run_state()
@@ -50,10 +58,7 @@ def test_behind_the_requests_a_check_gets_the_kept_state_while_the_new_cycles_is
     first, as_of = dry_run_state()
     a_cycle_runs()
     assert dry_run_state() == (first, as_of)  # answered at once from the kept state, as of its time
-    deadline = time.monotonic() + 60
-    while dry_run_state()[0] is first:
-        assert time.monotonic() < deadline, "the state was not rebuilt behind the requests"
-        time.sleep(0.05)
+    rebuilt_behind(first)
     fresh, fresh_as_of = dry_run_state()
     assert fresh_as_of > as_of
     assert dry_run_state()[0] is fresh  # current now: no further rebuild
@@ -79,7 +84,4 @@ def test_behind_the_requests_a_state_younger_than_the_refresh_interval_is_not_re
         assert dry_run_state() == (first, as_of)  # kept, and no rebuild started behind the requests
         time.sleep(0.05)
     settings.DRY_RUN_REFRESH_EVERY_S = 0.0  # old enough now: the next check starts the rebuild
-    deadline = time.monotonic() + 60
-    while dry_run_state()[0] is first:
-        assert time.monotonic() < deadline, "the state was not rebuilt behind the requests"
-        time.sleep(0.05)
+    rebuilt_behind(first)
