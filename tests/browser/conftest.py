@@ -86,11 +86,25 @@ OVERFLOW_JS = """
       }
     }
   }
+  // A chart's legend must not sit on its x axis's tick labels (two-line date ticks did).
+  const overlaps = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  for (const chart of document.querySelectorAll('.js-plotly-plot')) {
+    const legend = chart.querySelector('g.legend');
+    if (!legend) continue;
+    const l = legend.getBoundingClientRect();
+    for (const tick of chart.querySelectorAll('g.xtick text')) {
+      if (overlaps(l, tick.getBoundingClientRect())) {
+        bad.push(`the legend of ${chart.querySelector('.gtitle')?.textContent || 'a chart'} covers its x axis labels`);
+        break;
+      }
+    }
+  }
   return bad;
 }
 """
 
 
 def assert_nothing_overflows(page: Page) -> None:
-    """Every chart and table lies inside the card that holds it (a clipped chart is a bug)."""
+    """Every chart and table lies inside the card that holds it (a clipped chart is a bug), and no chart's
+    legend covers its x axis labels."""
     assert page.evaluate(OVERFLOW_JS) == []

@@ -85,3 +85,27 @@ def test_a_chart_in_a_row_of_cards_fits_its_card_without_any_resize_of_the_windo
     # charts and hid this bug from the other tests.
     assert_nothing_overflows(page)
     screenshot(page, "cost-first-paint", tmp_path)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_weeks_charts_keep_their_legends_off_the_two_line_date_labels(page, world, tmp_path):
+    """A week of daily steps labels the x axis in two lines (hour, then date); plotly's default legend
+    place sat on the second line. The check runs at both widths (``assert_nothing_overflows``)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.services import metering_run
+    from tests.billing.conftest import Run, run_job
+
+    price_book_seed_defaults()  # a transactional test before this one flushed the migration's seed
+    now = timezone.now()
+    for days in range(1, 7):
+        start = now - timedelta(days=days, hours=2)
+        run_job(world, team=("vision", "nlp")[days % 2], gpu=1, runs=[Run(start, start + timedelta(hours=1))])
+    metering_run()
+    login(page, "admin")
+    page.goto("/cost/?window=7d")
+    page.wait_for_selector(".js-plotly-plot g.legend", state="attached")
+    assert page.locator(".js-plotly-plot g.xtick text tspan.line").count() > 0  # two-line date labels
+    at_each_width(page, "cost-week", tmp_path, ".js-plotly-plot .main-svg")
