@@ -300,12 +300,6 @@ def group_step_figures_sql(cte: str, group_col: str, where: str) -> str:
     return _step_figures_sql(cte, "x.g", f"{group_col} AS g", group_col, where, GROUP_HOURLY, "")
 
 
-GROUP_LABEL_KEYS_SQL = """SELECT DISTINCT jsonb_object_keys(CAST(s.labels_text AS jsonb)) AS label_key
-    FROM (SELECT MIN(r.labels_text) AS labels_text FROM billing_usagegrouphourly r WHERE {where}
-        GROUP BY r.labels_hash) s
-    ORDER BY label_key LIMIT %s"""
-"""The label keys in a window: each label set's keys once (a month holds ~10^5 rows of a few dozen sets)."""
-
 GPU_ALLOCATION_SQL = (
     "SELECT epoch_hour, gpu_model, capacity_type, gpu_usage FROM billing_gpuallocationhourly"
     " WHERE epoch_hour >= %s AND epoch_hour < %s"

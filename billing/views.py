@@ -23,7 +23,7 @@ from billing.core.units import hours_between
 from billing.core.windows import month_start, next_month
 from billing.selectors import AllocationQuery, cost_allocation, team_efficiency_list
 from billing.selectors.allocation import SharedReads, cost_totals
-from billing.selectors.breakdown import cost_by_label, cost_by_quota_use, cost_by_user, label_keys
+from billing.selectors.breakdown import cost_by_quota_use, cost_by_user_and_label
 from billing.selectors.efficiency import job_recommendation_list
 from billing.selectors.forecast import month_forecast_list
 from billing.selectors.invoices import Invoice, invoice_get
@@ -94,20 +94,16 @@ def cost_breakdown(request: HttpRequest) -> HttpResponse:
     label, guaranteed vs borrowed quota."""
     now = timezone.now()
     window_text, query = _window_query(request, now)
-    shared = SharedReads()
-    keys = label_keys(query)
-    key = request.GET.get("label", "")
-    if key not in keys:
-        key = keys[0] if keys else ""
+    breakdown = cost_by_user_and_label(query, key=request.GET.get("label", ""), now=now)
     return render(
         request,
         "billing/_breakdown.html",
         {
             "window": window_text,
-            "by_user": cost_by_user(query, now=now, shared=shared),
-            "label_keys": keys,
-            "label": key,
-            "by_label": cost_by_label(query, key=key, now=now, shared=shared) if key else [],
+            "by_user": breakdown.by_user,
+            "label_keys": breakdown.label_keys,
+            "label": breakdown.label,
+            "by_label": breakdown.by_label,
             "quota_use": cost_by_quota_use(start=query.start, end=query.end, now=now, team_ids=query.team_ids),
         },
     )

@@ -23,6 +23,7 @@ budgets).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -45,7 +46,7 @@ from billing.core.allocation import (
     allocation_assemble_fast,
 )
 from billing.core.prices import Price, PriceLookup, PriceSegment, price_segments
-from billing.core.units import epoch_hour
+from billing.core.units import epoch_hour, hours_between
 from billing.core.usage import MeteredUsage, idle_rows, record_usage_rows
 from billing.core.windows import Window, step_windows
 from billing.models import UsageRecord
@@ -54,8 +55,10 @@ from billing.selectors.prices import cost_rollup_current, gpu_model_names_used, 
 from billing.selectors.rollups import (
     gpu_allocation,
     group_aggregate,
+    group_label_set_rows,
     group_step_rows,
     group_totals,
+    priced_totals,
     rollup_group,
     rollup_rows,
     rollup_step_rows,
@@ -210,6 +213,48 @@ def group_path(inputs: Inputs) -> Allocation:
     return _assemble_fast(inputs, step_rows, totals, running, idle, group_names=names)
 
 
+class GroupReads:
+    """Window totals by job owner and by any label key from one read of ``UsageGroupHourly`` per (owner,
+    label set, model, capacity type, price segment), the label keys of the window too: what the cost
+    page's breakdowns show, which read the rollup once per aggregate before (by user, the keys, by label).
+    The totals are ``cost_totals``' (``group_path``'s, running jobs' open usage included)."""
+
+    def __init__(self, query: AllocationQuery, *, now: datetime, shared: SharedReads | None = None) -> None:
+        whole = replace(query, show_idle=False, step_hours=hours_between(query.start, query.end))
+        self.inputs = replace(allocation_inputs(whole, now=now, shared=shared), steps=False)
+        self.rows = group_label_set_rows(whole, self.inputs.segments)
+        self.label_sets: dict[str, dict[str, Any]] = {text: json.loads(text) for text in {r[1] for r in self.rows}}
+
+    def label_keys(self) -> list[str]:
+        """Every label key of the window's usage, sorted."""
+        return sorted({key for labels in self.label_sets.values() for key in labels})
+
+    def by_owner(self) -> dict[str, Figures]:
+        names = owner_names()
+        totals, _unpriced = priced_totals(self.rows, 2, self.inputs.segments, lambda k: names.get(k[0], str(k[0])))
+        return self._figures("owner", totals, names)
+
+    def by_label(self, key: str) -> dict[str, Figures]:
+        sets = self.label_sets
+        totals, _unpriced = priced_totals(self.rows, 2, self.inputs.segments, lambda k: label_value(sets[k[1]], key))
+        return self._figures(f"label:{key}", totals)
+
+    def _figures(
+        self, aggregate: str, totals: dict[str, UsageSums], names: dict[int, str] | None = None
+    ) -> dict[str, Figures]:
+        inputs = replace(self.inputs, query=replace(self.inputs.query, aggregate=aggregate))
+        running, idle = _running_and_idle(inputs, PriceLookup(inputs.segments))
+        return _assemble_fast(inputs, [], totals, running, idle, group_names=names).group_totals()
+
+
+def label_value(labels: Mapping[str, Any], key: str) -> str:
+    """A label set's group under ``label:<key>`` (``UNALLOCATED`` without that key)."""
+    value = labels.get(key)
+    if value is None:
+        return UNALLOCATED
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def owner_names() -> dict[int, str]:
     """Every user's name by id (the ``owner`` aggregate's groups)."""
     users = get_user_model()
@@ -315,7 +360,7 @@ def record_group(record: UsageRecord, *, aggregate: str, teams: Mapping[int, Tea
     if aggregate == "owner":
         return record.job.owner.get_username()
     if aggregate.startswith("label:"):
-        return str((record.labels or {}).get(aggregate.removeprefix("label:"), UNALLOCATED))
+        return label_value(record.labels or {}, aggregate.removeprefix("label:"))
     team = teams.get(record.team_id)
     if aggregate == "namespace":
         return team.namespace if team else record.namespace

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
 from billing import sql
 from billing.core.allocation import AllocationQuery, Figures
-from billing.core.units import epoch_hour, epoch_us, hours_between
-from billing.selectors.allocation import SharedReads, cost_totals
+from billing.core.units import epoch_hour, epoch_us
+from billing.selectors.allocation import GroupReads, SharedReads
 from billing.selectors.prices import price_segment_list
-from billing.selectors.rollups import group_label_keys
 
 MICROS_PER_HOUR = 3_600_000_000
 UNITS_PER_GPU = 7000
@@ -35,21 +34,41 @@ class GroupCost:
     total_cost: Decimal
 
 
+@dataclass(frozen=True, slots=True)
+class UserAndLabel:
+    """The by-user and by-label breakdowns of a window: ``label`` is the key ``by_label`` groups by (the
+    one asked for if the window's usage has it, else the first of ``label_keys``; empty without labels)."""
+
+    by_user: list[GroupCost]
+    label_keys: list[str]
+    label: str
+    by_label: list[GroupCost]
+
+
+def cost_by_user_and_label(
+    query: AllocationQuery, *, key: str = "", now: datetime, shared: SharedReads | None = None
+) -> UserAndLabel:
+    """Cost per job owner and per value of label ``key`` (``__unallocated__``: usage without it), costliest
+    first, and the window's label keys (at most ``LABEL_KEYS_MAX``: the jobs' own labels first, then the
+    ones metering adds to every record, each part sorted), from one read of the group rollup."""
+    reads = GroupReads(query, now=now, shared=shared)
+    keys = sorted(reads.label_keys()[:LABEL_KEYS_MAX], key=lambda k: (k in AUTOMATIC_LABELS, k))
+    if key not in keys:
+        key = keys[0] if keys else ""
+    by_label = _groups(reads.by_label(key)) if key else []
+    return UserAndLabel(_groups(reads.by_owner()), keys, key, by_label)
+
+
 def cost_by_user(query: AllocationQuery, *, now: datetime, shared: SharedReads | None = None) -> list[GroupCost]:
     """Cost per job owner over the query's window, costliest first."""
-    return _groups(cost_totals(_totals_only(query, "owner"), now=now, shared=shared))
+    return _groups(GroupReads(query, now=now, shared=shared).by_owner())
 
 
 def cost_by_label(
     query: AllocationQuery, *, key: str, now: datetime, shared: SharedReads | None = None
 ) -> list[GroupCost]:
     """Cost per value of label ``key`` (``__unallocated__``: jobs without it), costliest first."""
-    return _groups(cost_totals(_totals_only(query, f"label:{key}"), now=now, shared=shared))
-
-
-def _totals_only(query: AllocationQuery, aggregate: str) -> AllocationQuery:
-    """The query by ``aggregate`` in one step: the breakdowns show window totals (the same figures)."""
-    return replace(query, aggregate=aggregate, show_idle=False, step_hours=hours_between(query.start, query.end))
+    return _groups(GroupReads(query, now=now, shared=shared).by_label(key))
 
 
 def _groups(totals: dict[str, Figures]) -> list[GroupCost]:
@@ -60,11 +79,9 @@ def _groups(totals: dict[str, Figures]) -> list[GroupCost]:
 AUTOMATIC_LABELS = ("kind", "priority-class", "owner", "capacity-type")  # metering adds them (billing.records)
 
 
-def label_keys(query: AllocationQuery) -> list[str]:
-    """Label keys of the usage in the query's window and teams (at most ``LABEL_KEYS_MAX``): the jobs'
-    own labels first, then the ones metering adds to every record, each part sorted."""
-    keys = group_label_keys(query, LABEL_KEYS_MAX)
-    return sorted(keys, key=lambda k: (k in AUTOMATIC_LABELS, k))
+def label_keys(query: AllocationQuery, *, now: datetime) -> list[str]:
+    """The label keys ``cost_by_user_and_label`` offers for the query's window and teams."""
+    return cost_by_user_and_label(query, now=now).label_keys
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,10 +88,10 @@ def rollup_totals(
     group_cols = sql.ROLLUP_AGGREGATES[query.aggregate]
     cte, params = sql.price_segments_sql(segments)
     fetched = sql.fetch_all(sql.rollup_per_segment_sql(cte, group_cols, where), [*params, *where_params])
-    return _priced_totals(fetched, len(group_cols), segments, lambda key: rollup_group(key, query.aggregate, teams))
+    return priced_totals(fetched, len(group_cols), segments, lambda key: rollup_group(key, query.aggregate, teams))
 
 
-def _priced_totals(
+def priced_totals(
     fetched: list[tuple[Any, ...]], n: int, segments: Sequence[PriceSegment], name_of: Callable[[tuple[Any, ...]], str]
 ) -> tuple[dict[str, UsageSums], set[str]]:
     """Rows of ``rollup_per_segment_sql`` (``n`` group columns) priced in integers and summed per group."""
@@ -147,7 +147,25 @@ def group_totals(
         [*params, *key_params, *where_params],
         window_scan=True,
     )
-    return _priced_totals(fetched, 1, segments, lambda key: names.get(key[0], str(key[0])) if names else key[0])
+    return priced_totals(fetched, 1, segments, lambda key: names.get(key[0], str(key[0])) if names else key[0])
+
+
+def group_label_set_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) -> list[tuple[Any, ...]]:
+    """Per (job owner, label set, model, capacity type, price segment): usage summed, one read of the group
+    rollup that answers by owner, the label keys and by any label key (``GroupReads``). ``labels_text``
+    stands for its set (``labels_hash`` is its hash): rows are ``(owner id, labels_text, model, capacity
+    type, h0, *usage)``, priced by ``priced_totals`` with two key columns."""
+    found = _filter(query)
+    if found is None:
+        return []
+    where, where_params = found
+    cte, params = sql.price_segments_sql(segments)
+    key_cte, key_params = sql.group_key_sql("")
+    return sql.fetch_all(
+        sql.rollup_per_segment_sql(cte + key_cte, ["r.owner_id", "r.labels_text"], where, table=sql.GROUP_HOURLY),
+        [*params, *key_params, *where_params],
+        window_scan=True,
+    )
 
 
 def group_step_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) -> list[tuple[Any, ...]]:
@@ -164,16 +182,6 @@ def group_step_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) ->
         [*params, *key_params, epoch_hour(query.start), query.step_hours, *where_params],
         window_scan=True,
     )
-
-
-def group_label_keys(query: AllocationQuery, limit: int) -> list[str]:
-    """The label keys of the usage in the query's window and teams, sorted (at most ``limit``)."""
-    found = _filter(query)
-    if found is None:
-        return []
-    where, params = found
-    rows = sql.fetch_all(sql.GROUP_LABEL_KEYS_SQL.format(where=where), [*params, limit], window_scan=True)
-    return [row[0] for row in rows]
 
 
 def rollup_step_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) -> list[tuple[Any, ...]]:

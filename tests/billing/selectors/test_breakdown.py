@@ -3,6 +3,7 @@ GPU-hours, GPU-hours = GPUs x run time inside the window."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -12,7 +13,14 @@ import pytest
 from billing.core.allocation import AllocationQuery
 from billing.models import PriceBookEntry
 from billing.selectors import cost_allocation
-from billing.selectors.breakdown import cost_by_label, cost_by_quota_use, cost_by_user, label_keys
+from billing.selectors.allocation import cost_totals
+from billing.selectors.breakdown import (
+    cost_by_label,
+    cost_by_quota_use,
+    cost_by_user,
+    cost_by_user_and_label,
+    label_keys,
+)
 from billing.services import metering_run
 from portal.jobs.models import JobAttempt
 from tests.billing.conftest import Run, run_job, utc
@@ -69,7 +77,7 @@ def test_cost_by_user_and_by_label_follow_the_rule_and_add_up_to_the_namespace_t
     assert sum(g.total_cost for g in by_user.values()) == pytest.approx(
         sum(f.total_cost for f in namespaces.values()), abs=Decimal("0.00001")
     )
-    keys = label_keys(query())
+    keys = label_keys(query(), now=NOW)
     assert keys[0] == "project"  # the jobs' own label before the ones metering adds
     assert set(keys[1:]) == {"kind", "priority-class", "owner", "capacity-type"}
     by_label = {g.name: g for g in cost_by_label(query(), key="project", now=NOW)}
@@ -97,11 +105,11 @@ def test_cost_is_split_into_guaranteed_and_borrowed_use(world):
 def test_a_tenant_sees_only_its_own_teams_keys_and_use(world):
     world_with_labels_and_borrowing(world)
     vision = [world.teams["vision"].pk]
-    assert label_keys(query(team_ids=frozenset(vision)))[0] == "project"
+    assert label_keys(query(team_ids=frozenset(vision)), now=NOW)[0] == "project"
     assert [q.team for q in cost_by_quota_use(start=START, end=END, now=NOW, team_ids=vision)] == ["vision"]
-    assert label_keys(query(team_ids=frozenset())) == []
+    assert label_keys(query(team_ids=frozenset()), now=NOW) == []
     later = AllocationQuery(start=END + timedelta(days=30), end=END + timedelta(days=31), step_hours=24)
-    assert label_keys(later) == []
+    assert label_keys(later, now=NOW) == []
 
 
 def test_guaranteed_and_borrowed_cost_follow_price_changes_the_window_and_running_attempts(world):
@@ -121,3 +129,17 @@ def test_guaranteed_and_borrowed_cost_follow_price_changes_the_window_and_runnin
     assert rows["nlp"].borrowed_gpu_hours == 4  # 2 GPUs x the 2 hours inside the window
     assert rows["nlp"].borrowed_cost == as_decimal(4 * Fraction("7.25"))  # the new price holds on
     assert rows["nlp"].guaranteed_gpu_hours == 0
+
+
+def test_one_read_answers_by_user_by_label_and_the_keys_as_the_allocation_api_does(world):
+    world_with_labels_and_borrowing(world)
+    both = cost_by_user_and_label(query(), key="no-such-key", now=NOW)
+    assert both.label == "project"  # a key the window lacks falls back to the first one
+    assert both.label_keys == label_keys(query(), now=NOW)
+    for aggregate, groups in (("owner", both.by_user), ("label:project", both.by_label)):
+        api = cost_totals(replace(query(), aggregate=aggregate), now=NOW)  # /api/v1/cost/allocation's totals
+        assert {g.name: (g.gpu_hours, g.total_cost) for g in groups} == {
+            name: (f.gpu_hours, f.total_cost) for name, f in api.items()
+        }
+    kind = {g.name: g.gpu_hours for g in cost_by_user_and_label(query(), key="kind", now=NOW).by_label}
+    assert sum(kind.values()) == 11  # every GPU-hour of the window once: 6 + 1 + 4
