@@ -199,6 +199,8 @@ def main() -> None:
         "/cost/?window=30d",
         "/cost/breakdown/?window=7d",
         "/cost/breakdown/?window=30d",
+        "/cost/recommendations/?window=7d",
+        "/cost/recommendations/?window=30d",
         "/whatif/",
     ]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

@@ -525,11 +525,22 @@ def quota_use_sql(segments: Sequence[PriceSegment], team_count: int | None) -> t
             FROM jobs_jobattempt a JOIN jobs_job j ON j.id = a.job_id JOIN tenants_team t ON t.id = j.team_id
                 CROSS JOIN w
             WHERE a.started_at IS NOT NULL AND a.started_at < %s AND (a.ended_at IS NULL OR a.ended_at > %s){teams}
+        ),
+        xp AS (
+            SELECT x.team, x.borrowed, x.share, x.ctype, x.r0, x.r1,
+                CASE WHEN x.gpu_model IN (SELECT own.gpu_model FROM p own) THEN x.gpu_model ELSE '' END AS model
+            FROM x WHERE x.r1 > x.r0
+        ),
+        u AS (
+            SELECT xp.team, xp.borrowed, SUM(xp.share * (xp.r1 - xp.r0)) AS usage FROM xp GROUP BY xp.team, xp.borrowed
+        ),
+        c AS (
+            SELECT x.team, x.borrowed, SUM(x.share * {piece} * p.gpu_usd) AS cost
+            FROM xp x JOIN p ON p.capacity_type = x.ctype AND p.gpu_model = x.model
+                AND p.h0 * {US_PER_HOUR} < x.r1 AND p.h1 * {US_PER_HOUR} > x.r0
+            GROUP BY x.team, x.borrowed
         )
-        SELECT x.team, x.borrowed, SUM(x.share * (x.r1 - x.r0)),
-            SUM(x.share * (SELECT COALESCE(SUM({piece} * p.gpu_usd), 0) FROM p WHERE p.capacity_type = x.ctype
-                AND p.gpu_model = CASE WHEN EXISTS (SELECT 1 FROM p own WHERE own.gpu_model = x.gpu_model)
-                    THEN x.gpu_model ELSE '' END))
-        FROM x WHERE x.r1 > x.r0 GROUP BY x.team, x.borrowed
+        SELECT u.team, u.borrowed, u.usage, COALESCE(c.cost, 0)
+        FROM u LEFT JOIN c ON c.team = u.team AND c.borrowed = u.borrowed
     """
     return sql, params

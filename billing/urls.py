@@ -9,6 +9,7 @@ app_name = "billing"
 urlpatterns = [
     path("cost/", views.cost_dashboard, name="cost-dashboard"),
     path("cost/breakdown/", views.cost_breakdown, name="cost-breakdown"),
+    path("cost/recommendations/", views.cost_recommendations, name="cost-recommendations"),
     path("cost/invoice/<slug:slug>/<int:year>-<int:month>/", views.invoice, name="invoice"),
     path("cost/invoice/<slug:slug>/<int:year>-<int:month>.csv", views.invoice_csv, name="invoice-csv"),
     path("api/v1/cost/allocation", CostAllocationView.as_view(), name="api-cost-allocation"),

@@ -78,8 +78,6 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
             # The page's own "This month" card says each team's budget with today's figure: the
             # site-wide banner (which names the threshold crossed) would only repeat it.
             "budget_alerts": [],
-            "jobs": job_recommendation_list(teams=teams, since=start, until=end),
-            "team_efficiency": team_efficiency_list(teams=teams, since=start, until=end),
             "teams": teams,
             "months": [this_month, month_start(this_month - timedelta(days=1))],
             "csv_url": f"{reverse('billing:api-cost-allocation')}?{query_string}&format=csv",
@@ -105,6 +103,24 @@ def cost_breakdown(request: HttpRequest) -> HttpResponse:
             "label": breakdown.label,
             "by_label": breakdown.by_label,
             "quota_use": cost_by_quota_use(start=query.start, end=query.end, now=now, team_ids=query.team_ids),
+        },
+    )
+
+
+@login_required
+def cost_recommendations(request: HttpRequest) -> HttpResponse:
+    """The page's advice over its window (an htmx fragment, loaded after the page): per team, and the least
+    efficient jobs (they read the usage records of the window, the page's slowest part)."""
+    now = timezone.now()
+    window_text, query = _window_query(request, now)
+    teams = team_list_for_user(user=request.user)
+    return render(
+        request,
+        "billing/_recommendations.html",
+        {
+            "window": window_text,
+            "jobs": job_recommendation_list(teams=teams, since=query.start, until=query.end),
+            "team_efficiency": team_efficiency_list(teams=teams, since=query.start, until=query.end),
         },
     )
 

@@ -15,7 +15,7 @@ from billing.core.allocation import AllocationQuery
 from billing.core.units import hours_between
 from billing.core.windows import month_start, month_to_date
 from billing.models import Budget, BudgetAlert
-from billing.selectors.allocation import SharedReads, cost_allocation
+from billing.selectors.allocation import SharedReads, cost_totals
 from portal.tenants.models import Team
 
 
@@ -32,9 +32,9 @@ def month_gpu_spend(
         show_idle=False,
         team_ids=None if team_ids is None else frozenset(team_ids),
     )
-    allocation = cost_allocation(query, now=now, shared=shared)
+    totals = cost_totals(query, now=now, shared=shared)  # window totals only: no per-step read
     slugs = dict(Team.objects.values_list("slug", "pk"))
-    return {slugs[slug]: figures.gpu_cost for slug, figures in allocation.totals.items() if slug in slugs}
+    return {slugs[slug]: figures.gpu_cost for slug, figures in totals.items() if slug in slugs}
 
 
 def teams_over_budget(*, now: datetime | None = None) -> tuple[tuple[str, str], ...]:

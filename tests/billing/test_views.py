@@ -118,8 +118,13 @@ def test_recommendations_follow_the_chosen_window(world, logged_in):
     assert job_recommendation_list(teams=teams, since=recent) == []
     # A window that ended before the job ran does not list it either.
     assert job_recommendation_list(teams=teams, since=old - timedelta(days=3), until=old - timedelta(days=1)) == []
-    page = logged_in("alice").get("/cost/?window=24h").content.decode()
-    assert f">{history.job.pk} " not in page
+    # The page loads its advice as a fragment of the same window.
+    alice = logged_in("alice")
+    page = alice.get("/cost/?window=7d").content.decode()
+    assert 'hx-get="/cost/recommendations/?window=7d"' in page
+    assert f">{history.job.pk} " in alice.get("/cost/recommendations/?window=7d").content.decode()
+    assert f">{history.job.pk} " not in alice.get("/cost/recommendations/?window=24h").content.decode()
+    assert f">{history.job.pk} " not in logged_in("bob").get("/cost/recommendations/?window=7d").content.decode()
 
 
 class LowUtilization:
