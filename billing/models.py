@@ -146,7 +146,23 @@ class UsageGroupHourly(HourUsageColumns):
         return f"hour {self.epoch_hour} team {self.team_id} owner {self.owner_id} {self.labels_text}"
 
 
-class TeamCostHourly(models.Model):
+class TeamCostColumns(models.Model):
+    """A team's usage and its exact cost numerators (usage × price in 10^-6 USD) over a span."""
+
+    gpu_usage = models.BigIntegerField(default=0)
+    cpu_milli_us = models.BigIntegerField(default=0)
+    memory_mib_us = models.BigIntegerField(default=0)
+    gpu_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
+    cpu_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
+    memory_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
+    gpu_util_usage = models.FloatField(default=0.0)
+    gpu_util_measured_usage = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class TeamCostHourly(TeamCostColumns):
     """Usage and its exact cost per team and hour, priced with the price book of ``CostRollupState``.
 
     What the namespace and team allocation reads: one row per team-hour, so a 30-day hourly query
@@ -157,14 +173,6 @@ class TeamCostHourly(models.Model):
 
     epoch_hour = models.PositiveIntegerField()
     team = models.ForeignKey("tenants.Team", on_delete=models.CASCADE, related_name="+")
-    gpu_usage = models.BigIntegerField(default=0)
-    cpu_milli_us = models.BigIntegerField(default=0)
-    memory_mib_us = models.BigIntegerField(default=0)
-    gpu_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
-    cpu_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
-    memory_cost_units = models.DecimalField(max_digits=40, decimal_places=0, default=0)
-    gpu_util_usage = models.FloatField(default=0.0)
-    gpu_util_measured_usage = models.BigIntegerField(default=0)
     # The same figures divided into hours and dollars, as floats for charts (set from the exact ones by
     # ``billing.sql.TEAM_COST_FLOATS``): reading them needs no arithmetic per row.
     gpu_hours = models.FloatField(db_default=0.0)
@@ -182,6 +190,22 @@ class TeamCostHourly(models.Model):
 
     def __str__(self) -> str:
         return f"hour {self.epoch_hour} team {self.team_id}"
+
+
+class TeamCostDaily(TeamCostColumns):
+    """``TeamCostHourly`` summed per UTC day (the exact columns): a window's whole days read one row per
+    team-day instead of 24, its partial first and last days their hours (``billing.sql.team_cost_totals_sql``).
+    Written in the same transaction as the hours it sums, by the same increments; rebuilt with them."""
+
+    epoch_day = models.PositiveIntegerField(help_text="Days since 1970-01-01 UTC (epoch hour // 24).")
+    team = models.ForeignKey("tenants.Team", on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["epoch_day", "team"], name="uniq_team_cost_daily")]
+        verbose_name_plural = "team cost daily rollups"
+
+    def __str__(self) -> str:
+        return f"day {self.epoch_day} team {self.team_id}"
 
 
 class GpuAllocationHourly(models.Model):

@@ -404,6 +404,51 @@ ON CONFLICT (epoch_hour, team_id) DO UPDATE SET
 """
 
 
+TEAM_COST_DAILY_UPSERT = (
+    TEAM_COST_UPSERT.replace("billing_teamcosthourly", "billing_teamcostdaily")
+    .replace("(epoch_hour, team_id", "(epoch_day, team_id")
+    .replace("ON CONFLICT (epoch_hour,", "ON CONFLICT (epoch_day,")
+)
+"""``TEAM_COST_UPSERT`` into ``TeamCostDaily``: the first parameter is the epoch day."""
+
+TEAM_COST_EXACT = (
+    "gpu_usage, cpu_milli_us, memory_mib_us, gpu_cost_units, cpu_cost_units, memory_cost_units,"
+    " gpu_util_usage, gpu_util_measured_usage"
+)
+
+TEAM_COST_DAILY_REBUILD = f"""
+INSERT INTO billing_teamcostdaily (epoch_day, team_id, {TEAM_COST_EXACT})
+SELECT epoch_hour / 24, team_id, {", ".join(f"SUM({c})" for c in TEAM_COST_EXACT.split(", "))}
+FROM billing_teamcosthourly GROUP BY epoch_hour / 24, team_id ORDER BY epoch_hour / 24, team_id
+"""
+"""``TeamCostDaily`` from ``TeamCostHourly`` (after deleting it)."""
+
+
+def team_cost_totals_sql(hour_from: int, hour_to: int, team_ids: frozenset[int] | None) -> tuple[str, list[Any]] | None:
+    """Per team: ``TeamCostHourly``'s exact sums over ``[hour_from, hour_to)``, whole UTC days read from
+    ``TeamCostDaily`` and the hours before the first and after the last from the hourly rows (columns as
+    ``TEAM_COST_TOTALS_SQL``); None when no team is visible."""
+    day_from, day_to = -(-hour_from // 24), hour_to // 24
+    if day_from >= day_to:
+        found = hours_filter(hour_from, hour_to, team_ids, "c")
+        return None if found is None else (TEAM_COST_TOTALS_SQL.format(where=found[0]), found[1])
+    teams, team_params = "", []
+    if team_ids is not None:
+        if not team_ids:
+            return None
+        teams = " AND team_id IN (" + ", ".join(["%s"] * len(team_ids)) + ")"
+        team_params = sorted(team_ids)
+    sums = ", ".join(f"SUM(c.{c})" for c in TEAM_COST_EXACT.split(", "))
+    query = f"""SELECT c.team_id, {sums} FROM (
+        SELECT team_id, {TEAM_COST_EXACT} FROM billing_teamcosthourly
+            WHERE ((epoch_hour >= %s AND epoch_hour < %s) OR (epoch_hour >= %s AND epoch_hour < %s)){teams}
+        UNION ALL
+        SELECT team_id, {TEAM_COST_EXACT} FROM billing_teamcostdaily WHERE epoch_day >= %s AND epoch_day < %s{teams}
+    ) c GROUP BY c.team_id"""
+    params = [hour_from, day_from * 24, day_to * 24, hour_to, *team_params, day_from, day_to, *team_params]
+    return query, params
+
+
 def _team_cost_floats() -> str:
     def cost(c: MeterColumns) -> str:
         return f"CAST({c.cost_units} AS DOUBLE PRECISION) / {double(c.meter.cost_denominator)}"

@@ -203,14 +203,11 @@ def rollup_step_rows(query: AllocationQuery, segments: Sequence[PriceSegment]) -
 
 def team_cost_totals(query: AllocationQuery, teams: Mapping[int, Team]) -> dict[str, UsageSums]:
     """Exact window totals per namespace or team from the priced per-team rollup."""
-    found = _filter(query, alias="c")
+    found = sql.team_cost_totals_sql(epoch_hour(query.start), epoch_hour(query.end), query.team_ids)
     if found is None:
         return {}
-    where, params = found
     totals = {}
-    for team_id, gpu, cpu, memory, gpu_cost, cpu_cost, memory_cost, util, measured in sql.fetch_all(
-        sql.TEAM_COST_TOTALS_SQL.format(where=where), params
-    ):
+    for team_id, gpu, cpu, memory, gpu_cost, cpu_cost, memory_cost, util, measured in sql.fetch_all(*found):
         team = teams.get(team_id)
         name = (team.namespace if query.aggregate == "namespace" else team.slug) if team else str(team_id)
         totals[name] = UsageSums(

@@ -32,6 +32,7 @@ from billing.core.usage import (
 from billing.models import (
     CostRollupState,
     GpuAllocationHourly,
+    TeamCostDaily,
     TeamCostHourly,
     UsageGroupHourly,
     UsageHourly,
@@ -134,6 +135,12 @@ def cost_rollup_add(increments: Mapping[RollupKey, HourUsage]) -> None:
     lookup = PriceLookup(price_segments(prices, models, min(hours), max(hours) + 1))
     per_team = team_cost_increments(increments, lookup)
     sql.execute_many(sql.TEAM_COST_UPSERT, [(hour, team, *cost.as_row()) for (hour, team), cost in per_team.items()])
+    per_day: dict[tuple[int, int], list[Any]] = {}
+    for (hour, team), cost in per_team.items():
+        row = cost.as_row()
+        summed = per_day.setdefault((hour // 24, team), [0] * len(row))
+        per_day[hour // 24, team] = [a + b for a, b in zip(summed, row, strict=True)]
+    sql.execute_many(sql.TEAM_COST_DAILY_UPSERT, [(day, team, *row) for (day, team), row in per_day.items()])
     team_ids = sorted({team for _hour, team in per_team})
     sql.execute(
         sql.TEAM_COST_FLOATS + sql.TEAMS_FILTER.format(", ".join(["%s"] * len(team_ids))),
@@ -147,6 +154,7 @@ def cost_rollup_reprice(*, now: datetime | None = None) -> int:
     with transaction.atomic(), metering_lock():
         prices = price_list()
         TeamCostHourly.objects.all().delete()
+        TeamCostDaily.objects.all().delete()
         span = UsageHourly.objects.aggregate(lo=Min("epoch_hour"), hi=Max("epoch_hour"))
         written = 0
         if span["lo"] is not None:
@@ -157,6 +165,7 @@ def cost_rollup_reprice(*, now: datetime | None = None) -> int:
             sql.execute(sql.team_cost_reprice_sql(cte), params)
             written = TeamCostHourly.objects.count()
             sql.execute(sql.TEAM_COST_FLOATS, [span["lo"], span["hi"]])
+            sql.execute(sql.TEAM_COST_DAILY_REBUILD, [])
         CostRollupState.objects.all().delete()
         CostRollupState.objects.create(price_version=price_version(prices), repriced_at=now or timezone.now())
     logger.info("cost rollup re-priced: %d team-hours", written)

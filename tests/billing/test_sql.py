@@ -26,7 +26,7 @@ from billing.core.allocation import Allocation, AllocationQuery, Figures
 from billing.core.intervals import RunInterval
 from billing.core.prices import CAPACITY_TYPES
 from billing.core.usage import Utilization
-from billing.models import PriceBookEntry, TeamCostHourly, UsageRecord
+from billing.models import PriceBookEntry, TeamCostDaily, TeamCostHourly, UsageRecord
 from billing.records import usage_record
 from billing.selectors.allocation import (
     AllocationPath,
@@ -122,6 +122,25 @@ def team_cost_rows() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     return list(exact), list(rows.values_list("gpu_util_usage", "gpu_efficiency"))
 
 
+def team_cost_days() -> list[tuple[tuple[int, int], tuple[Any, ...], float]]:
+    """``TeamCostDaily``: ((day, team), exact columns, utilization weight)."""
+    rows = TeamCostDaily.objects.order_by("epoch_day", "team_id").values_list(
+        "epoch_day", "team_id", "gpu_usage", "cpu_milli_us", "memory_mib_us", "gpu_cost_units", "cpu_cost_units",
+        "memory_cost_units", "gpu_util_measured_usage", "gpu_util_usage",
+    )  # fmt: skip
+    return [((r[0], r[1]), tuple(r[2:9]), r[9]) for r in rows]
+
+
+def hours_per_day(hour_rows: list[tuple[Any, ...]]) -> dict[tuple[int, int], tuple[Any, ...]]:
+    """``team_cost_rows``' exact hourly columns summed per (UTC day, team): what each day must hold."""
+    days: dict[tuple[int, int], list[Any]] = {}
+    for hour, team, *columns in hour_rows:
+        exact = [*columns[:6], columns[13]]  # usage and cost numerators, and the measured usage
+        summed = days.setdefault((hour // 24, team), [0] * len(exact))
+        days[hour // 24, team] = [a + b for a, b in zip(summed, exact, strict=True)]
+    return {key: tuple(value) for key, value in days.items()}
+
+
 def assert_same_allocation(got: Allocation, expected: Allocation) -> None:
     """The same exact totals (efficiency to its 4 decimals' rounding) and the same step figures to
     float rounding."""
@@ -159,8 +178,15 @@ def test_sql_and_python_pricing_give_the_same_figures(world, rows, changes, wind
             rollup_add(records[half:])  # then new increments are priced in Python
         assert cost_rollup_current()
         incremental = team_cost_rows()
+        incremental_days = team_cost_days()
         cost_rollup_reprice()
         assert team_cost_rows()[0] == incremental[0]
+        # The daily rollup: incremental sums per day equal the hours summed per UTC day.
+        days = team_cost_days()
+        assert [(key, exact) for key, exact, _util in days] == [(key, exact) for key, exact, _util in incremental_days]
+        for (_key, _exact, util), (_, _, util_was) in zip(days, incremental_days, strict=True):
+            assert util == pytest.approx(util_was, rel=1e-9)  # floats summed in another order
+        assert {key: exact for key, exact, _util in team_cost_days()} == hours_per_day(team_cost_rows()[0])
         for (util, efficiency), (util_was, efficiency_was) in zip(team_cost_rows()[1], incremental[1], strict=True):
             assert util == pytest.approx(util_was, rel=1e-9)
             assert (efficiency is None) == (efficiency_was is None)
@@ -183,6 +209,13 @@ def test_sql_and_python_pricing_give_the_same_figures(world, rows, changes, wind
             # Totals only (the cost page's model charts and breakdowns): no step query, the same totals.
             assert_same_totals(path(replace(inputs, steps=False)).group_totals(), expected.group_totals())
         assert_same_totals(cost_totals(query, now=query.end), expected.group_totals())
+        # Windows with whole UTC days inside read those days from TeamCostDaily, the rest by the hour.
+        for first_hour, hours in ((2, 50), (0, 48), (5, 24), (-3, 72), (23, 26)):
+            start = T0 + timedelta(hours=first_hour)
+            whole = AllocationQuery(start, start + timedelta(hours=hours), hours, "namespace", show_idle=False,
+                                    include_running=False)  # fmt: skip
+            inputs = allocation_inputs(whole, now=whole.end)
+            assert_same_totals(team_cost_path(replace(inputs, steps=False)).totals, record_path(inputs).totals)
         transaction.set_rollback(True)
 
 
