@@ -227,6 +227,7 @@ def derived_rollups() -> None:
             "billing_usagegrouphourly",
             "billing_gpuallocationhourly",
             "billing_teamcosthourly",
+            "billing_teamcostdaily",
         ):
             cursor.execute(f"ANALYZE {table}")
     print(f"{rows} priced team-hours in {time.perf_counter() - t0:.1f} s", flush=True)
