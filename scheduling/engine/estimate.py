@@ -138,7 +138,7 @@ def expected_runtime(job: Workload, runtimes: Runtimes, which: int, alias: Mappi
     return known[which] if known is not None else job.runtime_s
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class _End:
     at: float
     seq: int
@@ -147,6 +147,10 @@ class _End:
     cq: str = field(compare=False)
     request: dict[str, int] = field(compare=False)
     models: frozenset[str | None] = field(compare=False)
+
+    def __lt__(self, other: _End) -> bool:
+        """The heap's order: ``(at, seq)`` (written out: the generated tuple comparison is slower)."""
+        return self.at < other.at or (self.at == other.at and self.seq < other.seq)
 
 
 class Forecast:
@@ -228,12 +232,15 @@ class Forecast:
                 # fair share of their queues as usage changes, submission), a heap refreshed lazily as
                 # ``admission.AdmissionOrder`` is (shares only grow within a step).
                 groups = queue.groups
-                heads = [
-                    (_order_key(fair, g), g.index)
-                    for g in groups
-                    if g.head < len(g.jobs)
-                    and g.tried_at < max((dirty_all, *(dirty_since.get(m, 0) for m in g.models)))
-                ]
+                came_back: dict[frozenset[str | None], int] = {}  # per set of models: its last step
+                heads = []
+                for g in groups:
+                    if g.head < len(g.jobs):
+                        last = came_back.get(g.models)
+                        if last is None:
+                            last = came_back[g.models] = max((dirty_all, *(dirty_since.get(m, 0) for m in g.models)))
+                        if g.tried_at < last:
+                            heads.append((_order_key(fair, g), g.index))
                 heapq.heapify(heads)
                 while heads and budget > 0:
                     key, index = heapq.heappop(heads)
@@ -294,10 +301,13 @@ class Forecast:
         cached = self.ends_cache.get(which)
         if cached is None:
             cached = []
+            models_of: dict[str | None, frozenset[str | None]] = {}  # one set per GPU model
             for seq, holder in enumerate(holders):
                 w = holder.workload
                 at = self.now if w.id in victims else self._end(w, which)
-                models = frozenset((w.gpu_model,))
+                models = models_of.get(w.gpu_model)
+                if models is None:
+                    models = models_of[w.gpu_model] = frozenset((w.gpu_model,))
                 cached.append(_End(at, seq, holder.placements, holder.lq, holder.cq, holder.request, models))
             heapq.heapify(cached)
             self.ends_cache[which] = cached

@@ -153,16 +153,18 @@ class QuotaBook:
 
     def available(self, cq: str, key: str) -> int | None:
         """How much more of ``key`` the queue may take now; ``None`` = unlimited."""
-        limits = self.limits.get(cq, {})
-        limit = limits.get(key)
+        limit = self.limits.get(cq, {}).get(key)
         if limit is None:
             return None if key in (CPU, MEMORY) else 0
-        used = self.used(cq, key)
-        cohort = self._in_cohort(cq)
+        return self._free(limit, self.used(cq, key), self._in_cohort(cq), key)
+
+    def _free(self, limit: _Limit, used: int, cohort: str, key: str) -> int:
+        """:meth:`available` of a queue with this ``limit`` and ``used`` in ``cohort`` ("" for none)."""
         if not cohort:
             return max(0, limit.nominal - used)
         own = max(0, limit.guaranteed - used)
-        room = own + max(0, self.pool_free(cq, key))
+        pool = self._pool_cap.get((cohort, key), 0) - self._pool_used.get((cohort, key), 0)
+        room = own + max(0, pool)
         if limit.borrowing_limit is not None:
             room = min(room, limit.nominal + limit.borrowing_limit - used)
         return max(0, room)
@@ -175,9 +177,11 @@ class QuotaBook:
         limit = self.limits.get(cq, {}).get(key)
         if limit is None:
             return None if key in (CPU, MEMORY) else 0
+        used = self.usage.get(cq, {}).get(key, 0)
+        available = self._free(limit, used, self._in_cohort(cq), key)
         if not borrow:  # within the nominal quota: its unused part caps :meth:`available`
-            return max(0, min(self.available(cq, key) or 0, limit.nominal - self.usage.get(cq, {}).get(key, 0)))
-        return self.available(cq, key)
+            return max(0, min(available, limit.nominal - used))
+        return available
 
     def ceiling(self, cq: str, key: str) -> int | None:
         """The most of ``key`` the queue could ever hold (the rest of its cohort idle): its nominal

@@ -128,9 +128,10 @@ class Votes:
         return lo + best if ok[best] else None
 
     def block_pick(self, plugin: ScorerPlugin, shape: Shape, mask: np.ndarray, lo: int) -> int | bool | None:
-        """The scored path's choice for one GPU replica under a single block-scoring plugin (fgd,
+        """The scored path's choice for one replica (not MIG) under a single block-scoring plugin (fgd,
         portal): its scores read over the GPU model's block of nodes, masked by the fit rule, no
-        gathering; the same first-best node. ``False`` when the plugin cannot score the block."""
+        gathering, with the votes :meth:`score` adds for it; the same first-best node. ``False`` when
+        the plugin cannot score the block."""
         if len(mask) == 0:
             return None
         ok = fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask)
@@ -140,6 +141,15 @@ class Votes:
         scores = plugin.score_block(shape, lo, ok)  # type: ignore[attr-defined]
         if scores is None:
             return False
+        if shape.kind == "cpu" or shape.gpus > 1:
+            # As :meth:`score` for these: the policy's scores scaled over the candidates, then the
+            # side votes a single replica still gets (GPU avoidance, contiguity).
+            nodes = slice(lo, lo + len(ok))
+            scores = _unit_within(scores, ok)
+            if shape.kind == "cpu":
+                scores -= 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[nodes] > 0)
+            if shape.gpus > 1:
+                scores += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
         best = int(np.argmax(np.where(ok, scores, -np.inf)))
         if ok[best]:
             return lo + best
@@ -231,6 +241,16 @@ class Votes:
                 score = np.where(holds, weight + 0.1 * tight, score)
         holds = node_cap >= remaining
         return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
+
+
+def _unit_within(raw: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """:func:`_unit` of ``raw[ok]`` computed in place over all of ``raw`` (entries outside ``ok`` are
+    not to be read): the same value for every entry of ``ok``."""
+    low = raw.min(where=ok, initial=np.inf)
+    span = raw.max(where=ok, initial=-np.inf) - low
+    if span <= 0 or not np.isfinite(span):
+        return np.zeros_like(raw)
+    return (raw - low) / span
 
 
 def _unit(raw: np.ndarray) -> np.ndarray:
