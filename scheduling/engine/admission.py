@@ -148,9 +148,11 @@ class AdmissionOrder:
                 continue
             job = self.queues[lq][self.heads[lq]]
             self.heads[lq] += 1
+            yield job
+            # The queue's next job is keyed after this one's decision, which may raise the queue's
+            # share: a key taken before it would be stale and popped once more for nothing.
             if self.heads[lq] < len(self.queues[lq]):
                 heapq.heappush(self._heap, (self._key(lq), lq))
-            yield job
 
 
 def pending_limit_error(local_queue: LocalQueue, pending_count: int) -> str | None:

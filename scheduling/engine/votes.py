@@ -246,8 +246,11 @@ class Votes:
 def _unit_within(raw: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """:func:`_unit` of ``raw[ok]`` computed in place over all of ``raw`` (entries outside ``ok`` are
     not to be read): the same value for every entry of ``ok``."""
-    low = raw.min(where=ok, initial=np.inf)
-    span = raw.max(where=ok, initial=-np.inf) - low
+    within = raw[ok]
+    if len(within) == 0:
+        return np.zeros_like(raw)
+    low = within.min()
+    span = within.max() - low
     if span <= 0 or not np.isfinite(span):
         return np.zeros_like(raw)
     return (raw - low) / span

@@ -206,8 +206,10 @@ class NodeScorer:
         memo = self._delta_memo.get(key)
         if memo is None or len(memo) > _MEMO_LIMIT:
             memo = self._delta_memo[key] = {}
-        state = np.column_stack((self._model_row[idx], self.cpu_free_milli[idx], self.gpu_free_milli[idx]))
-        state = np.ascontiguousarray(state, dtype=np.int64)
+        state = np.empty((idx.size, 2 + self.gpu_free_milli.shape[1]), dtype=np.int64)
+        state[:, 0] = self._model_row[idx]
+        state[:, 1] = self.cpu_free_milli[idx]
+        state[:, 2:] = self.gpu_free_milli[idx]
         # One bytes key per node: the row of (model, CPU, devices) as raw memory.
         keys = cast(list[bytes], state.view(np.dtype((np.void, state.itemsize * state.shape[1]))).ravel().tolist())
         found = [memo.get(k) for k in keys]
