@@ -24,6 +24,21 @@ from .pools import FULL, pool_index, share_capacity_milli
 
 __all__ = ["FULL", "Cluster", "Statement"]
 
+# The arrays :meth:`Cluster.apply` changes: what :meth:`Cluster.save_free` keeps.
+_FREE_STATE = (
+    "cpu_free",
+    "mem_free",
+    "dev_free",
+    "mig_mask",
+    "mig_compute",
+    "full_free",
+    "max_share",
+    "gpu_free_total",
+    "free_bits",
+    "pack_score",
+    "cpu_pack_score",
+)
+
 
 class Cluster:
     """Mutable free-capacity view of a snapshot's nodes. Built once per cycle."""
@@ -187,6 +202,22 @@ class Cluster:
         for listener in self.listeners:
             listener(i, placement, sign)
         return True
+
+    def save_free(self) -> tuple[np.ndarray, ...]:
+        """A copy of the free capacity (every array ``apply`` changes), for :meth:`restore_free`."""
+        return tuple(getattr(self, name).copy() for name in _FREE_STATE)
+
+    def restore_free(self, saved: tuple[np.ndarray, ...], changes: list[tuple[ReplicaPlacement, int]]) -> None:
+        """Undo ``changes`` (each placement applied with its sign since ``saved`` was taken, in order):
+        the same state and the same listener calls as applying each with the opposite sign, newest
+        first, without the per-node arithmetic."""
+        for name, array in zip(_FREE_STATE, saved, strict=True):
+            getattr(self, name)[...] = array
+        for placement, sign in reversed(changes):
+            i = self.index.get(placement.node)
+            if i is not None:
+                for listener in self.listeners:
+                    listener(i, placement, -sign)
 
     def apply_foreign(self, usage: ForeignUsage, refresh: bool = True) -> None:
         self.apply(

@@ -181,10 +181,10 @@ class Forecast:
         ``arrivals``: the submissions expected meanwhile (step 3), which compete as submitted jobs do."""
         host, cluster, quota, fair = self.host, self.host.cluster, self.host.quota, self.host.fair
         saved = host.forecast_begin()
-        # Staged, undone in step 5 in exactly the reverse order (MIG slices are bitmasks: undoing a start
-        # before an end that came earlier would leave the slices of a job that started and ended taken).
+        # Step 5 puts back the state as it is now (capacity, quota, fair share) and tells the cluster's
+        # listeners of every change undone, newest first.
+        before = (cluster.save_free(), quota.save_usage(), fair.save_usage())
         applied: list[tuple[ReplicaPlacement, int]] = []
-        charged: list[tuple[str, str, dict[str, int], int]] = []  # (lq, cq, request, sign)
         starts: dict[str, Start] = {}
         try:
             # 2. Ends of what holds capacity now (a heap; the same for every run over one state).
@@ -219,7 +219,6 @@ class Forecast:
                     if ended.request:
                         quota.add(ended.cq, ended.request, -1)
                         fair.add(ended.lq, ended.cq, ended.request, -1)
-                        charged.append((ended.lq, ended.cq, ended.request, -1))
                     for model in ended.models:
                         dirty_since[model] = step
                     if None in ended.models:
@@ -265,7 +264,6 @@ class Forecast:
                     applied.extend((p, 1) for p in admission.placements)
                     quota.add(group.cq, outcome.request)
                     fair.add(job.local_queue, group.cq, outcome.request)
-                    charged.append((job.local_queue, group.cq, outcome.request, 1))
                     runtime = expected_runtime(job, self.runtimes, which, queue.alias)
                     models = frozenset((admission.gpu_model,))
                     end = _End(
@@ -286,12 +284,10 @@ class Forecast:
             if recorder is not None:
                 recorder.finish(list(ends), left, step)
         finally:
-            # 5. Undo, newest first.
-            for p, sign in reversed(applied):
-                cluster.apply(p, -sign)
-            for lq, cq, request, sign in reversed(charged):
-                quota.add(cq, request, -sign)
-                fair.add(lq, cq, request, -sign)
+            # 5. Undo.
+            cluster.restore_free(before[0], applied)
+            quota.restore_usage(before[1])
+            fair.restore_usage(before[2])
             host.forecast_end(saved)
         return starts
 

@@ -243,6 +243,16 @@ class QuotaBook:
                 delta = max(0, after - limit.guaranteed) - max(0, before - limit.guaranteed)
                 self._pool_used[(cohort, key)] = self._pool_used.get((cohort, key), 0) + delta
 
+    def save_usage(self) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]:
+        """A copy of the usage (per queue and per cohort pool), for :meth:`restore_usage`."""
+        return {cq: dict(usage) for cq, usage in self.usage.items()}, dict(self._pool_used)
+
+    def restore_usage(self, saved: tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]) -> None:
+        """Put back the usage :meth:`save_usage` copied (undoing every ``add`` since)."""
+        usage, pool_used = saved
+        self.usage = {cq: dict(amounts) for cq, amounts in usage.items()}
+        self._pool_used = dict(pool_used)
+
     def replicas_with_room(self, cq: str, per_replica: dict[str, int], replicas: int, borrow: bool) -> int:
         """How many replicas (up to ``replicas``) of ``per_replica`` each the queue's quota allows now
         (within nominal unless ``borrow``)."""
