@@ -38,6 +38,7 @@ from .workload import TypicalArrays, TypicalPod
 _LEX = 1e10  # weight of FGD's integer score in portal's lexicographic key (secondary keys stay below)
 _PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..100 range
 _MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
+_DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_delta computes each distinct state once
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
 
@@ -214,7 +215,19 @@ class NodeScorer:
         keys = cast(list[bytes], state.view(np.dtype((np.void, state.itemsize * state.shape[1]))).ravel().tolist())
         found = [memo.get(k) for k in keys]
         missing = [i for i, f in enumerate(found) if f is None]
-        if missing:
+        if len(missing) > _DISTINCT_FROM:
+            # Many nodes not met before (a shape's first score, capacity given back): each distinct
+            # state once, on the first node that has it.
+            first: dict[bytes, int] = {}
+            for i in missing:
+                first.setdefault(keys[i], i)
+            todo = list(first.values())
+            computed = np.column_stack(self._frag_delta(pod, idx[todo])).tolist()
+            for j, i in enumerate(todo):
+                memo[keys[i]] = computed[j]
+            for i in missing:
+                found[i] = memo[keys[i]]
+        elif missing:
             computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
             for j, i in enumerate(missing):
                 found[i] = memo[keys[i]] = computed[j]
