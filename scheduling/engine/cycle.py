@@ -92,11 +92,16 @@ def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
     cycle's state is released by reference counting when it returns (``_Cycle.release``).
     """
     with collector_paused():
-        cycle = _Cycle(snapshot, policy, now)
-        try:
-            return cycle.run()
-        finally:
-            cycle.release()
+        return _run(snapshot, policy, now)
+
+
+def _run(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
+    """The cycle, released when it returns: its state is freed before the collector resumes."""
+    cycle = _Cycle(snapshot, policy, now)
+    try:
+        return cycle.run()
+    finally:
+        cycle.release()
 
 
 @contextmanager
