@@ -174,11 +174,17 @@ class QuotaBook:
 
         0 for a GPU model the queue does not list, ``None`` for CPU/memory without a quota.
         """
-        limit = self.limits.get(cq, {}).get(key)
+        return self._room(self.limits.get(cq, {}), self.usage.get(cq, {}), self._in_cohort(cq), key, borrow)
+
+    def _room(
+        self, limits: dict[str, _Limit], usage: dict[str, int], cohort: str, key: str, borrow: bool
+    ) -> int | None:
+        """:meth:`room` of a queue with these ``limits`` and ``usage`` in ``cohort``."""
+        limit = limits.get(key)
         if limit is None:
             return None if key in (CPU, MEMORY) else 0
-        used = self.usage.get(cq, {}).get(key, 0)
-        available = self._free(limit, used, self._in_cohort(cq), key)
+        used = usage.get(key, 0)
+        available = self._free(limit, used, cohort, key)
         if not borrow:  # within the nominal quota: its unused part caps :meth:`available`
             return max(0, min(available, limit.nominal - used))
         return available
@@ -257,8 +263,9 @@ class QuotaBook:
         """How many replicas (up to ``replicas``) of ``per_replica`` each the queue's quota allows now
         (within nominal unless ``borrow``)."""
         count = replicas
+        limits, usage, cohort = self.limits.get(cq, {}), self.usage.get(cq, {}), self._in_cohort(cq)
         for key, amount in per_replica.items():
-            room = self.room(cq, key, borrow)
+            room = self._room(limits, usage, cohort, key, borrow)
             if room is not None:
                 count = min(count, room // amount)
         return count
@@ -266,8 +273,9 @@ class QuotaBook:
     def room_for_all(self, cq: str, request: dict[str, int], replicas: int, borrow: bool) -> int:
         """All ``replicas`` when the queue has room for the whole ``request`` now (within nominal unless
         ``borrow``), else 0: a gang of several pod sets is admitted whole."""
+        limits, usage, cohort = self.limits.get(cq, {}), self.usage.get(cq, {}), self._in_cohort(cq)
         for key, amount in request.items():
-            room = self.room(cq, key, borrow)
+            room = self._room(limits, usage, cohort, key, borrow)
             if room is not None and room < amount:
                 return 0
         return replicas

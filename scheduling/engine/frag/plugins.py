@@ -153,7 +153,9 @@ class FragPlugin:
                 c, width, counts, caps = self.cluster, self._width, self._counts, self._caps
                 for i in dirty:
                     count, taken = counts[i], FULL - caps[i]
-                    row = [min(max(taken + v, 0), FULL) for v in c.dev_free[i, :count].tolist()]
+                    row = c.dev_free[i, :count].tolist()
+                    if taken or (row and not 0 <= min(row) <= max(row) <= FULL):  # else clipping changes nothing
+                        row = [min(max(taken + v, 0), FULL) for v in row]
                     row += [-1] * (width - count)
                     self.scorer.sync_node(i, int(c.cpu_free[i]), int(c.mem_free[i]), row)
         return self.scorer
