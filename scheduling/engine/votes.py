@@ -57,6 +57,8 @@ class Votes:
         self.zone, _ = cluster.label_codes(policy.zone_label)
         # The highest code of each (static) label, read by every topology vote.
         self.rack_top, self.zone_top = int(self.rack.max(initial=-1)), int(self.zone.max(initial=-1))
+        self._rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
+        self._zone_of: list[int] = self.zone.tolist()
         self.scorer_names, self.pool_scorer = self.pool_scorers()
         self.plugins: list[ScorerPlugin] = [PLUGINS[name](setup) for name in self.scorer_names]
         single = self.scorer_names == [policy.placement]
@@ -222,13 +224,13 @@ class Votes:
         score = np.zeros(len(cand), dtype=np.float64)
         rack, zone = self.rack, self.zone
         if gang_nodes:
-            used = np.array(gang_nodes)
-            for weight, codes, top in ((0.3, zone, self.zone_top), (0.6, rack, self.rack_top)):
-                seen = np.zeros(top + 2, dtype=bool)
-                seen[codes[used] + 1] = True
-                seen[0] = False  # nodes without the label share nothing
-                score = np.where(seen[codes[cand] + 1], weight, score)
-            return np.where((cand[:, None] == used[None, :]).any(axis=1), 1.0, score)
+            levels = ((0.3, zone, self._zone_of, self.zone_top), (0.6, rack, self._rack_of, self.rack_top))
+            for weight, codes, of_node, top in levels:
+                # The domains the gang's replicas are in (nodes without the label, code -1, share nothing).
+                domains = {of_node[i] for i in gang_nodes} - {-1}
+                if domains:
+                    score = np.where(_among(codes[cand], domains, top + 1), weight, score)
+            return np.where(_among(cand, set(gang_nodes), self.cluster.n), 1.0, score)
         # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
         node_cap = fit.replica_capacity(self.cluster, shape, cand)
         for weight, codes, top in ((0.3, zone, self.zone_top), (0.6, rack, self.rack_top)):
@@ -241,6 +243,18 @@ class Votes:
                 score = np.where(holds, weight + 0.1 * tight, score)
         holds = node_cap >= remaining
         return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
+
+
+def _among(values: np.ndarray, wanted: set[int], size: int) -> np.ndarray:
+    """Where ``values`` (each -1 or in ``0..size-1``) is one of ``wanted`` (in ``0..size-1``)."""
+    if len(wanted) <= 2:  # one or two comparisons beat a table
+        found = np.zeros(len(values), dtype=bool)
+        for value in wanted:
+            found |= values == value
+        return found
+    table = np.zeros(size + 1, dtype=bool)  # shifted by one: -1 reads the first entry, never set
+    table[[value + 1 for value in wanted]] = True
+    return table[values + 1]
 
 
 def _unit_within(raw: np.ndarray, ok: np.ndarray) -> np.ndarray:
