@@ -88,6 +88,18 @@ class FairShare:
         self._cq_cache.pop(cq, None)
         self._lq_cache.pop(lq, None)
 
+    def save_usage(self) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+        """A copy of the usage per ClusterQueue and LocalQueue, for :meth:`restore_usage`."""
+        return {cq: dict(u) for cq, u in self.cq_usage.items()}, {lq: dict(u) for lq, u in self.lq_usage.items()}
+
+    def restore_usage(self, saved: tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]) -> None:
+        """Put back the usage :meth:`save_usage` copied (undoing every ``add`` since)."""
+        cq_usage, lq_usage = saved
+        self.cq_usage = {cq: dict(u) for cq, u in cq_usage.items()}
+        self.lq_usage = {lq: dict(u) for lq, u in lq_usage.items()}
+        self._cq_cache.clear()
+        self._lq_cache.clear()
+
     def _share(self, usage: dict[str, int], pool: dict[str, int], weight: float) -> float:
         return weighted_dominant_share(usage, pool, self.capacity, weight)
 
@@ -148,9 +160,11 @@ class AdmissionOrder:
                 continue
             job = self.queues[lq][self.heads[lq]]
             self.heads[lq] += 1
+            yield job
+            # The queue's next job is keyed after this one's decision, which may raise the queue's
+            # share: a key taken before it would be stale and popped once more for nothing.
             if self.heads[lq] < len(self.queues[lq]):
                 heapq.heappush(self._heap, (self._key(lq), lq))
-            yield job
 
 
 def pending_limit_error(local_queue: LocalQueue, pending_count: int) -> str | None:

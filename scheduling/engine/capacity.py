@@ -24,6 +24,21 @@ from .pools import FULL, pool_index, share_capacity_milli
 
 __all__ = ["FULL", "Cluster", "Statement"]
 
+# The arrays :meth:`Cluster.apply` changes: what :meth:`Cluster.save_free` keeps.
+_FREE_STATE = (
+    "cpu_free",
+    "mem_free",
+    "dev_free",
+    "mig_mask",
+    "mig_compute",
+    "full_free",
+    "max_share",
+    "gpu_free_total",
+    "free_bits",
+    "pack_score",
+    "cpu_pack_score",
+)
+
 
 class Cluster:
     """Mutable free-capacity view of a snapshot's nodes. Built once per cycle."""
@@ -107,6 +122,12 @@ class Cluster:
         self.free_bits = np.where(self.mig_node, 0, (np.int64(1) << self.gpu_count.astype(np.int64)) - 1)
         self.inv_gpu_total = 1.0 / np.maximum(self.gpu_count.astype(np.int64) * self.dev_cap, 1)
         self.inv_cpu_total = 1.0 / np.maximum(self.cpu_total, 1)
+        # The same static facts as plain numbers, for the one-node updates of ``apply`` (no numpy scalars).
+        self._count: list[int] = self.gpu_count.tolist()
+        self._mig: list[bool] = self.mig_node.tolist()
+        self._cap: list[int] = self.dev_cap.tolist()
+        self._inv_cpu: list[float] = self.inv_cpu_total.tolist()
+        self._inv_gpu: list[float] = self.inv_gpu_total.tolist()
         # Bin-packing score per node, kept current by ``apply`` (``scorers.score_binpack``'s formula):
         # GPU replicas -(free GPU share) - 0.01 (free CPU share); CPU-only replicas -(free CPU share).
         self.pack_score = np.zeros(n, dtype=np.float64)
@@ -162,23 +183,41 @@ class Cluster:
                             self.mig_compute[i, d] += sign * geometry.compute
             else:
                 # A whole GPU holds all of its device, also where fractions may overcommit it.
-                taken = int(self.dev_cap[i]) if placement.gpu_milli >= FULL else placement.gpu_milli
+                taken = self._cap[i] if placement.gpu_milli >= FULL else placement.gpu_milli
+                blocks = self._mig[i] and placement.gpu_milli > 0
+                row = self.dev_free[i]
                 for d in placement.gpu_indices:
                     if d < self.width:
-                        self.dev_free[i, d] -= sign * taken
-                        if self.mig_node[i] and placement.gpu_milli > 0:
+                        row[d] -= sign * taken
+                        if blocks:
                             # A non-MIG holder of a MIG device (a foreign pod) blocks every slice.
                             self.mig_mask[i, d] = 0xFF if sign > 0 else 0
                             self.mig_compute[i, d] = 7 if sign > 0 else 0
             if refresh:
                 self._refresh(i)
         if refresh:
-            cpu_share = self.cpu_free[i] * self.inv_cpu_total[i]
-            self.pack_score[i] = -(self.gpu_free_total[i] * self.inv_gpu_total[i]) - 0.01 * cpu_share
+            cpu_share = int(self.cpu_free[i]) * self._inv_cpu[i]
+            self.pack_score[i] = -(int(self.gpu_free_total[i]) * self._inv_gpu[i]) - 0.01 * cpu_share
             self.cpu_pack_score[i] = -cpu_share
         for listener in self.listeners:
             listener(i, placement, sign)
         return True
+
+    def save_free(self) -> tuple[np.ndarray, ...]:
+        """A copy of the free capacity (every array ``apply`` changes), for :meth:`restore_free`."""
+        return tuple(getattr(self, name).copy() for name in _FREE_STATE)
+
+    def restore_free(self, saved: tuple[np.ndarray, ...], changes: list[tuple[ReplicaPlacement, int]]) -> None:
+        """Undo ``changes`` (each placement applied with its sign since ``saved`` was taken, in order):
+        the same state and the same listener calls as applying each with the opposite sign, newest
+        first, without the per-node arithmetic."""
+        for name, array in zip(_FREE_STATE, saved, strict=True):
+            getattr(self, name)[...] = array
+        for placement, sign in reversed(changes):
+            i = self.index.get(placement.node)
+            if i is not None:
+                for listener in self.listeners:
+                    listener(i, placement, -sign)
 
     def apply_foreign(self, usage: ForeignUsage, refresh: bool = True) -> None:
         self.apply(
@@ -194,14 +233,14 @@ class Cluster:
         )
 
     def _refresh(self, i: int) -> None:
-        count = int(self.gpu_count[i])
-        if self.mig_node[i]:
+        count = self._count[i]
+        if self._mig[i]:
             used = sum(int(m).bit_count() for m in self.mig_mask[i, :count].tolist())
             self.gpu_free_total[i] = (count * 8 - used) * FULL // 8
             return
         row = self.dev_free[i, :count].tolist()
         masks = self.mig_mask[i, :count].tolist()
-        cap = int(self.dev_cap[i])
+        cap = self._cap[i]
         bits = 0
         for d, v in enumerate(row):
             if v == cap and not masks[d]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .cycle import _Cycle
+from .cycle import _Cycle, collector_paused
 from .estimate import P50, P90, expected_runtime
 from .model import Plan, Policy, Reason, ReasonKind, ReplicaPlacement, Resources, Snapshot, Workload, WorkloadState
 from .outcome import Deferred, Fit, NoFit, Preempt
@@ -74,7 +74,8 @@ class DryRun:
         self.now = now
         self.snapshot = snapshot
         self.cycle = _Cycle(snapshot, policy, now)
-        self.plan: Plan = self.cycle.run()
+        with collector_paused():  # as ``run_cycle``: no collector passes over every live object meanwhile
+            self.plan: Plan = self.cycle.run()
         # Its forecast runs, recorded, to replay; one replay for both when the runs were the same (no
         # runtime differs between P50 and P90): the same record gives the same answers.
         p50 = self.cycle.replay(P50)

@@ -138,7 +138,7 @@ def expected_runtime(job: Workload, runtimes: Runtimes, which: int, alias: Mappi
     return known[which] if known is not None else job.runtime_s
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class _End:
     at: float
     seq: int
@@ -147,6 +147,10 @@ class _End:
     cq: str = field(compare=False)
     request: dict[str, int] = field(compare=False)
     models: frozenset[str | None] = field(compare=False)
+
+    def __lt__(self, other: _End) -> bool:
+        """The heap's order: ``(at, seq)`` (written out: the generated tuple comparison is slower)."""
+        return self.at < other.at or (self.at == other.at and self.seq < other.seq)
 
 
 class Forecast:
@@ -177,10 +181,10 @@ class Forecast:
         ``arrivals``: the submissions expected meanwhile (step 3), which compete as submitted jobs do."""
         host, cluster, quota, fair = self.host, self.host.cluster, self.host.quota, self.host.fair
         saved = host.forecast_begin()
-        # Staged, undone in step 5 in exactly the reverse order (MIG slices are bitmasks: undoing a start
-        # before an end that came earlier would leave the slices of a job that started and ended taken).
+        # Step 5 puts back the state as it is now (capacity, quota, fair share) and tells the cluster's
+        # listeners of every change undone, newest first.
+        before = (cluster.save_free(), quota.save_usage(), fair.save_usage())
         applied: list[tuple[ReplicaPlacement, int]] = []
-        charged: list[tuple[str, str, dict[str, int], int]] = []  # (lq, cq, request, sign)
         starts: dict[str, Start] = {}
         try:
             # 2. Ends of what holds capacity now (a heap; the same for every run over one state).
@@ -215,7 +219,6 @@ class Forecast:
                     if ended.request:
                         quota.add(ended.cq, ended.request, -1)
                         fair.add(ended.lq, ended.cq, ended.request, -1)
-                        charged.append((ended.lq, ended.cq, ended.request, -1))
                     for model in ended.models:
                         dirty_since[model] = step
                     if None in ended.models:
@@ -228,12 +231,15 @@ class Forecast:
                 # fair share of their queues as usage changes, submission), a heap refreshed lazily as
                 # ``admission.AdmissionOrder`` is (shares only grow within a step).
                 groups = queue.groups
-                heads = [
-                    (_order_key(fair, g), g.index)
-                    for g in groups
-                    if g.head < len(g.jobs)
-                    and g.tried_at < max((dirty_all, *(dirty_since.get(m, 0) for m in g.models)))
-                ]
+                came_back: dict[frozenset[str | None], int] = {}  # per set of models: its last step
+                heads = []
+                for g in groups:
+                    if g.head < len(g.jobs):
+                        last = came_back.get(g.models)
+                        if last is None:
+                            last = came_back[g.models] = max((dirty_all, *(dirty_since.get(m, 0) for m in g.models)))
+                        if g.tried_at < last:
+                            heads.append((_order_key(fair, g), g.index))
                 heapq.heapify(heads)
                 while heads and budget > 0:
                     key, index = heapq.heappop(heads)
@@ -258,7 +264,6 @@ class Forecast:
                     applied.extend((p, 1) for p in admission.placements)
                     quota.add(group.cq, outcome.request)
                     fair.add(job.local_queue, group.cq, outcome.request)
-                    charged.append((job.local_queue, group.cq, outcome.request, 1))
                     runtime = expected_runtime(job, self.runtimes, which, queue.alias)
                     models = frozenset((admission.gpu_model,))
                     end = _End(
@@ -279,12 +284,10 @@ class Forecast:
             if recorder is not None:
                 recorder.finish(list(ends), left, step)
         finally:
-            # 5. Undo, newest first.
-            for p, sign in reversed(applied):
-                cluster.apply(p, -sign)
-            for lq, cq, request, sign in reversed(charged):
-                quota.add(cq, request, -sign)
-                fair.add(lq, cq, request, -sign)
+            # 5. Undo.
+            cluster.restore_free(before[0], applied)
+            quota.restore_usage(before[1])
+            fair.restore_usage(before[2])
             host.forecast_end(saved)
         return starts
 
@@ -294,10 +297,13 @@ class Forecast:
         cached = self.ends_cache.get(which)
         if cached is None:
             cached = []
+            models_of: dict[str | None, frozenset[str | None]] = {}  # one set per GPU model
             for seq, holder in enumerate(holders):
                 w = holder.workload
                 at = self.now if w.id in victims else self._end(w, which)
-                models = frozenset((w.gpu_model,))
+                models = models_of.get(w.gpu_model)
+                if models is None:
+                    models = models_of[w.gpu_model] = frozenset((w.gpu_model,))
                 cached.append(_End(at, seq, holder.placements, holder.lq, holder.cq, holder.request, models))
             heapq.heapify(cached)
             self.ends_cache[which] = cached

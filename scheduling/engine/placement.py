@@ -155,7 +155,7 @@ class Placer:
             if gang is None and shape.kind != "mig" and votes.single_vote(workload, gang_nodes, remaining):
                 if votes.fast:
                     return votes.fast_pick(shape, mask, lo)
-                if votes.block is not None and shape.gpus <= 1 and shape.kind != "cpu":
+                if votes.block is not None:
                     picked = votes.block_pick(votes.block, shape, mask, lo)
                     if picked is not False:
                         return picked

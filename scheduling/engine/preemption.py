@@ -135,15 +135,22 @@ class VictimIndex:
                 self._holders.setdefault(holder.cq, []).append(holder)
         # Built on first use: only the queues of this cycle's preemptors (and their cohorts) are needed.
         self._victims: dict[tuple[str, str], list[Victim]] = {}
+        self._ordered: dict[str, list[Victim]] = {}  # per queue, in cost order (whatever the kind)
 
     def victims(self, cq: str, kind: str) -> list[Victim]:
         """The queue's preemptible holders as victims of ``kind``, in cost order."""
         key = (cq, kind)
         found = self._victims.get(key)
         if found is None:
-            now = self.now
-            group = (Victim(h, kind, h.lost_gpu_milli_s(now)) for h in self._holders.get(cq, ()))
-            found = self._victims[key] = sorted(group, key=victim_cost)
+            # The cost order does not depend on the kind: sort each queue once, relabel per kind.
+            ordered = self._ordered.get(cq)
+            if ordered is None:
+                now = self.now
+                group = (Victim(h, kind, h.lost_gpu_milli_s(now)) for h in self._holders.get(cq, ()))
+                ordered = self._ordered[cq] = found = sorted(group, key=victim_cost)
+            else:
+                found = [v if v.kind == kind else Victim(v.holder, kind, v.lost_gpu_milli_s) for v in ordered]
+            self._victims[key] = found
         return found
 
     def queues(self) -> list[str]:

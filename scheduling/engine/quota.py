@@ -153,16 +153,18 @@ class QuotaBook:
 
     def available(self, cq: str, key: str) -> int | None:
         """How much more of ``key`` the queue may take now; ``None`` = unlimited."""
-        limits = self.limits.get(cq, {})
-        limit = limits.get(key)
+        limit = self.limits.get(cq, {}).get(key)
         if limit is None:
             return None if key in (CPU, MEMORY) else 0
-        used = self.used(cq, key)
-        cohort = self._in_cohort(cq)
+        return self._free(limit, self.used(cq, key), self._in_cohort(cq), key)
+
+    def _free(self, limit: _Limit, used: int, cohort: str, key: str) -> int:
+        """:meth:`available` of a queue with this ``limit`` and ``used`` in ``cohort`` ("" for none)."""
         if not cohort:
             return max(0, limit.nominal - used)
         own = max(0, limit.guaranteed - used)
-        room = own + max(0, self.pool_free(cq, key))
+        pool = self._pool_cap.get((cohort, key), 0) - self._pool_used.get((cohort, key), 0)
+        room = own + max(0, pool)
         if limit.borrowing_limit is not None:
             room = min(room, limit.nominal + limit.borrowing_limit - used)
         return max(0, room)
@@ -172,12 +174,20 @@ class QuotaBook:
 
         0 for a GPU model the queue does not list, ``None`` for CPU/memory without a quota.
         """
-        limit = self.limits.get(cq, {}).get(key)
+        return self._room(self.limits.get(cq, {}), self.usage.get(cq, {}), self._in_cohort(cq), key, borrow)
+
+    def _room(
+        self, limits: dict[str, _Limit], usage: dict[str, int], cohort: str, key: str, borrow: bool
+    ) -> int | None:
+        """:meth:`room` of a queue with these ``limits`` and ``usage`` in ``cohort``."""
+        limit = limits.get(key)
         if limit is None:
             return None if key in (CPU, MEMORY) else 0
+        used = usage.get(key, 0)
+        available = self._free(limit, used, cohort, key)
         if not borrow:  # within the nominal quota: its unused part caps :meth:`available`
-            return max(0, min(self.available(cq, key) or 0, limit.nominal - self.usage.get(cq, {}).get(key, 0)))
-        return self.available(cq, key)
+            return max(0, min(available, limit.nominal - used))
+        return available
 
     def ceiling(self, cq: str, key: str) -> int | None:
         """The most of ``key`` the queue could ever hold (the rest of its cohort idle): its nominal
@@ -239,12 +249,23 @@ class QuotaBook:
                 delta = max(0, after - limit.guaranteed) - max(0, before - limit.guaranteed)
                 self._pool_used[(cohort, key)] = self._pool_used.get((cohort, key), 0) + delta
 
+    def save_usage(self) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]:
+        """A copy of the usage (per queue and per cohort pool), for :meth:`restore_usage`."""
+        return {cq: dict(usage) for cq, usage in self.usage.items()}, dict(self._pool_used)
+
+    def restore_usage(self, saved: tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]) -> None:
+        """Put back the usage :meth:`save_usage` copied (undoing every ``add`` since)."""
+        usage, pool_used = saved
+        self.usage = {cq: dict(amounts) for cq, amounts in usage.items()}
+        self._pool_used = dict(pool_used)
+
     def replicas_with_room(self, cq: str, per_replica: dict[str, int], replicas: int, borrow: bool) -> int:
         """How many replicas (up to ``replicas``) of ``per_replica`` each the queue's quota allows now
         (within nominal unless ``borrow``)."""
         count = replicas
+        limits, usage, cohort = self.limits.get(cq, {}), self.usage.get(cq, {}), self._in_cohort(cq)
         for key, amount in per_replica.items():
-            room = self.room(cq, key, borrow)
+            room = self._room(limits, usage, cohort, key, borrow)
             if room is not None:
                 count = min(count, room // amount)
         return count
@@ -252,8 +273,9 @@ class QuotaBook:
     def room_for_all(self, cq: str, request: dict[str, int], replicas: int, borrow: bool) -> int:
         """All ``replicas`` when the queue has room for the whole ``request`` now (within nominal unless
         ``borrow``), else 0: a gang of several pod sets is admitted whole."""
+        limits, usage, cohort = self.limits.get(cq, {}), self.usage.get(cq, {}), self._in_cohort(cq)
         for key, amount in request.items():
-            room = self.room(cq, key, borrow)
+            room = self._room(limits, usage, cohort, key, borrow)
             if room is not None and room < amount:
                 return 0
         return replicas

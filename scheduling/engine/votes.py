@@ -57,6 +57,8 @@ class Votes:
         self.zone, _ = cluster.label_codes(policy.zone_label)
         # The highest code of each (static) label, read by every topology vote.
         self.rack_top, self.zone_top = int(self.rack.max(initial=-1)), int(self.zone.max(initial=-1))
+        self._rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
+        self._zone_of: list[int] = self.zone.tolist()
         self.scorer_names, self.pool_scorer = self.pool_scorers()
         self.plugins: list[ScorerPlugin] = [PLUGINS[name](setup) for name in self.scorer_names]
         single = self.scorer_names == [policy.placement]
@@ -128,9 +130,10 @@ class Votes:
         return lo + best if ok[best] else None
 
     def block_pick(self, plugin: ScorerPlugin, shape: Shape, mask: np.ndarray, lo: int) -> int | bool | None:
-        """The scored path's choice for one GPU replica under a single block-scoring plugin (fgd,
+        """The scored path's choice for one replica (not MIG) under a single block-scoring plugin (fgd,
         portal): its scores read over the GPU model's block of nodes, masked by the fit rule, no
-        gathering; the same first-best node. ``False`` when the plugin cannot score the block."""
+        gathering, with the votes :meth:`score` adds for it; the same first-best node. ``False`` when
+        the plugin cannot score the block."""
         if len(mask) == 0:
             return None
         ok = fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask)
@@ -140,6 +143,15 @@ class Votes:
         scores = plugin.score_block(shape, lo, ok)  # type: ignore[attr-defined]
         if scores is None:
             return False
+        if shape.kind == "cpu" or shape.gpus > 1:
+            # As :meth:`score` for these: the policy's scores scaled over the candidates, then the
+            # side votes a single replica still gets (GPU avoidance, contiguity).
+            nodes = slice(lo, lo + len(ok))
+            scores = _unit_within(scores, ok)
+            if shape.kind == "cpu":
+                scores -= 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[nodes] > 0)
+            if shape.gpus > 1:
+                scores += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
         best = int(np.argmax(np.where(ok, scores, -np.inf)))
         if ok[best]:
             return lo + best
@@ -212,13 +224,13 @@ class Votes:
         score = np.zeros(len(cand), dtype=np.float64)
         rack, zone = self.rack, self.zone
         if gang_nodes:
-            used = np.array(gang_nodes)
-            for weight, codes, top in ((0.3, zone, self.zone_top), (0.6, rack, self.rack_top)):
-                seen = np.zeros(top + 2, dtype=bool)
-                seen[codes[used] + 1] = True
-                seen[0] = False  # nodes without the label share nothing
-                score = np.where(seen[codes[cand] + 1], weight, score)
-            return np.where((cand[:, None] == used[None, :]).any(axis=1), 1.0, score)
+            levels = ((0.3, zone, self._zone_of, self.zone_top), (0.6, rack, self._rack_of, self.rack_top))
+            for weight, codes, of_node, top in levels:
+                # The domains the gang's replicas are in (nodes without the label, code -1, share nothing).
+                domains = {of_node[i] for i in gang_nodes} - {-1}
+                if domains:
+                    score = np.where(_among(codes[cand], domains, top + 1), weight, score)
+            return np.where(_among(cand, set(gang_nodes), self.cluster.n), 1.0, score)
         # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
         node_cap = fit.replica_capacity(self.cluster, shape, cand)
         for weight, codes, top in ((0.3, zone, self.zone_top), (0.6, rack, self.rack_top)):
@@ -231,6 +243,31 @@ class Votes:
                 score = np.where(holds, weight + 0.1 * tight, score)
         holds = node_cap >= remaining
         return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
+
+
+def _among(values: np.ndarray, wanted: set[int], size: int) -> np.ndarray:
+    """Where ``values`` (each -1 or in ``0..size-1``) is one of ``wanted`` (in ``0..size-1``)."""
+    if len(wanted) <= 2:  # one or two comparisons beat a table
+        found = np.zeros(len(values), dtype=bool)
+        for value in wanted:
+            found |= values == value
+        return found
+    table = np.zeros(size + 1, dtype=bool)  # shifted by one: -1 reads the first entry, never set
+    table[[value + 1 for value in wanted]] = True
+    return table[values + 1]
+
+
+def _unit_within(raw: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """:func:`_unit` of ``raw[ok]`` computed in place over all of ``raw`` (entries outside ``ok`` are
+    not to be read): the same value for every entry of ``ok``."""
+    within = raw[ok]
+    if len(within) == 0:
+        return np.zeros_like(raw)
+    low = within.min()
+    span = within.max() - low
+    if span <= 0 or not np.isfinite(span):
+        return np.zeros_like(raw)
+    return (raw - low) / span
 
 
 def _unit(raw: np.ndarray) -> np.ndarray:

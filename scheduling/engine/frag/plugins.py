@@ -126,6 +126,8 @@ class FragPlugin:
         self._exists = np.zeros((0, 0), dtype=bool)
         self._device: np.ndarray | None = None
         self._device_key: tuple[int, int, int] | None = None
+        self._counts: list[int] = []
+        self._caps: list[int] = []
 
     def _ready(self) -> NodeScorer | None:
         """The scorer, built on first use from the cluster's free capacity as it is then (one
@@ -136,20 +138,24 @@ class FragPlugin:
             self._width = scorer.gpu_free_milli.shape[1]
             self._exists = np.arange(min(self._width, self.cluster.width))[None, :] < scorer.nodes.gpu_count[:, None]
             self._dirty.clear()
+            # Per node, as plain numbers for the one-by-one sync: devices the scorer sees, share capacity.
+            self._counts = np.where(self.cluster.mig_node, 0, self.cluster.gpu_count).tolist()
+            self._caps = self.cluster.dev_cap.tolist()
             scorer.load(*self._rows(slice(None)))
             self.scorer = scorer
         elif self._dirty and self.scorer is not None:
-            dirty = set(self._dirty)
-            self._dirty.clear()
+            changed, self._dirty = self._dirty, []
+            dirty = set(changed) if len(changed) > 1 else changed
             if len(dirty) > _FEW:
                 nodes = np.array(sorted(dirty), dtype=np.int64)
                 self.scorer.sync(nodes, *self._rows(nodes))
             else:  # a placement or two since the last score: scalar work beats array calls
-                c, width = self.cluster, self._width
+                c, width, counts, caps = self.cluster, self._width, self._counts, self._caps
                 for i in dirty:
-                    count = int(self.cluster.gpu_count[i]) if not c.mig_node[i] else 0
-                    cap = int(c.dev_cap[i])
-                    row = [min(max(FULL - cap + v, 0), FULL) for v in c.dev_free[i, :count].tolist()]
+                    count, taken = counts[i], FULL - caps[i]
+                    row = c.dev_free[i, :count].tolist()
+                    if taken or (row and not 0 <= min(row) <= max(row) <= FULL):  # else clipping changes nothing
+                        row = [min(max(taken + v, 0), FULL) for v in row]
                     row += [-1] * (width - count)
                     self.scorer.sync_node(i, int(c.cpu_free[i]), int(c.mem_free[i]), row)
         return self.scorer
@@ -201,9 +207,9 @@ class FragPlugin:
 
     def score_block(self, shape: Shape, lo: int, ok: np.ndarray) -> np.ndarray | None:
         """``score`` of the nodes ``lo:lo+len(ok)`` where ``ok`` holds (the rest are not to be read), for
-        one GPU replica under fgd or portal; ``None`` where only ``score`` answers."""
+        one replica (not MIG) under fgd or portal; ``None`` where only ``score`` answers."""
         scorer = self._ready()
-        if scorer is None or self.frag_policy not in ("fgd", "portal") or shape.kind not in ("whole", "fraction"):
+        if scorer is None or self.frag_policy not in ("fgd", "portal") or shape.kind == "mig":
             return None
         pod = _pod_of(shape)
         scores, self._device = scorer.score_range(pod, lo, lo + len(ok), ok)

@@ -38,6 +38,7 @@ from .workload import TypicalArrays, TypicalPod
 _LEX = 1e10  # weight of FGD's integer score in portal's lexicographic key (secondary keys stay below)
 _PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..100 range
 _MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
+_DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_delta computes each distinct state once
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
 
@@ -206,13 +207,27 @@ class NodeScorer:
         memo = self._delta_memo.get(key)
         if memo is None or len(memo) > _MEMO_LIMIT:
             memo = self._delta_memo[key] = {}
-        state = np.column_stack((self._model_row[idx], self.cpu_free_milli[idx], self.gpu_free_milli[idx]))
-        state = np.ascontiguousarray(state, dtype=np.int64)
+        state = np.empty((idx.size, 2 + self.gpu_free_milli.shape[1]), dtype=np.int64)
+        state[:, 0] = self._model_row[idx]
+        state[:, 1] = self.cpu_free_milli[idx]
+        state[:, 2:] = self.gpu_free_milli[idx]
         # One bytes key per node: the row of (model, CPU, devices) as raw memory.
         keys = cast(list[bytes], state.view(np.dtype((np.void, state.itemsize * state.shape[1]))).ravel().tolist())
         found = [memo.get(k) for k in keys]
         missing = [i for i, f in enumerate(found) if f is None]
-        if missing:
+        if len(missing) > _DISTINCT_FROM:
+            # Many nodes not met before (a shape's first score, capacity given back): each distinct
+            # state once, on the first node that has it.
+            first: dict[bytes, int] = {}
+            for i in missing:
+                first.setdefault(keys[i], i)
+            todo = list(first.values())
+            computed = np.column_stack(self._frag_delta(pod, idx[todo])).tolist()
+            for j, i in enumerate(todo):
+                memo[keys[i]] = computed[j]
+            for i in missing:
+                found[i] = memo[keys[i]]
+        elif missing:
             computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
             for j, i in enumerate(missing):
                 found[i] = memo[keys[i]] = computed[j]

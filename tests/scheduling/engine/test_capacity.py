@@ -62,3 +62,29 @@ def test_each_gpu_model_is_one_contiguous_slice():
     for model, (lo, hi) in c.model_slice.items():
         assert all(c.nodes[i].gpu_model == model for i in range(lo, hi))
     assert c.nodes[-1].gpu_model is None
+
+
+def state(c):
+    return [*summaries(c), c.dev_free.tolist(), c.mig_mask.tolist(), c.mig_compute.tolist(), c.cpu_free.tolist()]
+
+
+def test_restoring_the_saved_free_capacity_undoes_every_change_and_tells_the_listeners_newest_first():
+    # What the forecast does: changes after a save (a start after an end on the same MIG device
+    # included), then the saved state back. Compared with a cluster that never saw the changes.
+    untouched, c = cluster(), cluster()
+    base = [PLACEMENTS[0], PLACEMENTS[3]]
+    for p in base:
+        untouched.apply(p, 1)
+        c.apply(p, 1)
+    heard: list[tuple[int, ReplicaPlacement, int]] = []
+    c.listeners.append(lambda i, p, sign: heard.append((i, p, sign)))
+    saved = c.save_free()
+    changes = [(PLACEMENTS[3], -1), (PLACEMENTS[4], 1), (PLACEMENTS[1], 1), (PLACEMENTS[2], 1)]
+    for p, sign in changes:
+        c.apply(p, sign)
+    assert state(c) != state(untouched)
+    heard.clear()
+    c.restore_free(saved, changes)
+    assert state(c) == state(untouched)
+    assert c.pack_score.tolist() == untouched.pack_score.tolist()
+    assert heard == [(c.index[p.node], p, -sign) for p, sign in reversed(changes)]

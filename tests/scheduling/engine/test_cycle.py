@@ -192,3 +192,32 @@ def test_every_pending_job_gets_a_reason_and_position():
     assert admitted_ids(plan) == ["j0"]
     assert [(p.workload_id, p.position) for p in plan.pending] == [("j1", 1), ("j2", 2), ("j3", 3)]
     assert all(p.reason.message for p in plan.pending)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_cycle_runs_with_the_garbage_collector_paused_and_leaves_it_as_it_found_it(enabled):
+    import gc
+
+    from scheduling.engine import cycle
+
+    seen = []
+    decide = cycle._Cycle._decide
+
+    def watching(self, job, borrow):
+        seen.append(gc.isenabled())
+        return decide(self, job, borrow)
+
+    snap = snapshot([node("n1")], [cq("q", {"A100-80GB": 8})], [lq("a", "q")], [job("j", "a", gpu=1)])
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    cycle._Cycle._decide = watching  # type: ignore[method-assign]
+    try:
+        plan = run_cycle(snap, Policy(), 0.0)
+        after = gc.isenabled()
+    finally:
+        cycle._Cycle._decide = decide  # type: ignore[method-assign]
+        (gc.enable if was else gc.disable)()
+    assert admitted_ids(plan) == ["j"]
+    assert seen
+    assert not any(seen)
+    assert after == enabled

@@ -173,3 +173,31 @@ def test_a_queues_ceiling_is_its_nominal_quota_plus_what_it_may_borrow(queue, ce
     )
     assert book.ceiling(queue, gpu_key("A100-80GB")) == ceiling_gpus * 1000
     assert book.ceiling(queue, gpu_key("H100-80GB")) is None
+
+
+def test_restoring_saved_usage_undoes_every_add_since():
+    from scheduling.engine.admission import FairShare
+
+    queues = (cq("a", {"A100-80GB": 8}, cohort="c"), cq("b", {"A100-80GB": 8}, cohort="c"))
+    local = (lq("la", "a"), lq("lb", "b"))
+    book, fresh = QuotaBook(queues), QuotaBook(queues)
+    fair = FairShare(queues, local, {"a": {gpu_key("A100-80GB"): 8000}, "b": {gpu_key("A100-80GB"): 8000}}, {})
+    first = {gpu_key("A100-80GB"): 3000}
+    book.add("a", first)
+    fresh.add("a", first)
+    fair.add("la", "a", first)
+    saved, saved_fair = book.save_usage(), fair.save_usage()
+    share_a, share_la = fair.cq_share("a"), fair.lq_share("la")
+    book.add("a", {gpu_key("A100-80GB"): 9000})  # past its nominal quota: borrows from the cohort
+    book.add("b", {gpu_key("A100-80GB"): 2000})
+    book.add("a", first, -1)
+    fair.add("la", "a", {gpu_key("A100-80GB"): 9000})
+    fair.add("lb", "b", {gpu_key("A100-80GB"): 2000})
+    assert fair.cq_share("a") != share_a
+    book.restore_usage(saved)
+    fair.restore_usage(saved_fair)
+    for queue in ("a", "b"):
+        assert book.available(queue, gpu_key("A100-80GB")) == fresh.available(queue, gpu_key("A100-80GB"))
+        assert book.used(queue, gpu_key("A100-80GB")) == fresh.used(queue, gpu_key("A100-80GB"))
+    assert book.pool_free("a", gpu_key("A100-80GB")) == fresh.pool_free("a", gpu_key("A100-80GB"))
+    assert (fair.cq_share("a"), fair.lq_share("la"), fair.cq_share("b")) == (share_a, share_la, 0.0)
