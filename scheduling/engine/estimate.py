@@ -9,8 +9,8 @@ Steps (each is one part of :meth:`Forecast.run`):
    P50 at its P90, one past that a tenth of its P90 from now; a preemption victim ends now.
 3. Time advances from end to end; ends close to the first are taken together (within ``COALESCE_S``
    or ``RESOLUTION`` of the time ahead of now, whichever is longer: a start an hour ahead is told to
-   within 36 seconds; coarser, ends far ahead taken together freed nodes at once that small jobs take
-   one by one, and gangs were told early starts: ``pop_step``).
+   within 36 seconds; at 5 %, ends far ahead taken together freed their nodes at once where the cycles
+   let small jobs take them one by one, and gangs were told early starts: ``pop_step``).
    What ended is given back: its replicas' capacity on their nodes and its quota to its queue. The
    waiting jobs are then tried in the cycle's admission order (priority, fair share of their queues as
    the forecast's usage changes, submission time) with the cycle's own decision (``Host.decide``:
