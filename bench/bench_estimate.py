@@ -9,7 +9,10 @@ submitting ``--jobs`` jobs at random times over ``--hours`` (busier in the middl
 team's jobs run for a share of what they ask (a team-specific spread: some run close to their
 request, some stop early), so a job's request is not its runtime and the forecast has to learn from
 the team's history, as the portal does (``estimate.runtime_from_history`` over the team's finished
-runs). ``--spread 0`` makes every team's share exact (the forecast's own error alone).
+runs). ``--spread 0`` makes every team's share exact (the forecast's own error alone). Two diagnostics
+(not forecasts: they tell the forecast what it cannot know) split the error by its source:
+``--known-arrivals`` hands it the day's actual later submissions (each once, at its own time, through
+the expected-submissions path), ``--known-runtimes`` each job's actual runtime.
 
 The replay is event-driven: at every submission and every job end the real cycle (``run_cycle``)
 runs on the current state (with the jobs submitted in the last ``--arrival-period`` seconds, from which
@@ -55,11 +58,15 @@ TEAMS = {"vision": (0.85, 0.08), "nlp": (0.55, 0.2), "speech": (0.35, 0.15), "ro
 """team -> (mean, spread) of the share of its requested runtime a job actually runs."""
 
 
+def span_s(args: argparse.Namespace) -> float:
+    return float(args.hours) * 3600.0
+
+
 def day(args: argparse.Namespace) -> tuple[list[Workload], dict[str, float]]:
     rng = random.Random(args.seed)
     jobs: list[Workload] = []
     actual: dict[str, float] = {}
-    span = args.hours * 3600.0
+    span = span_s(args)
     for j in range(args.jobs):
         # Busier mid-day: a triangular arrival time.
         at = rng.triangular(0.0, span, span * 0.45)
@@ -102,11 +109,14 @@ def replay(args: argparse.Namespace) -> None:
         ClusterQueue(name=team, cohort="all", flavors=(FlavorQuota("A100-80GB", gpus // len(TEAMS)),)) for team in TEAMS
     )
     local_queues = tuple(LocalQueue(name=team, team=team, cluster_queue=team) for team in TEAMS)
+    # --known-arrivals: the day's actual later submissions, handed in through the expected-submissions
+    # path as last period's jobs one (day-long) period back, so that each recurs once at its own time.
+    known_period = 2 * span_s(args) + 1.0
     policy = Policy(
         preemption=False,
         forecast_decisions=args.decisions,
-        arrival_period_s=args.arrival_period,
-        arrival_horizon_s=args.arrival_horizon,
+        arrival_period_s=known_period if args.known_arrivals else args.arrival_period,
+        arrival_horizon_s=known_period if args.known_arrivals else args.arrival_horizon,
     )
 
     pending: dict[str, Workload] = {}
@@ -134,10 +144,15 @@ def replay(args: argparse.Namespace) -> None:
         # What the portal hands the cycle: each job's expected runtime from its team's history, and the
         # jobs submitted within the last arrival period (in any state) for the expected arrivals.
         submitted += sum(1 for w in jobs[submitted:] if w.created_at <= now)
-        recent = tuple(w for w in jobs[:submitted] if w.created_at > now - args.arrival_period)
+        if args.known_arrivals:
+            recent = tuple(replace(w, created_at=w.created_at - known_period) for w in jobs[submitted:])
+        else:
+            recent = tuple(w for w in jobs[:submitted] if w.created_at > now - args.arrival_period)
         runtimes = []
         for w in {w.id: w for w in (*pending.values(), *running.values(), *recent)}.values():
             p50, p90 = runtime_from_history(w.runtime_s, history[w.team][-200:])
+            if args.known_runtimes:
+                p50 = p90 = actual[w.id]
             runtimes.append((w.id, p50, p90))
         snapshot = Snapshot(
             nodes=nodes,
@@ -145,7 +160,7 @@ def replay(args: argparse.Namespace) -> None:
             local_queues=local_queues,
             workloads=(*running.values(), *pending.values()),
             runtimes=tuple(runtimes),
-            recent=recent if args.arrival_period > 0 else (),
+            recent=recent if args.arrival_period > 0 or args.known_arrivals else (),
         )
         plan = run_cycle(snapshot, policy, now)
         cycles += 1
@@ -228,6 +243,16 @@ def main() -> None:
         type=float,
         default=Policy().arrival_horizon_s,
         help="how far ahead (seconds) the forecast expects those submissions to recur",
+    )
+    parser.add_argument(
+        "--known-arrivals",
+        action="store_true",
+        help="diagnostic, not a forecast: hand the forecast the day's actual later submissions",
+    )
+    parser.add_argument(
+        "--known-runtimes",
+        action="store_true",
+        help="diagnostic, not a forecast: hand the cycle each job's actual runtime instead of its history estimate",
     )
     replay(parser.parse_args())
 

@@ -9,7 +9,8 @@ Steps (each is one part of :meth:`Forecast.run`):
    P50 at its P90, one past that a tenth of its P90 from now; a preemption victim ends now.
 3. Time advances from end to end; ends close to the first are taken together (within ``COALESCE_S``
    or ``RESOLUTION`` of the time ahead of now, whichever is longer: a start an hour ahead is told to
-   within three minutes).
+   within 36 seconds; at 5 %, ends far ahead taken together freed their nodes at once where the cycles
+   let small jobs take them one by one, and gangs were told early starts: ``pop_step``).
    What ended is given back: its replicas' capacity on their nodes and its quota to its queue. The
    waiting jobs are then tried in the cycle's admission order (priority, fair share of their queues as
    the forecast's usage changes, submission time) with the cycle's own decision (``Host.decide``:
@@ -48,7 +49,7 @@ from .preemption import Holder
 from .quota import QuotaBook, models_to_try
 
 COALESCE_S = 1.0
-RESOLUTION = 0.05
+RESOLUTION = 0.01
 MAX_STEPS = 2000
 P50, P90 = 0, 1
 
@@ -153,6 +154,18 @@ class _End:
         return self.at < other.at or (self.at == other.at and self.seq < other.seq)
 
 
+def pop_step(ends: list[_End], now: float) -> tuple[float, float, list[_End]]:
+    """Step 3's next step, taken off the heap ``ends``: its time (the first end's), how far it reaches
+    (``COALESCE_S`` or ``RESOLUTION`` of the time ahead of now, whichever is longer: an expected
+    submission dated later is not submitted yet), and the ends within that reach, taken together."""
+    first = ends[0].at
+    reach = first + max(COALESCE_S, RESOLUTION * (first - now))
+    taken = []
+    while ends and ends[0].at <= reach:
+        taken.append(heapq.heappop(ends))
+    return first, reach, taken
+
+
 class Forecast:
     """The forward run of steps 1-5 over one cycle's final state (``host``)."""
 
@@ -209,12 +222,8 @@ class Forecast:
                 step += 1
                 # 3. Give back what ended (an expected submission's arrival gives nothing back but
                 # lets its group try).
-                t = ends[0].at
-                window = max(COALESCE_S, RESOLUTION * (t - self.now))
-                released_now = []
-                while ends and ends[0].at <= t + window:
-                    ended = heapq.heappop(ends)
-                    released_now.append(ended)
+                t, reach, released_now = pop_step(ends, self.now)
+                for ended in released_now:
                     applied.extend((p, -1) for p in ended.placements if cluster.apply(p, -1))
                     if ended.request:
                         quota.add(ended.cq, ended.request, -1)
@@ -252,7 +261,7 @@ class Forecast:
                         continue
                     group.tried_at = step
                     job = group.jobs[group.head][1]
-                    if job.created_at > t + window and job.id in queue.alias:
+                    if job.created_at > reach and job.id in queue.alias:
                         continue  # expected, not submitted yet: its arrival lets the group try again
                     budget -= 1
                     outcome = host.forecast_decide(job)

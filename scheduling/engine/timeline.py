@@ -46,7 +46,7 @@ import numpy as np
 
 from .admission import FairShare
 from .capacity import FULL, Cluster
-from .estimate import COALESCE_S, MAX_STEPS, RESOLUTION, Start, _End, group_key, order_key
+from .estimate import MAX_STEPS, Start, _End, group_key, order_key, pop_step
 from .fit import Shape, replica_capacity
 from .model import Workload
 from .outcome import Fit, Outcome
@@ -314,12 +314,11 @@ class Replay:
         past = len(timeline.events)
         while ends and step_no < MAX_STEPS and used < timeline.budget:
             step_no += 1
-            t = ends[0].at
-            window = max(COALESCE_S, RESOLUTION * (t - self.now))
+            t, _, taken = pop_step(ends, self.now)
             came_back: set[str | None] = set()
-            while ends and ends[0].at <= t + window:
-                came_back |= heapq.heappop(ends).models
-                past += 1
+            for end in taken:
+                came_back |= end.models
+            past += len(taken)
             dirty.came_back(step_no, came_back)
             if dirty.since(tried_at):
                 used += 1

@@ -9,7 +9,7 @@ import pytest
 
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.estimate import runtime_from_history
-from scheduling.engine.model import Policy
+from scheduling.engine.model import Policy, Workload
 
 from .builders import cq, job, lq, node, pending_info, running, snapshot
 
@@ -31,6 +31,34 @@ def test_two_full_nodes_a_gang_waits_for_both_and_a_later_8_gpu_job_takes_the_fi
     plan = run_cycle(snap, Policy(), NOW)
     assert pending_info(plan, "single").estimated_start == NOW + 1000
     assert pending_info(plan, "gang").estimated_start == NOW + 3000
+
+
+def _far_ends(second_end: float) -> list[Workload]:
+    """n1's job ends at +10000, n2's at ``second_end``; a gang (2 x 8 GPUs, 600 s) waits, then an 8-GPU
+    job of 2000 s."""
+    return [
+        running("f1", "a", [("n1", tuple(range(8)))], started=NOW, runtime=10_000),
+        running("f2", "a", [("n2", tuple(range(8)))], started=NOW, runtime=second_end),
+        job("gang", "a", gpu=8, replicas=2, runtime_s=600, created=NOW - 100),
+        job("single", "a", gpu=8, runtime_s=2000, created=NOW - 50),
+    ]
+
+
+def test_ends_further_apart_than_one_percent_of_the_time_ahead_are_separate_steps():
+    # +10000: n1 alone is free; the gang needs both nodes, so "single" starts on n1 and holds it until
+    # +12000. +10300 (3 % of the time ahead later): n2 is free, n1 is not. +12000: the gang starts.
+    # (Taking ends 5 % apart together, as the forecast once did, started the gang at +10000.)
+    plan = run_cycle(snapshot(NODES, QUEUE, [lq("a", "q")], _far_ends(10_300)), Policy(), NOW)
+    assert pending_info(plan, "single").estimated_start == NOW + 10_000
+    assert pending_info(plan, "gang").estimated_start == NOW + 12_000
+
+
+def test_ends_within_one_percent_of_the_time_ahead_are_taken_together():
+    # +10000 and +10050 are within 1 % of 10000 s ahead (100 s): one step at +10000 with both nodes
+    # free; the gang, first in order, starts then and ends at +10600, when "single" starts.
+    plan = run_cycle(snapshot(NODES, QUEUE, [lq("a", "q")], _far_ends(10_050)), Policy(), NOW)
+    assert pending_info(plan, "gang").estimated_start == NOW + 10_000
+    assert pending_info(plan, "single").estimated_start == NOW + 10_600
 
 
 def test_expected_runtimes_from_history_set_the_ends():
