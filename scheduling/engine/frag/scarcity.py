@@ -5,7 +5,8 @@ where it does not take away a node's ability to hold a shape whose expected arri
 cluster is full, are a large share of the copies of it that still fit. FGD only plans for its
 *typical* pods (the commonest shapes covering 95 % of the pods), so a rare shape with a large
 request (an 8-GPU pod asking 120 CPUs that only an empty 128-CPU node can hold) is invisible to it,
-although it can be a large part of the GPU request; ``portal``'s own secondary keys even prefer such CPU-rich nodes for small pods.
+although it can be a large part of the GPU request; ``portal``'s own secondary keys even prefer
+such CPU-rich nodes for small pods.
 
 From the whole workload (every shape ``s`` of the pod list, frequency ``p_s``, request ``r_s =
 gpu_milli × gpu_count``; CPU-only shapes count in the frequencies only):
