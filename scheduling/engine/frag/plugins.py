@@ -116,12 +116,10 @@ class FragPlugin:
         self.scorer: NodeScorer | None = None
         self._arrays = NodeArrays.of(rows)
         self._typical = typical
-        # portal's scarcity looks at every shape, not only the typical ones
-        self._workload = typical_pods(setup.typical, popularity=1.0) if setup.typical else ()
         if self.frag_policy is not None:
             if self.frag_policy == "clustering":
                 # Its per-node pod counts by GPU count need every placement: mirror from the start.
-                self.scorer = NodeScorer(self._arrays, self.frag_policy, typical=typical, workload=self._workload)
+                self.scorer = NodeScorer(self._arrays, self.frag_policy, typical=typical)
             cluster.listeners.append(self._mirror)
         self._dirty: list[int] = []  # nodes changed since the scorer last saw them
         self._width = 0
@@ -134,7 +132,7 @@ class FragPlugin:
         vectorised load instead of a ``bind`` per running replica), then brought up to date with the
         nodes the cluster changed since (``_mirror``, ``NodeScorer.sync``)."""
         if self.scorer is None and self.frag_policy is not None:
-            scorer = NodeScorer(self._arrays, self.frag_policy, typical=self._typical, workload=self._workload)
+            scorer = NodeScorer(self._arrays, self.frag_policy, typical=self._typical)
             self._width = scorer.gpu_free_milli.shape[1]
             self._exists = np.arange(min(self._width, self.cluster.width))[None, :] < scorer.nodes.gpu_count[:, None]
             self._dirty.clear()

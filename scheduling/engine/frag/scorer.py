@@ -70,7 +70,7 @@ class NodeScorer:
     nodes: NodeArrays
     policy: str
     typical: Sequence[TypicalPod] = ()
-    workload: Sequence[TypicalPod] = ()  # portal: every shape of the workload (scarcity); default typical
+    workload: Sequence[TypicalPod] = ()  # portal: every shape of the workload; scarcity only with it
     cpu_free_milli: np.ndarray = field(init=False)  # (N,) live, read only
     memory_free_mib: np.ndarray = field(init=False)  # (N,)
     gpu_free_milli: np.ndarray = field(init=False)  # (N, max_gpus); -1 pads absent devices
@@ -122,8 +122,8 @@ class NodeScorer:
             self._metric_total = float(self._metric_node.sum())
             if self.policy in ("fgd", "portal"):
                 self._frag_cache = _ScoreCache.empty(n)
-            if self.policy == "portal":
-                shapes = TypicalArrays.build(self.workload or self.typical, self.nodes.models)
+            if self.policy == "portal" and self.workload:
+                shapes = TypicalArrays.build(self.workload, self.nodes.models)
                 self._scarcity = Scarcity.build(shapes, n)
 
     # -------------------------------------------------------------------------------------- scores
@@ -199,7 +199,8 @@ class NodeScorer:
         """portal's key after model pressure and before FGD's score: minus the scarcity penalty of
         placing ``pod`` on each node (``scarcity``), mapped into less than one pressure level."""
         scarcity = self._scarcity
-        assert scarcity is not None
+        if scarcity is None:  # no workload given (the live engine, for now): the key is 0
+            return np.zeros(idx.size)
         scarcity.refresh(self._version, self.cpu_free_milli, self.gpu_free_milli, self._model_row)
         weight = scarcity.weights(float(self._gpu_free_total.sum()))
         state = (self.cpu_free_milli, self.gpu_free_milli, self._model_row)
