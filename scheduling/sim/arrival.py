@@ -124,6 +124,7 @@ def run_arrival(
     *,
     seed: int,
     typical: Sequence[TypicalPod],
+    workload: Sequence[TypicalPod] = (),
     on_pod: Callable[[], None] | None = None,
 ) -> ArrivalRun:
     """Steps 2-3 for one policy on one arrival sequence.
@@ -135,7 +136,7 @@ def run_arrival(
     # Ties go to the first node of a per-seed random node order, as in the reference simulator
     # (which prefixes node names with a random permutation and keeps the first best node).
     rank = np.random.default_rng([seed, 0x0DE]).permutation(len(nodes))
-    placer = TracePlacer(nodes, policy, typical=typical, rng=rng, node_rank=rank)
+    placer = TracePlacer(nodes, policy, typical=typical, workload=workload, rng=rng, node_rank=rank)
     n = len(arrivals)
     node = np.full(n, -1, dtype=np.int64)
     gpu_indices: list[tuple[int, ...]] = [()] * n
@@ -176,3 +177,8 @@ def run_arrival(
 def typical_of(pods: Sequence[TracePod]) -> tuple[TypicalPod, ...]:
     """FGD's target workload, from the original pod list."""
     return typical_pods(p.shape() for p in pods)
+
+
+def workload_of(pods: Sequence[TracePod]) -> tuple[TypicalPod, ...]:
+    """Every shape of the original pod list with its frequency (``portal``'s scarcity)."""
+    return typical_pods((p.shape() for p in pods), popularity=1.0)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from scheduling.engine.frag import POLICIES, NodeArrays, TypicalPod
 from scheduling.sim import report
-from scheduling.sim.arrival import CURVE_MAX_PCT, DEFAULT_RATIO, inflate, run_arrival, typical_of
+from scheduling.sim.arrival import CURVE_MAX_PCT, DEFAULT_RATIO, inflate, run_arrival, typical_of, workload_of
 from scheduling.sim.replay import downsample, run_replay
 from scheduling.sim.trace import TracePod, node_arrays, read_nodes, read_pods
 
@@ -95,6 +95,7 @@ def _init_state(
     names: list[str],
     pods: list[TracePod],
     typical: tuple[TypicalPod, ...],
+    workload: tuple[TypicalPod, ...],
     out: Path,
     ratio: float,
     placements: bool,
@@ -105,6 +106,7 @@ def _init_state(
         names=names,
         pods=pods,
         typical=typical,
+        workload=workload,
         out=out,
         ratio=ratio,
         placements=placements,
@@ -123,6 +125,7 @@ def _arrival_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]
         policy,
         seed=seed,
         typical=st["typical"],
+        workload=st["workload"],
         on_pod=tick,
     )
     if st["placements"]:
@@ -180,6 +183,7 @@ def _replay_job(policy: str, seed: int, progress: Any = None) -> dict[str, Any]:
         policy,
         seed=seed,
         typical=st["typical"],
+        workload=st["workload"],
         compress=st["compress"],
         on_event=_ticker(progress),
     )
@@ -335,7 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # FGD's target workload, from the original pod list; portal plans for the same table.
     names = [n.name for n in trace_nodes]
-    _init_state(nodes, names, pods, typical_of(pods), out, args.ratio, not args.no_placements, args.compress)
+    _init_state(
+        nodes, names, pods, typical_of(pods), workload_of(pods), out, args.ratio, not args.no_placements, args.compress
+    )
     jobs = [(args.mode, p, s) for p in policies for s in seeds]
     total, unit = _progress_total(args, jobs, pods, nodes)
     started = time.perf_counter()

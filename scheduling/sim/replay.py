@@ -69,6 +69,7 @@ def run_replay(
     *,
     seed: int,
     typical: Sequence[TypicalPod],
+    workload: Sequence[TypicalPod] = (),
     compress: float = 1.0,
     on_event: Callable[[], None] | None = None,
 ) -> ReplayRun:
@@ -77,7 +78,7 @@ def run_replay(
     if compress <= 0:
         raise ValueError("compress must be positive")
     started_wall = time.perf_counter()
-    replay = _Replay(nodes, pods, policy, seed, typical, compress, on_event)
+    replay = _Replay(nodes, pods, policy, seed, (typical, workload), compress, on_event)
     replay.run()
     return ReplayRun(
         policy=policy,
@@ -105,13 +106,14 @@ class _Replay:
         pods: Sequence[TracePod],
         policy: str,
         seed: int,
-        typical: Sequence[TypicalPod],
+        plan: tuple[Sequence[TypicalPod], Sequence[TypicalPod]],
         compress: float,
         on_event: Callable[[], None] | None,
     ) -> None:
+        typical, workload = plan  # FGD's typical pods; every shape (portal's scarcity)
         rank = np.random.default_rng([seed, 0x0DE]).permutation(len(nodes))
         rng = np.random.default_rng([seed, 0x5EED])
-        self.placer = TracePlacer(nodes, policy, typical=typical, rng=rng, node_rank=rank)
+        self.placer = TracePlacer(nodes, policy, typical=typical, workload=workload, rng=rng, node_rank=rank)
         self.pods = pods
         self.on_event = on_event
         n = len(pods)

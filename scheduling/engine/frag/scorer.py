@@ -6,9 +6,11 @@ Per pod shape, the score of every candidate node (higher wins; ties are the call
   the node's fragmentation (``measure.frag_milli``); a sharing pod tries every fitting device and keeps
   the first best one.
 * ``portal`` (our default): for a GPU pod, first the lowest model pressure (``pressure``: the GPU
-  models constrained pods need the least; all equal when no typical pod names a model), then FGD's
-  decision, refined only where FGD's coarse integer scores tie. The score is one float that compares
-  like the key (pressure level, FGD's integer score, secondary): for a GPU-sharing
+  models constrained pods need the least; all equal when no typical pod names a model), then for
+  every pod the least scarcity penalty (``scarcity``: do not end a node's ability to hold a shape of
+  the whole workload that few places are left for; 0 while no shape is scarce), then FGD's decision,
+  refined only where FGD's coarse integer scores tie. The score is one float that compares like the
+  key (pressure level, scarcity, FGD's integer score, secondary): for a GPU-sharing
   pod the tightest device (least milli left on it after placement); for a CPU-only pod the least free
   GPU on the node, then the least free CPU (CPU stays free where GPUs are still free); for other pods
   the decrease of stranded GPU (``measure.stranded_milli``). docs/simulator.md has the measurements,
@@ -33,10 +35,12 @@ from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
 from .measure import frag_and_stranded, frag_milli, sigmoid_score
 from .pressure import demand_share, pressure_levels
+from .scarcity import Scarcity
 from .workload import TypicalArrays, TypicalPod
 
 _LEX = 1e10  # weight of FGD's integer score in portal's lexicographic key (secondary keys stay below)
 _PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..100 range
+_SCARCITY_UNIT = 150 * _LEX  # scarcity penalty, mapped into [0, 1): above FGD's 0..100, below a pressure level
 _MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
 _DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_delta computes each distinct state once
 
@@ -67,6 +71,7 @@ class NodeScorer:
     nodes: NodeArrays
     policy: str
     typical: Sequence[TypicalPod] = ()
+    workload: Sequence[TypicalPod] = ()  # portal: every shape of the workload; scarcity only with it
     cpu_free_milli: np.ndarray = field(init=False)  # (N,) live, read only
     memory_free_mib: np.ndarray = field(init=False)  # (N,)
     gpu_free_milli: np.ndarray = field(init=False)  # (N, max_gpus); -1 pads absent devices
@@ -86,6 +91,7 @@ class NodeScorer:
     _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
     _delta_memo: dict[ShapeKey, dict[bytes, list[float]]] = field(init=False)  # see _memo_delta
     _press_share: np.ndarray | None = field(init=False, default=None)
+    _scarcity: Scarcity | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -117,6 +123,9 @@ class NodeScorer:
             self._metric_total = float(self._metric_node.sum())
             if self.policy in ("fgd", "portal"):
                 self._frag_cache = _ScoreCache.empty(n)
+            if self.policy == "portal" and self.workload:
+                shapes = TypicalArrays.build(self.workload, self.nodes.models)
+                self._scarcity = Scarcity.build(shapes, n)
 
     # -------------------------------------------------------------------------------------- scores
     def score_nodes(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -152,8 +161,11 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = idx[cache.version[idx] != self._version[idx]]
         self._rescore(pod, key, cache, stale)
-        if self.policy == "portal" and pod.gpu_count > 0:
-            return cache.score[idx] + self._pressure_term(idx), cache.device
+        if self.policy == "portal":
+            score = cache.score[idx] + self._scarcity_term(pod, idx, cache.device)
+            if pod.gpu_count > 0:
+                score += self._pressure_term(idx)
+            return score, cache.device
         return cache.score[idx], cache.device
 
     def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,8 +177,13 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = np.flatnonzero(ok & (cache.version[lo:hi] != self._version[lo:hi])) + lo
         self._rescore(pod, key, cache, stale)
-        if self.policy == "portal" and pod.gpu_count > 0:
-            return cache.score[lo:hi] + self._pressure_term(np.arange(lo, hi)), cache.device
+        if self.policy == "portal":
+            score = cache.score[lo:hi].copy()
+            ok_idx = np.flatnonzero(ok) + lo
+            score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
+            if pod.gpu_count > 0:
+                score += self._pressure_term(np.arange(lo, hi))
+            return score, cache.device
         return cache.score[lo:hi], cache.device
 
     def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
@@ -178,6 +195,18 @@ class NodeScorer:
             cache.after_primary[stale] = after_primary
             cache.version[stale] = self._version[stale]
         self._last = (key, cache)
+
+    def _scarcity_term(self, pod: PodShape, idx: np.ndarray, device: np.ndarray) -> np.ndarray:
+        """portal's key after model pressure and before FGD's score: minus the scarcity penalty of
+        placing ``pod`` on each node (``scarcity``), mapped into less than one pressure level."""
+        scarcity = self._scarcity
+        if scarcity is None:  # no workload given (the live engine, for now): the key is 0
+            return np.zeros(idx.size)
+        scarcity.refresh(self._version, self.cpu_free_milli, self.gpu_free_milli, self._model_row)
+        weight = scarcity.weights(float(self._gpu_free_total.sum()))
+        state = (self.cpu_free_milli, self.gpu_free_milli, self._model_row)
+        penalty = scarcity.penalty(pod, idx, device, state, weight)
+        return -_SCARCITY_UNIT * penalty / (1.0 + penalty)
 
     def _pressure_term(self, idx: np.ndarray) -> np.ndarray:
         """portal's first key for a GPU pod: minus the model pressure level of each node
