@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (runs are independent)")
     parser.add_argument("--no-placements", action="store_true", help="skip the per-run placements CSVs")
+    parser.add_argument(
+        "--scarcity",
+        action="store_true",
+        help="portal also keeps the last room for scarce shapes of the whole workload (an experiment: the live "
+        "engine does not, so without this flag the simulator's portal is the live one)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
@@ -340,7 +346,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # FGD's target workload, from the original pod list; portal plans for the same table.
     names = [n.name for n in trace_nodes]
     _init_state(
-        nodes, names, pods, typical_of(pods), workload_of(pods), out, args.ratio, not args.no_placements, args.compress
+        nodes,
+        names,
+        pods,
+        typical_of(pods),
+        workload_of(pods) if args.scarcity else (),
+        out,
+        args.ratio,
+        not args.no_placements,
+        args.compress,
     )
     jobs = [(args.mode, p, s) for p in policies for s in seeds]
     total, unit = _progress_total(args, jobs, pods, nodes)

@@ -36,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--variant-seed", type=int, default=0)
     parser.add_argument("--policy", action="append", help=f"repeatable; default: {', '.join(DEFAULT_POLICIES)}")
+    parser.add_argument("--scarcity", action="store_true", help="the simulator's scarcity experiment (see cli)")
     parser.add_argument("traces", nargs="*", help="default and/or variant names; default: all 17")
     args = parser.parse_args(argv)
     traces = args.traces or ["default", *variants.PAPER_VARIANTS]
@@ -64,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for trace in traces:
         pods = args.pods if trace == "default" else str(out / "variants" / f"openb_pod_list_{trace}.csv")
         common = ["--nodes", args.nodes, "--pods", pods, "--seeds", args.seeds, "--jobs", str(args.jobs)]
-        cli.main([*common, *policies, "--out", str(out / trace), "--no-placements", "--no-progress"])
+        extra = ["--scarcity"] if args.scarcity else []
+        cli.main([*common, *policies, *extra, "--out", str(out / trace), "--no-placements", "--no-progress"])
     # 3. The tables.
     return table.main([str(out / trace) for trace in traces])
 
