@@ -39,26 +39,24 @@ the same steps, keeping nothing (``trial``).
 from __future__ import annotations
 
 import copy
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 
 from . import podsets
 from .admission import AdmissionOrder, FairShare
 from .capacity import Cluster, Statement
+from .collector import collector_paused
 from .cycle_plan import expected_arrivals, plan_of, waiting_jobs
 from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key
 from .explain import (
     gang_reason,
     placement_reason,
-    preemption_why,
     protected_reason,
     quota_shortfall,
     window_reason,
 )
 from .fit import Shape
 from .frag.plugins import workload_mix
+from .holdings import held_per_queue, load_running
 from .model import (
     Admission,
     Plan,
@@ -72,13 +70,13 @@ from .model import (
 )
 from .outcome import NOT_EXPLAINED, Deferred, Fit, Memo, Misses, NoFit, Outcome, Preempt
 from .placement import Placer
-from .preemption import Holder, Victim, VictimIndex, any_protected, protected_until, select_victims
-from .probes import PlacementProbes
-from .quota import QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .preemption import Holder, Victim
+from .quota import QuotaBook, models_to_try, request_of
 from .standing import capacity_totals
 from .taints import granted_snapshot
 from .timeline import Bound, Replay, Timeline
 from .verdict import Feasibility
+from .victims import CycleVictims, VictimState, preempting
 from .windows import opens_at
 
 
@@ -104,27 +102,15 @@ def _run(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
         cycle.release()
 
 
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """CPython's cyclic garbage collector paused for the block (as it was before, after it).
-
-    A cycle allocates hundreds of thousands of objects, most of them freed at once by reference
-    counting; the collector still counts them and sets off collections of its oldest generation, which
-    traverse every live object of the process (the snapshot's tens of thousands, the worker's own) a
-    few times per cycle: on ``bench/bench_cycle.py`` 0.3 s of a ``portal`` cycle and 0.5 s of a
-    ``binpack`` one. Nothing the cycle decides depends on when garbage is collected. Whatever reference
-    cycles the block leaves are collected after it, by the collector's next run. Two threads running
-    cycles at once leave it enabled when the last one ends (the first saw it enabled; the second saw it
-    disabled and leaves it to the first).
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+def set_aside(job: Workload, feasibility: Feasibility, now: float) -> tuple[Reason, float | None] | None:
+    """Step 2 for one pending job: (its reason, its fixed estimated start) if it never fits as
+    configured (no start) or waits for its start window (the window's next opening), else None."""
+    never = podsets.never_fits(job, feasibility.never_fits)
+    if never is not None:
+        return never, None
+    if job.start_window is not None and (opens := opens_at(job.start_window, now)) > now:
+        return window_reason(job.start_window, opens), opens
+    return None
 
 
 class _Cycle:
@@ -145,9 +131,7 @@ class _Cycle:
             self.cluster, self.placer.filters, self.quota, self.lq_by_name, self.placer.shape_for
         )
         self.holders: list[Holder] = []
-        self._initial_holders: list[Holder] = []
-        self._victim_index: VictimIndex | None = None  # built on the first preemption attempt
-        self._any_protected: bool | None = None  # some holder is within its minimum runtime (on first use)
+        self.victims = CycleVictims(self.cohort_of, now, policy.inference_preempts_training)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[str, tuple[Reason, float | None]] = {}  # reason, fixed estimated start
@@ -187,36 +171,12 @@ class _Cycle:
         return capacity_totals(self.cluster)
 
     def _load_running(self) -> None:
-        for usage in self.snapshot.foreign:
-            self.cluster.apply_foreign(usage, refresh=False)
-        held_by_lq: dict[tuple[str, str], dict[str, int]] = {}
-        for w in self.snapshot.workloads:
-            if w.state == WorkloadState.PENDING:
-                continue
-            for p in w.placements:
-                self.cluster.apply(p, 1, refresh=False)
-            lq = self.lq_by_name.get(w.local_queue)
-            cq = lq.cluster_queue if lq is not None else ""
-            request = self._held(w)
-            totals = held_by_lq.setdefault((w.local_queue, cq), {})
-            for key, amount in request.items():
-                totals[key] = totals.get(key, 0) + amount
-            self.holders.append(Holder(w, w.local_queue, cq, request, w.placements))
+        self.holders = load_running(self.snapshot, self.cluster, self.lq_by_name, self.placer.shape_for)
         # Usage is additive, so one update per queue gives the same book as one per workload.
-        for (lq_name, cq), totals in sorted(held_by_lq.items()):
+        for (lq_name, cq), totals in sorted(held_per_queue(self.holders).items()):
             self.quota.add(cq, totals)
             self.fair.add(lq_name, cq, totals)
-        self.cluster.refresh_all()
-        self._initial_holders = list(self.holders)
-
-    def _held(self, w: Workload) -> dict[str, int]:
-        """Quota a running workload holds, from its placements (or its request if it has none)."""
-        if w.placements:
-            return placements_request(self.cluster, w.gpu_model, w.placements)
-        shape = self.placer.shape_for(w, w.gpu_model)
-        if isinstance(shape, str):
-            return {}
-        return request_of(shape, w.replicas)
+        self.victims.holders = list(self.holders)
 
     # -- 2. invalid requests ----------------------------------------------------------------------
 
@@ -226,12 +186,9 @@ class _Cycle:
         for w in self.snapshot.workloads:
             if w.state != WorkloadState.PENDING:
                 continue
-            never = podsets.never_fits(w, self.feasibility.never_fits)
-            if never is not None:
-                self.pending[w.id] = (never, None)
-                continue
-            if w.start_window is not None and (opens := opens_at(w.start_window, self.now)) > self.now:
-                self.pending[w.id] = (window_reason(w.start_window, opens), opens)
+            aside = set_aside(w, self.feasibility, self.now)
+            if aside is not None:
+                self.pending[w.id] = aside
                 continue
             by_lq.setdefault(w.local_queue, []).append(w)
         return by_lq
@@ -334,7 +291,7 @@ class _Cycle:
             if preempt is not None:
                 return preempt
             if self.explaining and not misses.deferrable:
-                misses.protected = self._protected(job, cq, misses.tried, borrow)
+                misses.protected = self.victims.protected(job, cq, misses.tried, self._victim_state(borrow))
         # e. Deferred to the borrowing pass, or the reason.
         if misses.deferrable:
             return Deferred()
@@ -344,21 +301,6 @@ class _Cycle:
         if misses.protected is not None:
             reason = protected_reason(reason, *misses.protected, self.now)
         return NoFit(reason)
-
-    def _protected(
-        self, job: Workload, cq: str, tried: list[tuple[Shape, dict[str, int]]], borrow: bool
-    ) -> tuple[list[str], float] | None:
-        """The victims the job would take if none were within its minimum runtime, when some are."""
-        if self._any_protected is None:
-            self._any_protected = any_protected(self._initial_holders, self.now)
-        if not self._any_protected:
-            return None
-        for shape, minimum in tried:
-            victims = self._victims(job, cq, shape, minimum, borrow, min_runtime=False)
-            until = protected_until(victims, self.now) if victims else None
-            if victims and until is not None:
-                return [v.holder.workload.id for v in victims], until
-        return None
 
     def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: Misses) -> Fit | None:
         shape = self.placer.shape_for(job, model)
@@ -418,7 +360,7 @@ class _Cycle:
             key += (job.gang_size, job.kind, job.pod_sets, borrow)
             if key in self.memo.preemption_failed:
                 continue
-            victims = self._victims(job, cq, shape, minimum, borrow)
+            victims = self.victims.select(job, cq, shape, minimum, self._victim_state(borrow))
             if victims:
                 self.preemptors[cq] = self.preemptors.get(cq, 0) + 1
                 return Preempt(tuple(victims))
@@ -444,57 +386,15 @@ class _Cycle:
             request = self.memo.requests[key] = request_of(shape, count)
         return request
 
-    def _victims(
-        self,
-        job: Workload,
-        cq: str,
-        shape: Shape,
-        request: dict[str, int],
-        borrowing_pass: bool,
-        min_runtime: bool = True,
-    ) -> list[Victim] | None:
-        """In the borrowing pass, reclaim only from jobs of at most the job's priority: that pass orders
-        them after it, so a victim is never re-admitted ahead of its preemptor (``preemption``)."""
-        sets = podsets.members(job, shape.gpu_model, self.placer.shape_for) if job.pod_sets else ()
-        if isinstance(sets, str):
-            return None
-
-        probes = PlacementProbes(self.placer, job, shape, sets)
-        if self._victim_index is None:
-            self._victim_index = VictimIndex(self._initial_holders, self.cohort_of, self.now)
-        return select_victims(
-            job=job,
-            cq=cq,
-            cohort=self.cohort_of.get(cq, ""),
-            request=request,
-            gpu_key=gpu_key(shape.gpu_model) if shape.gpu_model else None,
-            index=self._victim_index,
-            taken=self.taken,
-            quota=self.quota,
-            cluster=self.cluster,
-            now=self.now,
-            fits=probes.fits,
-            on_useful_node=probes.on_useful_node,
-            frees_a_node=probes.frees_a_node,
-            placed_on=probes.placed_on,
-            serving_rule=self.policy.inference_preempts_training,
-            min_runtime=min_runtime,
-            reclaim_max_priority=job.priority if borrowing_pass else None,
-        )
+    def _victim_state(self, borrowing_pass: bool) -> VictimState:
+        return VictimState(self.placer, self.quota, self.cluster, self.taken, borrowing_pass)
 
     def _preempt(self, job: Workload, victims: tuple[Victim, ...]) -> None:
-        names = []
-        for victim in victims:
-            w = victim.holder.workload
-            self.taken.add(w.id)
-            names.append(w.id)
-            cq = self.lq_by_name[job.local_queue].cluster_queue
-            self.preemptions.append(Preemption(w.id, job.id, preemption_why(job, cq, victim, len(victims))))
-        message = f"preempting: waiting for {len(victims)} job(s) to stop: {', '.join(names)}"
-        self.pending[job.id] = (
-            Reason(ReasonKind.PREEMPTING, message, (("victims", len(victims)), ("waits_for", "victims"))),
-            self.now,
-        )
+        cq = self.lq_by_name[job.local_queue].cluster_queue
+        preemptions, reason = preempting(job, cq, victims)
+        self.taken.update(p.workload_id for p in preemptions)
+        self.preemptions += preemptions
+        self.pending[job.id] = (reason, self.now)
 
     # -- 4. the plan ------------------------------------------------------------------------------
 
@@ -587,11 +487,9 @@ class _Cycle:
         cycle decides for it when nothing else changes (``dryrun``). A job that never fits is a
         ``NoFit`` whose reason has ``waits`` false."""
         job = granted_snapshot(replace(self.snapshot, workloads=(job,))).workloads[0]
-        never = podsets.never_fits(job, self.feasibility.never_fits)
-        if never is not None:
-            return NoFit(never)
-        if job.start_window is not None and (opens := opens_at(job.start_window, self.now)) > self.now:
-            return NoFit(window_reason(job.start_window, opens))
+        aside = set_aside(job, self.feasibility, self.now)
+        if aside is not None:
+            return NoFit(aside[0])
         saved = (dict(self.preemptors), self.keep_fits)
         self.keep_fits = False
         try:

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .cycle import _Cycle, collector_paused
+from .collector import collector_paused
+from .cycle import _Cycle
 from .estimate import P50, P90, expected_runtime
 from .model import Plan, Policy, Reason, ReasonKind, ReplicaPlacement, Resources, Snapshot, Workload, WorkloadState
 from .outcome import Deferred, Fit, NoFit, Preempt

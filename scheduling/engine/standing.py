@@ -27,9 +27,10 @@ from . import podsets
 from .admission import FairShare, dominant_resource
 from .capacity import Cluster
 from .fit import shape_of
+from .holdings import held
 from .model import Snapshot, Workload, WorkloadState
 from .pools import FULL
-from .quota import CPU, MEMORY, QuotaBook, gpu_key, models_to_try, placements_request, request_of
+from .quota import CPU, MEMORY, QuotaBook, gpu_key, models_to_try, request_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,7 @@ def queue_standings(snapshot: Snapshot) -> Standings:
         if w.state == WorkloadState.PENDING:
             _add(pending[name], _demand(cluster, mig_profiles, book, name, w))
             continue
-        request = _held(cluster, mig_profiles, w)
+        request = held(w, cluster, lambda m, model: shape_of(cluster, mig_profiles, m.resources, model))
         _add(used[name], request)
         _add(lq_used.setdefault(w.local_queue, {}), request)
         fair.add(w.local_queue, name, request)
@@ -153,14 +154,6 @@ def queue_standings(snapshot: Snapshot) -> Standings:
         for lq in snapshot.local_queues
     )
     return Standings(tuple(queues), tuple(cohorts), locals_)
-
-
-def _held(cluster: Cluster, mig_profiles: dict[str, tuple[str, ...]], w: Workload) -> dict[str, int]:
-    """What an admitted or running workload holds (the cycle's ``_held``)."""
-    if w.placements:
-        return placements_request(cluster, w.gpu_model, w.placements)
-    shape = shape_of(cluster, mig_profiles, w.resources, w.gpu_model)
-    return {} if isinstance(shape, str) else request_of(shape, w.replicas)
 
 
 def _demand(
