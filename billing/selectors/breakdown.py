@@ -59,29 +59,12 @@ def cost_by_user_and_label(
     return UserAndLabel(_groups(reads.by_owner()), keys, key, by_label)
 
 
-def cost_by_user(query: AllocationQuery, *, now: datetime, shared: SharedReads | None = None) -> list[GroupCost]:
-    """Cost per job owner over the query's window, costliest first."""
-    return _groups(GroupReads(query, now=now, shared=shared).by_owner())
-
-
-def cost_by_label(
-    query: AllocationQuery, *, key: str, now: datetime, shared: SharedReads | None = None
-) -> list[GroupCost]:
-    """Cost per value of label ``key`` (``__unallocated__``: jobs without it), costliest first."""
-    return _groups(GroupReads(query, now=now, shared=shared).by_label(key))
-
-
 def _groups(totals: dict[str, Figures]) -> list[GroupCost]:
     groups = [GroupCost(name, f.gpu_hours, f.total_cost) for name, f in totals.items()]
     return sorted(groups, key=lambda g: (-g.total_cost, g.name))
 
 
 AUTOMATIC_LABELS = ("kind", "priority-class", "owner", "capacity-type")  # metering adds them (billing.records)
-
-
-def label_keys(query: AllocationQuery, *, now: datetime) -> list[str]:
-    """The label keys ``cost_by_user_and_label`` offers for the query's window and teams."""
-    return cost_by_user_and_label(query, now=now).label_keys
 
 
 @dataclass(frozen=True, slots=True)

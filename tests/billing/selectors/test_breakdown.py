@@ -14,13 +14,7 @@ from billing.core.allocation import AllocationQuery
 from billing.models import PriceBookEntry
 from billing.selectors import cost_allocation
 from billing.selectors.allocation import cost_totals
-from billing.selectors.breakdown import (
-    cost_by_label,
-    cost_by_quota_use,
-    cost_by_user,
-    cost_by_user_and_label,
-    label_keys,
-)
+from billing.selectors.breakdown import cost_by_quota_use, cost_by_user_and_label
 from billing.services import metering_run
 from portal.jobs.models import JobAttempt
 from tests.billing.conftest import Run, run_job, utc
@@ -66,7 +60,8 @@ def query(**kw):
 def test_cost_by_user_and_by_label_follow_the_rule_and_add_up_to_the_namespace_totals(world):
     world_with_labels_and_borrowing(world)
     p = gpu_price()
-    by_user = {g.name: g for g in cost_by_user(query(), now=NOW)}
+    both = cost_by_user_and_label(query(), key="project", now=NOW)
+    by_user = {g.name: g for g in both.by_user}
     assert by_user["alice"].gpu_hours == 6
     assert by_user["carol"].gpu_hours == 1  # the hour inside the window
     assert by_user["bob"].gpu_hours == 4
@@ -77,13 +72,18 @@ def test_cost_by_user_and_by_label_follow_the_rule_and_add_up_to_the_namespace_t
     assert sum(g.total_cost for g in by_user.values()) == pytest.approx(
         sum(f.total_cost for f in namespaces.values()), abs=Decimal("0.00001")
     )
-    keys = label_keys(query(), now=NOW)
+    keys = both.label_keys
     assert keys[0] == "project"  # the jobs' own label before the ones metering adds
     assert set(keys[1:]) == {"kind", "priority-class", "owner", "capacity-type"}
-    by_label = {g.name: g for g in cost_by_label(query(), key="project", now=NOW)}
+    assert both.label == "project"
+    by_label = {g.name: g for g in both.by_label}
     assert by_label["vision-a"].gpu_hours == 6
     assert by_label["nlp-x"].gpu_hours == 4
     assert by_label["__unallocated__"].gpu_hours == 1
+
+
+def label_keys(q: AllocationQuery) -> list[str]:
+    return cost_by_user_and_label(q, now=NOW).label_keys
 
 
 def as_decimal(value: Fraction) -> Decimal:
@@ -105,11 +105,11 @@ def test_cost_is_split_into_guaranteed_and_borrowed_use(world):
 def test_a_tenant_sees_only_its_own_teams_keys_and_use(world):
     world_with_labels_and_borrowing(world)
     vision = [world.teams["vision"].pk]
-    assert label_keys(query(team_ids=frozenset(vision)), now=NOW)[0] == "project"
+    assert label_keys(query(team_ids=frozenset(vision)))[0] == "project"
     assert [q.team for q in cost_by_quota_use(start=START, end=END, now=NOW, team_ids=vision)] == ["vision"]
-    assert label_keys(query(team_ids=frozenset()), now=NOW) == []
+    assert label_keys(query(team_ids=frozenset())) == []
     later = AllocationQuery(start=END + timedelta(days=30), end=END + timedelta(days=31), step_hours=24)
-    assert label_keys(later, now=NOW) == []
+    assert label_keys(later) == []
 
 
 def test_guaranteed_and_borrowed_cost_follow_price_changes_the_window_and_running_attempts(world):
@@ -135,7 +135,7 @@ def test_one_read_answers_by_user_by_label_and_the_keys_as_the_allocation_api_do
     world_with_labels_and_borrowing(world)
     both = cost_by_user_and_label(query(), key="no-such-key", now=NOW)
     assert both.label == "project"  # a key the window lacks falls back to the first one
-    assert both.label_keys == label_keys(query(), now=NOW)
+    assert both.label_keys == ["project", "capacity-type", "kind", "owner", "priority-class"]
     for aggregate, groups in (("owner", both.by_user), ("label:project", both.by_label)):
         api = cost_totals(replace(query(), aggregate=aggregate), now=NOW)  # /api/v1/cost/allocation's totals
         assert {g.name: (g.gpu_hours, g.total_cost) for g in groups} == {
