@@ -12,14 +12,9 @@ import plotly.graph_objects as go
 
 from billing.core.advice import HIGH_UTILIZATION_PCT, LOW_UTILIZATION_PCT
 from billing.core.allocation import IDLE, Allocation, Figures
+from portal.chart_layout import chart_layout
 
-# The legend hangs below the x axis's tick labels (two lines for dates: plotly's default legend place
-# overlapped them), as on the dashboard; plotly grows the bottom margin to hold it.
-LAYOUT = {
-    "margin": {"l": 55, "r": 20, "t": 40, "b": 40},
-    "height": 340,
-    "legend": {"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0, "xanchor": "left"},
-}
+LAYOUT = chart_layout(340)
 TOP_GROUPS = 12  # charts show the costliest groups and one "other" series: 100 stacked series are unreadable
 
 

@@ -8,11 +8,9 @@ from datetime import datetime, timedelta
 import plotly.graph_objects as go
 import plotly.io as pio
 
-LAYOUT = {
-    "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
-    "height": 380,
-    "legend": {"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0, "xanchor": "left"},
-}
+from portal.chart_layout import chart_layout
+
+LAYOUT = chart_layout(380)
 
 
 def allocation_series(

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-LAYOUT = {"margin": {"l": 55, "r": 20, "t": 40, "b": 40}, "height": 320, "legend": {"orientation": "h"}}
+from portal.chart_layout import chart_layout
+
+LAYOUT = chart_layout(320)
 RECORDED, WHATIF = "#8a94a6", "#2f6fde"
 
 
