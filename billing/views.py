@@ -68,6 +68,7 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
         "billing/dashboard.html",
         {
             "window": window_text,
+            "as_of": now,
             "windows": list(WINDOWS),
             "start": start,
             "end": end,
@@ -98,6 +99,7 @@ def cost_breakdown(request: HttpRequest) -> HttpResponse:
         "billing/_breakdown.html",
         {
             "window": window_text,
+            "as_of": now,  # loaded after the page: running jobs have accrued a few more seconds
             "by_user": breakdown.by_user,
             "label_keys": breakdown.label_keys,
             "label": breakdown.label,

@@ -144,3 +144,23 @@ def test_no_cost_chart_puts_two_units_on_one_axis():
     for name, figure in figures.items():
         title = figure.layout.yaxis.title.text
         assert title in {"GPU-hours", "USD", "%"}, (name, title)
+
+
+@pytest.mark.django_db
+def test_the_page_and_its_fragments_say_when_their_figures_were_read(world, logged_in, monkeypatch):
+    """The breakdown loads after the page: a running job has accrued more by then, so each table says
+    the time its figures hold at, and each figure is the usage up to that time."""
+    read_at = timezone.now().replace(minute=20, second=0, microsecond=0)
+    run_job(world, gpu=1, runs=[Run(read_at - timedelta(hours=2), None)])  # still running
+    metering_run()
+    alice = logged_in("alice")
+    monkeypatch.setattr(timezone, "now", lambda: read_at)
+    page = alice.get("/cost/?window=24h").content.decode()
+    later = read_at + timedelta(minutes=30, seconds=7)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    fragment = alice.get("/cost/breakdown/?window=24h").content.decode()
+    assert f"By namespace, 24h<span class=\"muted\">, as of {read_at:%H:%M:%S} UTC</span>" in page
+    assert f"By user, 24h<span class=\"muted\">, as of {later:%H:%M:%S} UTC</span>" in fragment
+    # 2 GPU-hours when the page was read; 2.5 (and 7 s) when the fragment was.
+    assert "<td>team-vision</td><td class=\"num\">2.00</td>" in page.replace("\n", "").replace("  ", "")
+    assert "<td>alice</td><td class=\"num\">2.50</td>" in fragment
