@@ -159,8 +159,8 @@ def test_the_page_and_its_fragments_say_when_their_figures_were_read(world, logg
     later = read_at + timedelta(minutes=30, seconds=7)
     monkeypatch.setattr(timezone, "now", lambda: later)
     fragment = alice.get("/cost/breakdown/?window=24h").content.decode()
-    assert f"By namespace, 24h<span class=\"muted\">, as of {read_at:%H:%M:%S} UTC</span>" in page
-    assert f"By user, 24h<span class=\"muted\">, as of {later:%H:%M:%S} UTC</span>" in fragment
+    assert f'By namespace, 24h<span class="muted">, as of {read_at:%H:%M:%S} UTC</span>' in page
+    assert f'By user, 24h<span class="muted">, as of {later:%H:%M:%S} UTC</span>' in fragment
     # 2 GPU-hours when the page was read; 2.5 (and 7 s) when the fragment was.
-    assert "<td>team-vision</td><td class=\"num\">2.00</td>" in page.replace("\n", "").replace("  ", "")
-    assert "<td>alice</td><td class=\"num\">2.50</td>" in fragment
+    assert '<td>team-vision</td><td class="num">2.00</td>' in page.replace("\n", "").replace("  ", "")
+    assert '<td>alice</td><td class="num">2.50</td>' in fragment
