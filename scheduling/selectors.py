@@ -37,6 +37,7 @@ from scheduling.engine.pools import pool_index, share_capacity_milli
 from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
 from scheduling.engine.verdict import never_fits
 from scheduling.models import NamespaceObject
+from scheduling.sim.history import ReplayTiming
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,12 @@ def policy_from_settings() -> Policy:
         nvlink_label=settings.K8S_NVLINK_LABEL,
         inference_preempts_training=settings.INFERENCE_PREEMPTS_TRAINING,
     )
+
+
+def replay_timing_from_settings() -> ReplayTiming:
+    """When the portal runs its cycles, as the history replay models them: a cycle that preempted is
+    followed by the next beat's; a submission asks for one ``CYCLE_BATCH_S`` later."""
+    return ReplayTiming(preempt_delay_s=settings.SCHEDULER_INTERVAL_S, arrival_batch_s=settings.CYCLE_BATCH_S)
 
 
 def topology_level_labels() -> dict[str, str]:

@@ -35,8 +35,14 @@ from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.history import base_snapshot_load, history_load
 from scheduling.engine import model as m
 from scheduling.models import NodePool
-from scheduling.selectors import policy_from_settings
-from scheduling.sim.figures import TeamFigures, admission_differences, cluster_utilization_pct, team_figures
+from scheduling.selectors import policy_from_settings, replay_timing_from_settings
+from scheduling.sim.figures import (
+    TeamFigures,
+    admission_differences,
+    cluster_utilization_pct,
+    preemption_differences,
+    team_figures,
+)
 from scheduling.sim.history import HistoryRun, replay_history
 
 logger = logging.getLogger(__name__)
@@ -197,8 +203,7 @@ def _whatif_result(run: WhatIfRun) -> dict:
         start_s=start_s,
         end_s=end_s,
         node_capacity_types=capacity_types,
-        # The portal admits a preemptor in a later cycle, once its victims are gone.
-        preempt_delay_s=settings.SCHEDULER_INTERVAL_S,
+        **replay_timing_from_settings(),
     )
     changed = bool(run.changes)
     # 2. The baseline: today's settings.
@@ -232,6 +237,7 @@ def _whatif_result(run: WhatIfRun) -> dict:
     gpus = sum(n.gpu_count for n in base.nodes)
     tolerance_s = settings.SCHEDULER_INTERVAL_S
     differ = admission_differences(history.recorded, baseline.attempts, tolerance_s=tolerance_s)
+    preempt_differ = preemption_differences(history.recorded, baseline.attempts)
     whatif_snapshot = changes_apply(base, policy, run.changes)[0] if changed else base
     return {
         "teams": teams,
@@ -249,6 +255,8 @@ def _whatif_result(run: WhatIfRun) -> dict:
             "differ": len(differ),
             "tolerance_s": tolerance_s,
             "examples": [list(d) for d in differ[:10]],
+            "preempt_differ": len(preempt_differ),
+            "preempt_examples": [list(d) for d in preempt_differ[:10]],
         },
         "jobs": len(history.jobs),
         "cycles": baseline.cycles + (whatif.cycles if changed else 0),

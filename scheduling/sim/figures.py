@@ -130,3 +130,16 @@ def admission_differences(
         if a is None or b is None or abs(a - b) > tolerance_s:
             diffs.append((job_id, a, b))
     return diffs
+
+
+def preemption_differences(recorded: Sequence[Attempt], replayed: Sequence[Attempt]) -> list[tuple[str, int, int]]:
+    """Jobs preempted a different number of times in the two histories: ``(job id, recorded, replayed)``.
+    Admissions can agree while one side preempts a job and admits it again within the tolerance."""
+    was: dict[str, int] = defaultdict(int)
+    now: dict[str, int] = defaultdict(int)
+    for attempts, counts in ((recorded, was), (replayed, now)):
+        for a in attempts:
+            if a.outcome == PREEMPTED:
+                counts[a.job_id] += 1
+    ids = sorted(set(was) | set(now), key=lambda i: (len(i), i))
+    return [(i, was[i], now[i]) for i in ids if was[i] != now[i]]

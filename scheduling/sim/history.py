@@ -2,9 +2,9 @@
 
 The what-if page replays a window of real history under changed quotas, weights or placement policy
 and puts it next to what happened. Replaying with the settings the history was made under gives back
-the recorded admissions: the cycle is the same code, the jobs are the same workloads, only the cycle
-times differ (the portal runs a cycle on its beat and when work arrives; the replay runs one at every
-arrival and completion, so an admission can come earlier by up to one beat interval).
+the recorded admissions: the cycle is the same code, the jobs are the same workloads, and arrivals get
+their cycle as the portal's submissions do (``arrival_batch_s`` later, one cycle for a burst); only
+completions differ (the portal sees one on its next cycle, at most one beat later; the replay at once).
 
 Event loop (times are POSIX seconds supplied by the caller, never read here):
 
@@ -14,7 +14,12 @@ Event loop (times are POSIX seconds supplied by the caller, never read here):
    job's recorded run time has elapsed since it was admitted) and departures (a job that left the
    queue without ever running, e.g. cancelled). At one timestamp completions come first, then
    departures, then arrivals.
-3. After the events of a timestamp, one cycle runs over the pending and running jobs. Its
+3. After the events of a timestamp, one cycle runs over the pending and running jobs, except when
+   they were only arrivals and ``arrival_batch_s`` > 0: as a submission asks the portal for a cycle
+   that long after it (``CYCLE_BATCH_S``, shared by every submission until it starts), the cycle
+   runs then, over everything that arrived meanwhile. (A cycle per arrival would admit a burst's
+   first job alone and preempt it for a higher-priority one a millisecond later, which the portal,
+   seeing the whole burst in one cycle, never does.) Its
    preemptions stop their victims at once (the victim goes back to the queue and will run its whole
    time again, as a requeued pod restarts); the admissions start at once and complete after their run
    time. A cycle that preempted is followed by another ``preempt_delay_s`` later (the portal's next
@@ -29,6 +34,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import Policy, ReplicaPlacement, Snapshot, Workload, WorkloadState
@@ -39,6 +45,13 @@ PREEMPTED = "preempted"
 RUNNING = "running"  # still running when the window ends
 
 _COMPLETION, _DEPARTURE, _ARRIVAL, _TICK = 0, 1, 2, 3
+
+
+class ReplayTiming(TypedDict):
+    """When the portal runs its cycles (``replay_history``'s keywords of that name)."""
+
+    preempt_delay_s: float
+    arrival_batch_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +116,7 @@ def replay_history(
     end_s: float,
     node_capacity_types: Mapping[str, str] | None = None,
     preempt_delay_s: float = 0.0,
+    arrival_batch_s: float = 0.0,
     on_progress: Callable[[float], None] | None = None,
 ) -> HistoryRun:
     """Replay ``jobs`` over ``[start_s, end_s]`` on ``base``'s nodes and queues (its workloads are
@@ -110,6 +124,7 @@ def replay_history(
     replay = _HistoryReplay(base, jobs, policy, start_s, end_s, on_progress)
     replay.capacity_types = dict(node_capacity_types or {})
     replay.preempt_delay_s = preempt_delay_s
+    replay.arrival_batch_s = arrival_batch_s
     return replay.run()
 
 
@@ -146,6 +161,8 @@ class _HistoryReplay:
         self.cycles = 0
         self.capacity_types: dict[str, str] = {}
         self.preempt_delay_s = 0.0
+        self.arrival_batch_s = 0.0
+        self.batch_due_s: float | None = None  # an arrivals' cycle asked for and not yet run
         self.borrowed: dict[str, bool] = {}
         # 1. Running at the start, on their recorded placements.
         for job in jobs:
@@ -165,7 +182,14 @@ class _HistoryReplay:
         while self.events and self.events[0][0] <= self.end_s:
             now = self.events[0][0]
             # 2. This timestamp's completions, departures, then arrivals.
-            self._take_events(now)
+            only_arrivals = self._take_events(now)
+            if only_arrivals and self.arrival_batch_s > 0:
+                if self.batch_due_s is None:
+                    self.batch_due_s = now + self.arrival_batch_s
+                    heapq.heappush(self.events, (self.batch_due_s, _TICK, "", 0))
+                continue
+            if self.batch_due_s is not None and now >= self.batch_due_s:
+                self.batch_due_s = None  # this cycle is the one the arrivals asked for
             # 3. Cycles until one preempts nothing (or the next comes after the victims are gone).
             while self.pending and self._cycle(now):
                 if self.preempt_delay_s > 0:
@@ -181,9 +205,12 @@ class _HistoryReplay:
         attempts = tuple(sorted(self.attempts, key=lambda a: (a.admitted_s, a.job_id)))
         return HistoryRun(attempts=attempts, waiting=waiting, cycles=self.cycles)
 
-    def _take_events(self, now: float) -> None:
+    def _take_events(self, now: float) -> bool:
+        """Take ``now``'s events; True when they were all arrivals."""
+        only_arrivals = True
         while self.events and self.events[0][0] == now:
             _, kind, job_id, generation = heapq.heappop(self.events)
+            only_arrivals = only_arrivals and kind == _ARRIVAL
             if kind == _COMPLETION:
                 live = self.running.get(job_id)
                 if live is not None and live.generation == generation:
@@ -194,6 +221,7 @@ class _HistoryReplay:
             elif kind == _ARRIVAL and job_id not in self.running:
                 job = self.jobs[job_id]
                 self.pending[job_id] = _Live(job, job.workload, job.arrival_s)
+        return only_arrivals
 
     def _cycle(self, now: float) -> bool:
         """One cycle at ``now``; True when it preempted (another cycle follows at once)."""

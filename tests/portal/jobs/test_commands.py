@@ -135,7 +135,7 @@ def test_the_demo_history_is_what_the_engine_does_so_a_replay_with_todays_settin
     from portal.jobs.models import FlavorQuota, JobAttempt
     from scheduling.adapters.factory import cluster_backend
     from scheduling.adapters.history import base_snapshot_load, history_load
-    from scheduling.selectors import policy_from_settings
+    from scheduling.selectors import policy_from_settings, replay_timing_from_settings
     from scheduling.sim.figures import admission_differences
     from scheduling.sim.history import replay_history
 
@@ -186,7 +186,7 @@ def test_the_demo_history_is_what_the_engine_does_so_a_replay_with_todays_settin
         policy_from_settings(),
         start_s=start.timestamp(),
         end_s=now.timestamp(),
-        preempt_delay_s=settings.SCHEDULER_INTERVAL_S,
+        **replay_timing_from_settings(),
     )
     mine = {str(a.job_id) for a in history}
     recorded = [a for a in loaded.recorded if a.job_id in mine]

@@ -63,6 +63,7 @@ def record_history(world, plan: list[Submission], *, ticks: int) -> datetime:
 @pytest.fixture
 def tick_settings(settings):
     settings.SCHEDULER_INTERVAL_S = TICK_S
+    settings.CYCLE_BATCH_S = 0.0  # record_history runs its cycle at the submissions' instant
     settings.SIM_SPEEDUP = 1.0
     settings.CLUSTER_BACKEND = "simulated"
     return settings

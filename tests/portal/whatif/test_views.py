@@ -19,6 +19,11 @@ def logged_in(client, world, name):
     return client
 
 
+@pytest.fixture(autouse=True)
+def cycles_at_submission(settings):
+    settings.CYCLE_BATCH_S = 0.0  # busy_history runs its cycle at the submissions' instant
+
+
 def busy_history(world, *, hours_ago: int = 3):
     """Jobs submitted a few hours ago and scheduled by the real loop, one cycle a minute."""
     start = timezone.now().replace(microsecond=0) - timedelta(hours=hours_ago)
@@ -61,6 +66,16 @@ def test_an_admin_replays_a_quota_cut_and_sees_both_columns(client, world, djang
     assert run.status == WhatIfRun.Status.DONE, run.error
     page = c.get(response["Location"]).content.decode()
     assert "<strong>0</strong> differing" in page
+    assert "<strong>0</strong> jobs preempted a different number of times." in page
+    # A stored check that found one: the job is named with both counts.
+    job_id = Job.objects.order_by("pk").first().pk
+    check = {**run.result["check"], "preempt_differ": 1, "preempt_examples": [[str(job_id), 0, 1]]}
+    WhatIfRun.objects.filter(pk=run.pk).update(result={**run.result, "check": check})
+    shown = c.get(response["Location"]).content.decode()
+    assert (
+        f'<strong>1</strong> job preempted a different number of times (<a href="/jobs/{job_id}/">#{job_id}</a>: '
+        "0 recorded, 1 replayed)." in shown
+    )
     assert page.count('class="muted">recorded</td>') == 2
     assert page.count("what-if</td>") == 2
     assert page.count("plotly-graph-div") == 4

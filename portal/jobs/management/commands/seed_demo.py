@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -492,7 +491,7 @@ def history_replay(now, ran: dict[str, tuple[float, str]]) -> None:
     from scheduling.adapters.factory import cluster_backend
     from scheduling.adapters.history import base_snapshot_load, history_load
     from scheduling.engine import model as m
-    from scheduling.selectors import policy_from_settings
+    from scheduling.selectors import policy_from_settings, replay_timing_from_settings
     from scheduling.services import observations_apply
     from scheduling.sim.history import COMPLETED, PREEMPTED, replay_history
 
@@ -509,7 +508,7 @@ def history_replay(now, ran: dict[str, tuple[float, str]]) -> None:
         start_s=start.timestamp(),
         end_s=now.timestamp(),
         node_capacity_types={node.name: node_capacity_type(node) for node in base.nodes},
-        preempt_delay_s=settings.SCHEDULER_INTERVAL_S,
+        **replay_timing_from_settings(),
     )
     nodes = {node.name: node for node in base.nodes}
     gpu_models = {g.name: g for g in GpuModel.objects.all()}
