@@ -619,3 +619,20 @@ def test_the_requested_runtime_reads_as_a_duration_and_in_the_simulated_clusters
     settings.K8S_IN_CLUSTER = False
     text = " ".join(client.get(f"/jobs/{job.pk}/").content.decode().split())
     assert "<dt>Requested runtime</dt><dd>10 h 00 min</dd>" in text
+
+
+def test_the_dashboard_says_each_teams_gpu_hours_with_two_decimals(client, world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.services import metering_run
+    from tests.billing.conftest import Run, run_job
+
+    start = timezone.now().replace(microsecond=0) - timedelta(days=2)
+    run_job(world, gpu=1, runs=[Run(start, start + timedelta(minutes=78))])  # 1.3 GPU-hours
+    run_job(world, team="nlp", gpu=2, runs=[Run(start, start + timedelta(hours=1))])  # 2
+    metering_run()
+    client.force_login(world.users["admin"])
+    html = client.get("/dashboard/").content.decode()
+    assert "GPU-hours, last 14 days: <strong>nlp</strong> 2.00 · <strong>vision</strong> 1.30</div>" in html
