@@ -148,6 +148,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("billing.core.*", 0),
     ("billing.charts", 0),
     ("portal.pages.charts", 0),
+    ("portal.chart_layout", 0),
+    ("portal.whatif.charts", 0),
     ("portal.tenants.tolerations", 0),
     ("portal.jobs.images", 0),
     ("portal.notifications.signing", 0),
