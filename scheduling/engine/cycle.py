@@ -401,10 +401,21 @@ class _Cycle:
     def _plan(self) -> Plan:
         self.waiting = waiting_jobs(self.considered, self.pending, self.lq_by_name)
         p50 = self.forecast(self.waiting, P50, recorder=self.timelines[P50])
-        p90 = self.forecast(self.waiting, P90, recorder=self.timelines[P90])
-        self.forecasts = (p50, p90)
+        if self._same_runtimes():
+            # Every expected runtime is its P50 and its P90 at once: the P90 run would take the same
+            # decisions on the same state, so its starts and its record are the P50 run's.
+            self.timelines = (self.timelines[P50], self.timelines[P50])
+            self.forecasts = (p50, p50)
+        else:
+            self.forecasts = (p50, self.forecast(self.waiting, P90, recorder=self.timelines[P90]))
         stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
         return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
+
+    def _same_runtimes(self) -> bool:
+        """Whether no job's P90 expected runtime differs from its P50 one (``Snapshot.runtimes``; a job
+        without an entry runs its requested ``runtime_s`` in both): then the two forecast runs are one.
+        Teams with fewer than three finished runs have no spread (``estimate.runtime_from_history``)."""
+        return all(p50 == p90 for p50, p90 in self.runtimes.values())
 
     def forecast(
         self,
