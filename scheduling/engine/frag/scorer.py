@@ -43,6 +43,7 @@ _PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..10
 _SCARCITY_UNIT = 150 * _LEX  # scarcity penalty, mapped into [0, 1): above FGD's 0..100, below a pressure level
 _MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
 _DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_delta computes each distinct state once
+_FEW_STALE = 8  # up to this many nodes to rescore, _rescore works node by node (_memo_rows)
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
 
@@ -177,17 +178,27 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = np.flatnonzero(ok & (cache.version[lo:hi] != self._version[lo:hi])) + lo
         self._rescore(pod, key, cache, stale)
+        score = cache.score[lo:hi]
         if self.policy == "portal":
-            score = cache.score[lo:hi].copy()
-            ok_idx = np.flatnonzero(ok) + lo
-            score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
+            # Without a workload the scarcity term is 0 everywhere: nothing to add (nor to copy for).
+            if self._scarcity is not None:
+                score = score.copy()
+                ok_idx = np.flatnonzero(ok) + lo
+                score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
             if pod.gpu_count > 0:
-                score += self._pressure_term(np.arange(lo, hi))
-            return score, cache.device
-        return cache.score[lo:hi], cache.device
+                score = score + self._pressure_term(np.arange(lo, hi))
+        return score, cache.device
 
     def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
-        if stale.size:
+        if 0 < stale.size <= _FEW_STALE:
+            # A few nodes changed since this shape last scored (the usual case within a cycle): the
+            # same memo, read and written node by node (array calls cost more than the work here).
+            nodes = stale.tolist()
+            versions = self._version[stale].tolist()
+            for n, version, row in zip(nodes, versions, self._memo_rows(pod, key, stale), strict=True):
+                cache.score[n], cache.device[n], cache.after[n], cache.after_primary[n] = row
+                cache.version[n] = version
+        elif stale.size:
             score, device, after, after_primary = self._memo_delta(pod, key, stale)
             cache.score[stale] = score
             cache.device[stale] = device
@@ -226,7 +237,13 @@ class NodeScorer:
     def _memo_delta(
         self, pod: PodShape, key: ShapeKey, idx: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``_frag_delta`` of ``idx``, computed only for node states not met before.
+        """``_frag_delta`` of ``idx``, computed only for node states not met before (``_memo_rows``)."""
+        out = np.array(self._memo_rows(pod, key, idx), dtype=np.float64)
+        return out[:, 0], out[:, 1].astype(np.int64), out[:, 2], out[:, 3]
+
+    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> list[list[float]]:
+        """``_frag_delta`` of ``idx`` as one row per node (score, device, the policy's measure after,
+        FGD's measure after), computed only for node states not met before.
 
         A node's result depends only on the pod's shape and the node's state (GPU model, free CPU, free
         milli per device in device order), and states repeat a lot (nodes of one model with the same
@@ -260,8 +277,7 @@ class NodeScorer:
             computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
             for j, i in enumerate(missing):
                 found[i] = memo[keys[i]] = computed[j]
-        out = np.array(found, dtype=np.float64)
-        return out[:, 0], out[:, 1].astype(np.int64), out[:, 2], out[:, 3]
+        return cast(list[list[float]], found)
 
     def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(score, device, the policy's measure after, FGD's measure after) of placing ``pod`` on each
