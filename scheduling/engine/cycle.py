@@ -139,6 +139,7 @@ class _Cycle:
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors: dict[str, int] = {}
         self.memo = Memo()
+        self._job_minimums: dict[str, tuple[dict[str, int], ...]] = {}  # step 3's borrowing pass order
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
         # The forecast and the dry run decide more jobs on the cycle's final state: the forecast keeps
         # what fits and never preempts; the dry run keeps nothing (``Statement.discard``).
@@ -221,7 +222,11 @@ class _Cycle:
     def _borrows(self, job: Workload) -> bool:
         """Whether every GPU model the job may use would make its queue borrow now."""
         cq = self.lq_by_name[job.local_queue].cluster_queue
-        return all(self.quota.would_borrow(cq, minimum) for minimum in self._minimums(job, cq))
+        minimums = self._job_minimums.get(job.id)  # by id: the order asks for every key it takes
+        if minimums is None:
+            minimums = self._job_minimums[job.id] = self._minimums(job, cq)
+        would_borrow = self.quota.would_borrow
+        return all(would_borrow(cq, minimum) for minimum in minimums)
 
     def _minimums(self, job: Workload, cq: str) -> tuple[dict[str, int], ...]:
         """The gang's minimum request on each GPU model it may use in ``cq`` (models where it cannot

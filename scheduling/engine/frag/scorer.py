@@ -162,12 +162,13 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = idx[cache.version[idx] != self._version[idx]]
         self._rescore(pod, key, cache, stale)
+        score = cache.score[idx]  # a copy (fancy indexing)
         if self.policy == "portal":
-            score = cache.score[idx] + self._scarcity_term(pod, idx, cache.device)
+            if self._scarcity is not None:  # else the scarcity term is 0 everywhere
+                score += self._scarcity_term(pod, idx, cache.device)
             if pod.gpu_count > 0:
                 score += self._pressure_term(idx)
-            return score, cache.device
-        return cache.score[idx], cache.device
+        return score, cache.device
 
     def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """FGD/portal: :meth:`score_nodes` of the nodes ``lo:hi`` where ``ok`` holds, as a view over the
