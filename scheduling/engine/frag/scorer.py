@@ -85,6 +85,7 @@ class NodeScorer:
     _metric_fresh: np.ndarray = field(init=False)  # (N,) bool; stale entries are measured when read
     _metric_total: float = field(init=False)
     _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
+    _row_free: np.ndarray = field(init=False)  # _gpu_free_total summed per model row, kept in step
     _gpu_max: np.ndarray = field(init=False)  # (N,) largest free milli on one device
     _gpu_full: np.ndarray = field(init=False)  # (N,) fully free devices
     _last: tuple[ShapeKey, _ScoreCache] | None = field(init=False)
@@ -110,6 +111,7 @@ class NodeScorer:
         self._score_caches = {}
         self._delta_memo = {}
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._row_free = self._rows_free()
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
         self._metric_memo = {}
@@ -166,8 +168,8 @@ class NodeScorer:
         if self.policy == "portal":
             if self._scarcity is not None:  # else the scarcity term is 0 everywhere
                 score += self._scarcity_term(pod, idx, cache.device)
-            if pod.gpu_count > 0:
-                score += self._pressure_term(idx)
+            if pod.gpu_count > 0 and (pressure := self._pressure_term(idx)) is not None:
+                score += pressure
         return score, cache.device
 
     def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,8 +188,8 @@ class NodeScorer:
                 score = score.copy()
                 ok_idx = np.flatnonzero(ok) + lo
                 score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
-            if pod.gpu_count > 0:
-                score = score + self._pressure_term(np.arange(lo, hi))
+            if pod.gpu_count > 0 and (pressure := self._pressure_term(np.arange(lo, hi))) is not None:
+                score = score + pressure
         return score, cache.device
 
     def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
@@ -220,9 +222,10 @@ class NodeScorer:
         penalty = scarcity.penalty(pod, idx, device, state, weight)
         return -_SCARCITY_UNIT * penalty / (1.0 + penalty)
 
-    def _pressure_term(self, idx: np.ndarray) -> np.ndarray:
+    def _pressure_term(self, idx: np.ndarray) -> np.ndarray | None:
         """portal's first key for a GPU pod: minus the model pressure level of each node
-        (``pressure``), in units above FGD's whole score range; 0 when no typical pod is constrained."""
+        (``pressure``), in units above FGD's whole score range; ``None`` when every level is 0 (no typical
+        pod is constrained, or no model is under pressure now): then there is nothing to add."""
         table = self._table
         assert table is not None
         rows = len(self.nodes.models) + 1
@@ -230,10 +233,17 @@ class NodeScorer:
             capacity = np.bincount(self._model_row, weights=self.nodes.gpu_count.astype(np.float64), minlength=rows)
             self._press_share = demand_share(table, capacity)
         if not self._press_share.any():
-            return np.zeros(idx.size)
-        free = np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
-        levels = pressure_levels(self._press_share, free)
+            return None
+        levels = pressure_levels(self._press_share, self._row_free)
+        if not levels.any():
+            return None
         return -_PRESSURE_UNIT * levels[self._model_row[idx]]
+
+    def _rows_free(self) -> np.ndarray:
+        """Free GPU milli per model row (``_row_free``, which the state changes keep in step: sums of
+        whole numbers, so the same floats in any order)."""
+        rows = len(self.nodes.models) + 1
+        return np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
 
     def _memo_delta(
         self, pod: PodShape, key: ShapeKey, idx: np.ndarray
@@ -390,6 +400,7 @@ class NodeScorer:
             self._metric_total = float(self._metric_node.sum())
             self._metric_fresh[:] = True
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._row_free = self._rows_free()
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
 
@@ -419,7 +430,9 @@ class NodeScorer:
         self.cpu_free_milli[nodes] = cpu[changed]
         self.memory_free_mib[nodes] = memory[changed]
         self.gpu_free_milli[nodes] = gpu
+        before = self._gpu_free_total[nodes]
         self._gpu_free_total[nodes] = np.maximum(gpu, 0).sum(axis=1)
+        np.add.at(self._row_free, self._model_row[nodes], self._gpu_free_total[nodes] - before)
         self._gpu_max[nodes] = gpu.max(axis=1)
         self._gpu_full[nodes] = np.count_nonzero(gpu == MILLI, axis=1)
         self._version[nodes] += 1
@@ -438,7 +451,9 @@ class NodeScorer:
         self.cpu_free_milli[n] = cpu
         self.memory_free_mib[n] = memory
         self.gpu_free_milli[n] = gpu
-        self._gpu_free_total[n] = sum(v for v in gpu if v > 0)
+        total = sum(v for v in gpu if v > 0)
+        self._row_free[self._model_row[n]] += total - int(self._gpu_free_total[n])
+        self._gpu_free_total[n] = total
         self._gpu_max[n] = max(gpu)
         self._gpu_full[n] = gpu.count(MILLI)
         self._version[n] += 1
@@ -461,6 +476,7 @@ class NodeScorer:
         for d in choice.gpu_indices:
             self.gpu_free_milli[n, d] += sign * pod.gpu_milli
             self._gpu_free_total[n] += sign * pod.gpu_milli
+            self._row_free[self._model_row[n]] += sign * pod.gpu_milli
         if pod.gpu_count > 0:
             self._affinity[n, affinity_tag(pod)] -= sign
         if choice.gpu_indices:
