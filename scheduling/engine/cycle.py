@@ -139,6 +139,7 @@ class _Cycle:
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors: dict[str, int] = {}
         self.memo = Memo()
+        self._job_minimums: dict[str, tuple[dict[str, int], ...]] = {}  # step 3's borrowing pass order
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
         # The forecast and the dry run decide more jobs on the cycle's final state: the forecast keeps
         # what fits and never preempts; the dry run keeps nothing (``Statement.discard``).
@@ -221,7 +222,11 @@ class _Cycle:
     def _borrows(self, job: Workload) -> bool:
         """Whether every GPU model the job may use would make its queue borrow now."""
         cq = self.lq_by_name[job.local_queue].cluster_queue
-        return all(self.quota.would_borrow(cq, minimum) for minimum in self._minimums(job, cq))
+        minimums = self._job_minimums.get(job.id)  # by id: the order asks for every key it takes
+        if minimums is None:
+            minimums = self._job_minimums[job.id] = self._minimums(job, cq)
+        would_borrow = self.quota.would_borrow
+        return all(would_borrow(cq, minimum) for minimum in minimums)
 
     def _minimums(self, job: Workload, cq: str) -> tuple[dict[str, int], ...]:
         """The gang's minimum request on each GPU model it may use in ``cq`` (models where it cannot
@@ -401,10 +406,21 @@ class _Cycle:
     def _plan(self) -> Plan:
         self.waiting = waiting_jobs(self.considered, self.pending, self.lq_by_name)
         p50 = self.forecast(self.waiting, P50, recorder=self.timelines[P50])
-        p90 = self.forecast(self.waiting, P90, recorder=self.timelines[P90])
-        self.forecasts = (p50, p90)
+        if self._same_runtimes():
+            # Every expected runtime is its P50 and its P90 at once: the P90 run would take the same
+            # decisions on the same state, so its starts and its record are the P50 run's.
+            self.timelines = (self.timelines[P50], self.timelines[P50])
+            self.forecasts = (p50, p50)
+        else:
+            self.forecasts = (p50, self.forecast(self.waiting, P90, recorder=self.timelines[P90]))
         stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
         return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
+
+    def _same_runtimes(self) -> bool:
+        """Whether no job's P90 expected runtime differs from its P50 one (``Snapshot.runtimes``; a job
+        without an entry runs its requested ``runtime_s`` in both): then the two forecast runs are one.
+        Teams with fewer than three finished runs have no spread (``estimate.runtime_from_history``)."""
+        return all(p50 == p90 for p50, p90 in self.runtimes.values())
 
     def forecast(
         self,

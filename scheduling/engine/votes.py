@@ -57,6 +57,8 @@ class Votes:
         self.zone, _ = cluster.label_codes(policy.zone_label)
         # The highest code of each (static) label, read by every topology vote.
         self.rack_top, self.zone_top = int(self.rack.max(initial=-1)), int(self.zone.max(initial=-1))
+        # The GPU-avoidance vote's penalty per node (static): CPU-only work avoids GPU nodes.
+        self.gpu_avoid = 2 * GPU_AVOID_WEIGHT * (cluster.gpu_count > 0)
         self._rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
         self._zone_of: list[int] = self.zone.tolist()
         self.scorer_names, self.pool_scorer = self.pool_scorers()
@@ -109,7 +111,7 @@ class Votes:
         CPU-only work avoids GPU nodes (strictly beyond the policy's range of about one unit),
         multi-GPU replicas prefer a contiguous block of free devices."""
         if shape.kind == "cpu":
-            return raw - 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[nodes] > 0)
+            return raw - self.gpu_avoid[nodes]
         if shape.gpus > 1:
             return raw + CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
         return raw
@@ -149,7 +151,7 @@ class Votes:
             nodes = slice(lo, lo + len(ok))
             scores = _unit_within(scores, ok)
             if shape.kind == "cpu":
-                scores -= 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[nodes] > 0)
+                scores -= self.gpu_avoid[nodes]
             if shape.gpus > 1:
                 scores += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
         best = int(np.argmax(np.where(ok, scores, -np.inf)))
@@ -184,7 +186,7 @@ class Votes:
         if shape.kind == "cpu":
             # Strictly above the policy's unit range, as in :meth:`single_vote_score`: at equal weight
             # the fullest GPU node tied with the emptiest CPU node and won on node order.
-            total -= 2 * GPU_AVOID_WEIGHT * (self.cluster.gpu_count[cand] > 0)
+            total -= self.gpu_avoid[cand]
         if gang is not None and gang.scores:
             total += INTER_POD_WEIGHT * gang.anti_affinity_score(cand, gang_nodes)
             total += SPREAD_WEIGHT * gang.spread_score(cand, gang_nodes)

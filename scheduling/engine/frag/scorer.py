@@ -43,6 +43,7 @@ _PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..10
 _SCARCITY_UNIT = 150 * _LEX  # scarcity penalty, mapped into [0, 1): above FGD's 0..100, below a pressure level
 _MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
 _DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_delta computes each distinct state once
+_FEW_STALE = 8  # up to this many nodes to rescore, _rescore works node by node (_memo_rows)
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
 
@@ -84,6 +85,7 @@ class NodeScorer:
     _metric_fresh: np.ndarray = field(init=False)  # (N,) bool; stale entries are measured when read
     _metric_total: float = field(init=False)
     _gpu_free_total: np.ndarray = field(init=False)  # (N,) free milli summed over devices
+    _row_free: np.ndarray = field(init=False)  # _gpu_free_total summed per model row, kept in step
     _gpu_max: np.ndarray = field(init=False)  # (N,) largest free milli on one device
     _gpu_full: np.ndarray = field(init=False)  # (N,) fully free devices
     _last: tuple[ShapeKey, _ScoreCache] | None = field(init=False)
@@ -109,6 +111,7 @@ class NodeScorer:
         self._score_caches = {}
         self._delta_memo = {}
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._row_free = self._rows_free()
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
         self._metric_memo = {}
@@ -161,12 +164,13 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = idx[cache.version[idx] != self._version[idx]]
         self._rescore(pod, key, cache, stale)
+        score = cache.score[idx]  # a copy (fancy indexing)
         if self.policy == "portal":
-            score = cache.score[idx] + self._scarcity_term(pod, idx, cache.device)
-            if pod.gpu_count > 0:
-                score += self._pressure_term(idx)
-            return score, cache.device
-        return cache.score[idx], cache.device
+            if self._scarcity is not None:  # else the scarcity term is 0 everywhere
+                score += self._scarcity_term(pod, idx, cache.device)
+            if pod.gpu_count > 0 and (pressure := self._pressure_term(idx)) is not None:
+                score += pressure
+        return score, cache.device
 
     def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """FGD/portal: :meth:`score_nodes` of the nodes ``lo:hi`` where ``ok`` holds, as a view over the
@@ -177,17 +181,27 @@ class NodeScorer:
             cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
         stale = np.flatnonzero(ok & (cache.version[lo:hi] != self._version[lo:hi])) + lo
         self._rescore(pod, key, cache, stale)
+        score = cache.score[lo:hi]
         if self.policy == "portal":
-            score = cache.score[lo:hi].copy()
-            ok_idx = np.flatnonzero(ok) + lo
-            score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
-            if pod.gpu_count > 0:
-                score += self._pressure_term(np.arange(lo, hi))
-            return score, cache.device
-        return cache.score[lo:hi], cache.device
+            # Without a workload the scarcity term is 0 everywhere: nothing to add (nor to copy for).
+            if self._scarcity is not None:
+                score = score.copy()
+                ok_idx = np.flatnonzero(ok) + lo
+                score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
+            if pod.gpu_count > 0 and (pressure := self._pressure_term(np.arange(lo, hi))) is not None:
+                score = score + pressure
+        return score, cache.device
 
     def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
-        if stale.size:
+        if 0 < stale.size <= _FEW_STALE:
+            # A few nodes changed since this shape last scored (the usual case within a cycle): the
+            # same memo, read and written node by node (array calls cost more than the work here).
+            nodes = stale.tolist()
+            versions = self._version[stale].tolist()
+            for n, version, row in zip(nodes, versions, self._memo_rows(pod, key, stale), strict=True):
+                cache.score[n], cache.device[n], cache.after[n], cache.after_primary[n] = row
+                cache.version[n] = version
+        elif stale.size:
             score, device, after, after_primary = self._memo_delta(pod, key, stale)
             cache.score[stale] = score
             cache.device[stale] = device
@@ -208,9 +222,10 @@ class NodeScorer:
         penalty = scarcity.penalty(pod, idx, device, state, weight)
         return -_SCARCITY_UNIT * penalty / (1.0 + penalty)
 
-    def _pressure_term(self, idx: np.ndarray) -> np.ndarray:
+    def _pressure_term(self, idx: np.ndarray) -> np.ndarray | None:
         """portal's first key for a GPU pod: minus the model pressure level of each node
-        (``pressure``), in units above FGD's whole score range; 0 when no typical pod is constrained."""
+        (``pressure``), in units above FGD's whole score range; ``None`` when every level is 0 (no typical
+        pod is constrained, or no model is under pressure now): then there is nothing to add."""
         table = self._table
         assert table is not None
         rows = len(self.nodes.models) + 1
@@ -218,15 +233,28 @@ class NodeScorer:
             capacity = np.bincount(self._model_row, weights=self.nodes.gpu_count.astype(np.float64), minlength=rows)
             self._press_share = demand_share(table, capacity)
         if not self._press_share.any():
-            return np.zeros(idx.size)
-        free = np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
-        levels = pressure_levels(self._press_share, free)
+            return None
+        levels = pressure_levels(self._press_share, self._row_free)
+        if not levels.any():
+            return None
         return -_PRESSURE_UNIT * levels[self._model_row[idx]]
+
+    def _rows_free(self) -> np.ndarray:
+        """Free GPU milli per model row (``_row_free``, which the state changes keep in step: sums of
+        whole numbers, so the same floats in any order)."""
+        rows = len(self.nodes.models) + 1
+        return np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
 
     def _memo_delta(
         self, pod: PodShape, key: ShapeKey, idx: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``_frag_delta`` of ``idx``, computed only for node states not met before.
+        """``_frag_delta`` of ``idx``, computed only for node states not met before (``_memo_rows``)."""
+        out = np.array(self._memo_rows(pod, key, idx), dtype=np.float64)
+        return out[:, 0], out[:, 1].astype(np.int64), out[:, 2], out[:, 3]
+
+    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> list[list[float]]:
+        """``_frag_delta`` of ``idx`` as one row per node (score, device, the policy's measure after,
+        FGD's measure after), computed only for node states not met before.
 
         A node's result depends only on the pod's shape and the node's state (GPU model, free CPU, free
         milli per device in device order), and states repeat a lot (nodes of one model with the same
@@ -260,8 +288,7 @@ class NodeScorer:
             computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
             for j, i in enumerate(missing):
                 found[i] = memo[keys[i]] = computed[j]
-        out = np.array(found, dtype=np.float64)
-        return out[:, 0], out[:, 1].astype(np.int64), out[:, 2], out[:, 3]
+        return cast(list[list[float]], found)
 
     def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(score, device, the policy's measure after, FGD's measure after) of placing ``pod`` on each
@@ -373,6 +400,7 @@ class NodeScorer:
             self._metric_total = float(self._metric_node.sum())
             self._metric_fresh[:] = True
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
+        self._row_free = self._rows_free()
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
 
@@ -402,7 +430,9 @@ class NodeScorer:
         self.cpu_free_milli[nodes] = cpu[changed]
         self.memory_free_mib[nodes] = memory[changed]
         self.gpu_free_milli[nodes] = gpu
+        before = self._gpu_free_total[nodes]
         self._gpu_free_total[nodes] = np.maximum(gpu, 0).sum(axis=1)
+        np.add.at(self._row_free, self._model_row[nodes], self._gpu_free_total[nodes] - before)
         self._gpu_max[nodes] = gpu.max(axis=1)
         self._gpu_full[nodes] = np.count_nonzero(gpu == MILLI, axis=1)
         self._version[nodes] += 1
@@ -421,7 +451,9 @@ class NodeScorer:
         self.cpu_free_milli[n] = cpu
         self.memory_free_mib[n] = memory
         self.gpu_free_milli[n] = gpu
-        self._gpu_free_total[n] = sum(v for v in gpu if v > 0)
+        total = sum(v for v in gpu if v > 0)
+        self._row_free[self._model_row[n]] += total - int(self._gpu_free_total[n])
+        self._gpu_free_total[n] = total
         self._gpu_max[n] = max(gpu)
         self._gpu_full[n] = gpu.count(MILLI)
         self._version[n] += 1
@@ -444,6 +476,7 @@ class NodeScorer:
         for d in choice.gpu_indices:
             self.gpu_free_milli[n, d] += sign * pod.gpu_milli
             self._gpu_free_total[n] += sign * pod.gpu_milli
+            self._row_free[self._model_row[n]] += sign * pod.gpu_milli
         if pod.gpu_count > 0:
             self._affinity[n, affinity_tag(pod)] -= sign
         if choice.gpu_indices:

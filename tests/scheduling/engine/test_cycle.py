@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine.cycle import run_cycle
+from scheduling.engine.cycle import _Cycle, run_cycle
+from scheduling.engine.estimate import P50, P90
 from scheduling.engine.model import Policy, ReasonKind
 
 from .builders import admitted_ids, cq, job, lq, node, pending_info, reason_of, running, snapshot
@@ -221,3 +222,54 @@ def test_a_cycle_runs_with_the_garbage_collector_paused_and_leaves_it_as_it_foun
     assert seen
     assert not any(seen)
     assert after == enabled
+
+
+def _forecast_world(runtimes: tuple[tuple[str, float, float], ...]):  # type: ignore[no-untyped-def]
+    # One 2-GPU node held by two running jobs; three jobs wait for it.
+    return snapshot(
+        [node("n1", gpus=2)],
+        [cq("q", {"A100-80GB": 8})],
+        [lq("a", "q")],
+        [
+            running("r0", "a", [("n1", (0,))], started=NOW - 100, runtime=400),
+            running("r1", "a", [("n1", (1,))], started=NOW - 100, runtime=900),
+            job("big", "a", gpu=2, runtime_s=300, created=1),
+            job("small", "a", gpu=1, runtime_s=60, created=2),
+            job("later", "a", gpu=1, runtime_s=60, created=3),
+        ],
+        runtimes=runtimes,
+    )
+
+
+@pytest.mark.parametrize(
+    "runtimes",
+    [(), (("r0", 500.0, 500.0), ("small", 120.0, 120.0))],
+    ids=["requested runtimes", "history without spread"],
+)
+def test_without_a_runtime_spread_the_p90_forecast_is_the_p50_one_and_runs_once(runtimes, monkeypatch):
+    calls = []
+    forecast = _Cycle.forecast
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[1])
+        return forecast(self, *args, **kwargs)
+
+    monkeypatch.setattr(_Cycle, "forecast", counted)
+    cycle = _Cycle(_forecast_world(runtimes), Policy(), NOW)
+    plan = cycle.run()
+    assert calls == [P50]
+    # What the P90 run would have said, run now on the same final state.
+    p90 = forecast(cycle, cycle.waiting, P90)
+    assert {wid: (s.at, s.placements) for wid, s in p90.items()} == {
+        wid: (s.at, s.placements) for wid, s in cycle.forecasts[P90].items()
+    }
+    for info in plan.pending:
+        assert info.estimated_start_p90 == info.estimated_start
+
+
+def test_with_a_runtime_spread_the_p90_forecast_runs_on_the_p90_runtimes():
+    # r0 ends at +300 (P50) or +800 (P90), r1 at +800. P50: "small" takes r0's GPU at +300 ("big", first
+    # in the queue, needs both). P90: both end at +800, "big" takes both GPUs until +1100, then "small".
+    plan = run_cycle(_forecast_world((("r0", 400.0, 900.0), ("r1", 900.0, 900.0))), Policy(), NOW)
+    small = pending_info(plan, "small")
+    assert (small.estimated_start, small.estimated_start_p90) == (NOW + 300, NOW + 1100)

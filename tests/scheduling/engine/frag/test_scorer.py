@@ -1,0 +1,59 @@
+"""NodeScorer's bookkeeping (scheduling.engine.frag.scorer): what it keeps in step with every change must
+equal a recount from its free-capacity arrays, whichever way the state changed."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from scheduling.engine.frag import Choice, NodeArrays, PodShape, TypicalPod
+from scheduling.engine.frag.scorer import NodeScorer
+
+ROWS = [(f"n{i}", ("A", "B", None)[i % 3], 0 if i % 3 == 2 else 4, 32_000, 65_536) for i in range(9)]
+TYPICAL = (TypicalPod(1000, 1000, 1, ("A",), 0.5), TypicalPod(1000, 250, 1, (), 0.5))
+
+
+def _free_per_model(scorer: NodeScorer) -> dict[str | None, int]:
+    """Free GPU milli per GPU model, summed from the per-device array (absent devices are -1)."""
+    out: dict[str | None, int] = {}
+    for (_, model, _, _, _), devices in zip(ROWS, scorer.gpu_free_milli.tolist(), strict=True):
+        out[model] = out.get(model, 0) + sum(v for v in devices if v > 0)
+    return out
+
+
+def _kept_per_model(scorer: NodeScorer) -> dict[str | None, int]:
+    models = [*scorer.nodes.models, None]
+    return {models[row]: int(value) for row, value in enumerate(scorer._row_free.tolist())}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_free_gpu_per_model_it_keeps_equals_a_recount_after_binds_releases_and_syncs(seed: int) -> None:
+    rng = random.Random(seed)
+    scorer = NodeScorer(NodeArrays.of(ROWS), "portal", typical=TYPICAL)
+    gpu_nodes = [i for i, row in enumerate(ROWS) if row[2]]
+    bound: list[tuple[PodShape, Choice]] = []
+    for _ in range(60):
+        action = rng.random()
+        if action < 0.4:  # bind a whole GPU or a share of one where it fits
+            n = rng.choice(gpu_nodes)
+            milli = rng.choice((1000, 250, 500))
+            free = [d for d, v in enumerate(scorer.gpu_free_milli[n].tolist()) if v >= milli]
+            if free:
+                pod, choice = PodShape(1000, 0, milli, 1), Choice(n, (free[0],))
+                scorer.bind(pod, choice)
+                bound.append((pod, choice))
+        elif action < 0.6 and bound:
+            scorer.release(*bound.pop(rng.randrange(len(bound))))
+        elif action < 0.8:  # one node set to a new state
+            n = rng.choice(gpu_nodes)
+            row = [rng.choice((0, 250, 1000)) for _ in range(4)]
+            scorer.sync_node(n, 32_000, 65_536, row)
+            bound = [(p, c) for p, c in bound if c.node != n]
+        else:  # several nodes at once
+            nodes = np.array(sorted(rng.sample(gpu_nodes, 3)), dtype=np.int64)
+            gpu = np.array([[rng.choice((0, 500, 1000)) for _ in range(4)] for _ in nodes], dtype=np.int64)
+            scorer.sync(nodes, np.full(3, 32_000), np.full(3, 65_536), gpu)
+            bound = [(p, c) for p, c in bound if c.node not in set(nodes.tolist())]
+        assert _kept_per_model(scorer) == _free_per_model(scorer)
