@@ -8,8 +8,8 @@ a submission's answer ask the engine).
    (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time,
    while it is at most ``DRY_RUN_STALE_S`` old; and not more often than every
    ``DRY_RUN_REFRESH_EVERY_S``, nor than its own cost allows: a process spends at most
-   ``DRY_RUN_CPU_SHARE`` of its CPU time on getting states, so a state that took 2 s of CPU is
-   refreshed at most every 20 s at 10 %), else in the request.
+   ``DRY_RUN_CPU_SHARE`` of its CPU time on a state, getting it and computing answers on it, so a
+   state that took 2 s of CPU is refreshed at most every 20 s at 10 %), else in the request.
 2. Shared by the web processes through the default cache (Redis in production): the first process
    that needs the state of a cycle builds it (the others wait for it, up to ``DRY_RUN_WAIT_S``) and
    stores it pickled; the others load it instead of running the cycle again. Without a shared cache
@@ -76,10 +76,12 @@ class _State:
     newest_created_at: float  # of the snapshot's workloads (-inf for none)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Kept:
     state: _State
-    cost_s: float = 0.0  # CPU seconds this process spent getting the state (built, or loaded)
+    # CPU seconds this process spent on the state: getting it (built, or loaded), then the answers it
+    # computed on it (a check of a waiting job replays the forecast: ~1 s at 2,000 pending jobs)
+    cost_s: float = 0.0
     answers: dict[str, JobCheck] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one dry run at a time on the state
 
@@ -159,10 +161,11 @@ def _warm(state: _State) -> _State:
 
 
 def refresh_every_s(cost_s: float) -> float:
-    """The least age of a kept state before it is rebuilt behind the requests, given what getting it
-    cost (CPU seconds): ``DRY_RUN_REFRESH_EVERY_S``, longer when the cost would otherwise take more than
-    ``DRY_RUN_CPU_SHARE`` of a process's CPU (0: no such bound), and never past half of
-    ``DRY_RUN_STALE_S`` (an older state would be rebuilt in a request)."""
+    """The least age of a kept state before it is rebuilt behind the requests, given what it cost this
+    process (CPU seconds: getting it, and the answers computed on it): ``DRY_RUN_REFRESH_EVERY_S``,
+    longer when the cost would otherwise take more than ``DRY_RUN_CPU_SHARE`` of a process's CPU (0: no
+    such bound), and never past half of ``DRY_RUN_STALE_S`` (an older state would be rebuilt in a
+    request)."""
     every_s = settings.DRY_RUN_REFRESH_EVERY_S
     if settings.DRY_RUN_CPU_SHARE > 0:
         every_s = max(every_s, min(cost_s / settings.DRY_RUN_CPU_SHARE, settings.DRY_RUN_STALE_S / 2))
@@ -243,7 +246,9 @@ def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> J
             if isinstance(known, JobCheck):
                 kept.answers.setdefault(shape, known)
                 return known
+        started = time.thread_time()
         answer = _job_check(state, workload, runtime)
+        kept.cost_s += time.thread_time() - started  # under kept.lock
         if shape is not None:
             if len(kept.answers) < ANSWERS_KEPT:
                 kept.answers[shape] = answer
