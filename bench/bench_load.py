@@ -51,11 +51,15 @@ def seed(history_per_team: int, backlog_per_team: int) -> dict:
     now = timezone.now()
     for team in TEAMS:
         ids = jobs_bulk(world, team, history_per_team, runtime_s=3600)
-        # A finished history: admitted, ran an hour within the last week, succeeded.
-        rows, updates = [], []
+        # A finished history: submitted, admitted a minute later, ran an hour within the last week,
+        # succeeded. Each job's own times, submission included: dated at the seeding, 10,000 finished
+        # jobs would count as the last hour's submissions, which the forecast expects again every hour
+        # (``Policy.arrival_period_s``) in every cycle and every dry-run state.
+        rows, jobs = [], []
         for n, job_id in enumerate(ids):
             start = now - timedelta(hours=1 + (n % 150))
             end = start + timedelta(hours=1)
+            submitted = start - timedelta(minutes=1)
             detail = {
                 "gpu_model": "A100-80GB",
                 "gpus": "1.000000",
@@ -67,13 +71,23 @@ def seed(history_per_team: int, backlog_per_team: int) -> dict:
                 JobTransition(job_id=job_id, from_state="Admitted", to_state="Running", at=start, detail=detail),
                 JobTransition(job_id=job_id, from_state="Running", to_state="Succeeded", at=end, actor="cluster"),
             ]
-            updates.append(job_id)
+            jobs.append(
+                Job(
+                    pk=job_id, state=JobState.SUCCEEDED, attempt=1, created_at=submitted, admitted_at=start,
+                    started_at=start, finished_at=end, capacity_type="on-demand",
+                )
+            )  # fmt: skip
         JobTransition.objects.bulk_create(rows, batch_size=2000)
-        ran = now - timedelta(hours=2)
-        Job.objects.filter(pk__in=updates).update(
-            state=JobState.SUCCEEDED, attempt=1, admitted_at=ran, started_at=ran,
-            finished_at=now - timedelta(hours=1), capacity_type="on-demand",
+        Job.objects.bulk_update(
+            jobs, ["state", "attempt", "created_at", "admitted_at", "started_at", "finished_at", "capacity_type"],
+            batch_size=2000,
         )  # fmt: skip
+        with connection.cursor() as cursor:  # the Pending transition at the submission
+            cursor.execute(
+                "UPDATE jobs_jobtransition t SET at = j.created_at FROM jobs_job j "
+                "WHERE t.job_id = j.id AND t.to_state = 'Pending' AND j.id = ANY(%s)",
+                [ids],
+            )
         jobs_bulk(world, team, backlog_per_team, gpu=2, runtime_s=7200)
     metering_run()
     with connection.cursor() as cursor:

@@ -111,7 +111,7 @@ def main() -> int:
             flush=True,
         )
         if profiler:
-            pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
+            pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(45)
             for q in captured.captured_queries:
                 print(f"  {q['time']}s  {q['sql'][:240]}")
     return 0

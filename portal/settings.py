@@ -209,6 +209,9 @@ DRY_RUN_STALE_S = env_float("DRY_RUN_STALE_S", 60.0)
 # Behind the requests, a state is rebuilt at most this often (a rebuild is a whole cycle's CPU in a web
 # process; cycles every few seconds under a burst of submissions would otherwise keep one busy).
 DRY_RUN_REFRESH_EVERY_S = env_float("DRY_RUN_REFRESH_EVERY_S", 5.0)
+# ...and no more often than keeps that work within this share of a web process's CPU time (a state
+# that took 2 s of CPU: every 20 s at 0.1; at most DRY_RUN_STALE_S / 2). 0: no such bound.
+DRY_RUN_CPU_SHARE = env_float("DRY_RUN_CPU_SHARE", 0.1)
 # A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
 # any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
 # limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a

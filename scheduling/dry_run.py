@@ -7,7 +7,9 @@ a submission's answer ask the engine).
    cycle, and by dry runs from then on. A state no longer current is rebuilt: behind the requests
    (``DRY_RUN_REFRESH_BEHIND``: they are answered from the kept state meanwhile, as of its time,
    while it is at most ``DRY_RUN_STALE_S`` old; and not more often than every
-   ``DRY_RUN_REFRESH_EVERY_S``), else in the request.
+   ``DRY_RUN_REFRESH_EVERY_S``, nor than its own cost allows: a process spends at most
+   ``DRY_RUN_CPU_SHARE`` of its CPU time on a state, getting it and computing answers on it, so a
+   state that took 2 s of CPU is refreshed at most every 20 s at 10 %), else in the request.
 2. Shared by the web processes through the default cache (Redis in production): the first process
    that needs the state of a cycle builds it (the others wait for it, up to ``DRY_RUN_WAIT_S``) and
    stores it pickled; the others load it instead of running the cycle again. Without a shared cache
@@ -74,9 +76,12 @@ class _State:
     newest_created_at: float  # of the snapshot's workloads (-inf for none)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Kept:
     state: _State
+    # CPU seconds this process spent on the state: getting it (built, or loaded), then the answers it
+    # computed on it (a check of a waiting job replays the forecast: ~1 s at 2,000 pending jobs)
+    cost_s: float = 0.0
     answers: dict[str, JobCheck] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one dry run at a time on the state
 
@@ -155,6 +160,25 @@ def _warm(state: _State) -> _State:
     return state
 
 
+def refresh_every_s(cost_s: float) -> float:
+    """The least age of a kept state before it is rebuilt behind the requests, given what it cost this
+    process (CPU seconds: getting it, and the answers computed on it): ``DRY_RUN_REFRESH_EVERY_S``,
+    longer when the cost would otherwise take more than ``DRY_RUN_CPU_SHARE`` of a process's CPU (0: no
+    such bound), and never past half of ``DRY_RUN_STALE_S`` (an older state would be rebuilt in a
+    request)."""
+    every_s = settings.DRY_RUN_REFRESH_EVERY_S
+    if settings.DRY_RUN_CPU_SHARE > 0:
+        every_s = max(every_s, min(cost_s / settings.DRY_RUN_CPU_SHARE, settings.DRY_RUN_STALE_S / 2))
+    return every_s
+
+
+def _obtain(key: tuple[object, ...], backend: ClusterBackend | None) -> _Kept:
+    """The state of ``key`` (shared by another process, else built here), warmed, with its CPU cost here."""
+    started = time.thread_time()
+    state = _warm(_shared_state(key) or _build(key, backend))
+    return _Kept(state, time.thread_time() - started)
+
+
 def _kept_state(backend: ClusterBackend | None) -> _Kept:
     key = _last_cycle_key()
     with _kept_lock:
@@ -163,13 +187,14 @@ def _kept_state(backend: ClusterBackend | None) -> _Kept:
             return kept
         age_s = time.time() - kept.state.built_at if kept is not None else 0.0
         if kept is not None and settings.DRY_RUN_REFRESH_BEHIND and age_s < settings.DRY_RUN_STALE_S:
-            # At most one rebuild every DRY_RUN_REFRESH_EVERY_S: with a cycle every few seconds, each
-            # one would otherwise have a web process run a whole cycle again for the dry runs.
-            if key not in _building and age_s >= settings.DRY_RUN_REFRESH_EVERY_S:
+            # At most one rebuild every refresh_every_s: with a cycle every few seconds, each one would
+            # otherwise have a web process run a whole cycle again for the dry runs (~1 core at 2,000
+            # pending jobs: the snapshot's reads and the cycle with its forecast, ~2 s of CPU each).
+            if key not in _building and age_s >= refresh_every_s(kept.cost_s):
                 _building.add(key)
                 threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
             return kept
-        kept = _Kept(_warm(_shared_state(key) or _build(key, backend)))
+        kept = _obtain(key, backend)
         _kept["state"] = kept
         return kept
 
@@ -177,9 +202,9 @@ def _kept_state(backend: ClusterBackend | None) -> _Kept:
 def _build_behind(key: tuple[object, ...]) -> None:
     """The state of ``key`` in a thread of its own (its own database connection, closed after), then kept."""
     try:
-        state = _warm(_shared_state(key) or _build(key, None))
+        kept = _obtain(key, None)
         with _kept_lock:
-            _kept["state"] = _Kept(state)
+            _kept["state"] = kept
     except Exception:  # the requests go on with the kept state; the next one tries again
         logger.exception("building the dry run's state failed")
     finally:
@@ -221,7 +246,9 @@ def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> J
             if isinstance(known, JobCheck):
                 kept.answers.setdefault(shape, known)
                 return known
+        started = time.thread_time()
         answer = _job_check(state, workload, runtime)
+        kept.cost_s += time.thread_time() - started  # under kept.lock
         if shape is not None:
             if len(kept.answers) < ANSWERS_KEPT:
                 kept.answers[shape] = answer

@@ -87,10 +87,17 @@ def _expected_end(attempt: JobAttempt, *, runtime_s: int, speedup: float, now: d
     return max(now, start + timedelta(seconds=runtime_s / speedup))
 
 
-def job_costs(*, jobs: Sequence[Job], now: datetime, speedup: float = 1.0) -> dict[int, JobCost]:
-    """Figures of each job and each of its attempts (two queries: the attempts and the price book)."""
+def job_costs(
+    *, jobs: Sequence[Job], now: datetime, speedup: float = 1.0, attempts_read: Iterable[JobAttempt] | None = None
+) -> dict[int, JobCost]:
+    """Figures of each job and each of its attempts (two queries: the attempts and the price book).
+
+    ``attempts_read``: the jobs' attempts when the caller has read them already (every one of them,
+    in any order), instead of the first query."""
+    if attempts_read is None:
+        attempts_read = JobAttempt.objects.filter(job_id__in=[j.pk for j in jobs])
     attempts: dict[int, list[JobAttempt]] = defaultdict(list)
-    for attempt in JobAttempt.objects.filter(job_id__in=[j.pk for j in jobs]).order_by("job_id", "number"):
+    for attempt in sorted(attempts_read, key=lambda a: (a.job_id, a.number)):
         attempts[attempt.job_id].append(attempt)
     flat = [a for rows in attempts.values() for a in rows]
     expected = {

@@ -8,8 +8,8 @@ field objects for each, cost several times the queries' own time. Here each rela
 description and the reference: ``tests/portal/api/test_job_rows.py`` checks both agree on any job.
 
 Steps of ``jobs_render``: 1. read the rows of each relation for the page's jobs (allowed GPU models,
-live placements, transitions, attempts); 2. compute every job's costs once (``job_costs``);
-3. render each job, its nested lists and its figures.
+live placements, transitions, attempts); 2. compute every job's costs once (``job_costs``, on the
+attempts read in 1); 3. render each job, its nested lists and its figures.
 """
 
 from __future__ import annotations
@@ -125,12 +125,14 @@ def jobs_render(rows: Sequence[dict[str, Any]], *, now: datetime, speedup: float
     transitions: dict[int, list[dict]] = defaultdict(list)
     for transition in JobTransition.objects.filter(job_id__in=ids).order_by("at", "id").values():
         transitions[transition["job_id"]].append(dict(transition))
+    # Instances: ``job_costs`` reads the same rows (one query for both).
+    attempt_rows = list(JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number"))
     attempts: dict[int, list[dict]] = defaultdict(list)
-    for attempt in JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number").values(*_ATTEMPT_VALUES):
-        attempts[attempt["job_id"]].append(attempt)
+    for instance in attempt_rows:
+        attempts[instance.job_id].append({name: getattr(instance, name) for name in _ATTEMPT_VALUES})
     # 2. Costs, from unsaved jobs carrying the fields ``job_costs`` reads.
     cost_jobs = [Job(**{name: row[name] for name in _COST_FIELDS}) for row in rows]
-    costs = job_costs(jobs=cost_jobs, now=now, speedup=speedup)
+    costs = job_costs(jobs=cost_jobs, now=now, speedup=speedup, attempts_read=attempt_rows)
     # 3. Render.
     out = []
     for row in rows:

@@ -9,7 +9,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from scheduling.dry_run import dry_run_forget, dry_run_state
+from scheduling.dry_run import dry_run_forget, dry_run_state, refresh_every_s
 from scheduling.models import CycleRun
 
 
@@ -55,6 +55,7 @@ def test_the_kept_state_is_rebuilt_once_it_is_older_than_its_ttl(world, settings
 def test_behind_the_requests_a_check_gets_the_kept_state_while_the_new_cycles_is_built(world, settings):
     settings.DRY_RUN_REFRESH_BEHIND = True
     settings.DRY_RUN_REFRESH_EVERY_S = 0.0
+    settings.DRY_RUN_CPU_SHARE = 0.0
     first, as_of = dry_run_state()
     a_cycle_runs()
     assert dry_run_state() == (first, as_of)  # answered at once from the kept state, as of its time
@@ -84,4 +85,38 @@ def test_behind_the_requests_a_state_younger_than_the_refresh_interval_is_not_re
         assert dry_run_state() == (first, as_of)  # kept, and no rebuild started behind the requests
         time.sleep(0.05)
     settings.DRY_RUN_REFRESH_EVERY_S = 0.0  # old enough now: the next check starts the rebuild
+    settings.DRY_RUN_CPU_SHARE = 0.0
     rebuilt_behind(first)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_the_requests_a_state_is_not_rebuilt_more_often_than_its_cpu_share_allows(world, settings):
+    # Getting the state cost some CPU here; at a share of 10^-9 of the CPU that would be centuries,
+    # capped at half the staleness bound (30 s): not within the next second.
+    settings.DRY_RUN_REFRESH_BEHIND = True
+    settings.DRY_RUN_REFRESH_EVERY_S = 0.0
+    settings.DRY_RUN_CPU_SHARE = 1e-9
+    first, as_of = dry_run_state()
+    a_cycle_runs()
+    for _ in range(20):
+        assert dry_run_state() == (first, as_of)
+        time.sleep(0.05)
+    settings.DRY_RUN_CPU_SHARE = 0.0  # no bound: the next check starts the rebuild
+    rebuilt_behind(first)
+
+
+@pytest.mark.parametrize(
+    ("cost_s", "every_s", "share", "expected_s"),
+    [
+        (2.0, 5.0, 0.1, 20.0),  # 2 s of CPU every 20 s is 10 %
+        (0.1, 5.0, 0.1, 5.0),  # cheap: the fixed interval
+        (10.0, 5.0, 0.1, 30.0),  # 100 s would pass the staleness bound: half of it
+        (2.0, 5.0, 0.0, 5.0),  # no share bound
+        (1.0, 0.0, 0.25, 4.0),
+    ],
+)
+def test_the_refresh_interval_keeps_the_states_cpu_within_its_share(settings, cost_s, every_s, share, expected_s):
+    settings.DRY_RUN_REFRESH_EVERY_S = every_s
+    settings.DRY_RUN_CPU_SHARE = share
+    settings.DRY_RUN_STALE_S = 60.0
+    assert refresh_every_s(cost_s) == pytest.approx(expected_s)

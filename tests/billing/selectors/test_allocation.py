@@ -170,6 +170,23 @@ def test_running_jobs_count_up_to_now(world, api):
 
 
 @pytest.mark.django_db
+def test_a_member_counts_the_running_jobs_of_their_teams_only_with_or_without_shared_idle(world, api):
+    from django.utils import timezone
+
+    now = timezone.now()
+    run_job(world, gpu=2, runs=[Run(now - timedelta(hours=3), None)])  # vision: 6 GPU-hours so far
+    run_job(world, team="nlp", gpu=4, runs=[Run(now - timedelta(hours=2), None)])  # nlp: 8
+    for params in ({"idle": "false"}, {"shareIdle": "true"}):
+        totals = get_json(api("alice"), window="1d", **params)["totals"]
+        assert "team-nlp" not in totals
+        assert "__idle__" not in totals
+        assert Decimal(6) <= Decimal(totals["team-vision"]["gpuHours"]) < Decimal("6.01")
+    everyone = get_json(api("admin"), window="1d", idle="false")["totals"]
+    assert Decimal(8) <= Decimal(everyone["team-nlp"]["gpuHours"]) < Decimal("8.01")
+    assert Decimal(6) <= Decimal(everyone["team-vision"]["gpuHours"]) < Decimal("6.01")
+
+
+@pytest.mark.django_db
 def test_the_priced_team_rollup_and_pricing_at_query_time_agree_and_a_new_price_reprices(world, api):
     from billing.models import CostRollupState
     from billing.selectors.prices import cost_rollup_current

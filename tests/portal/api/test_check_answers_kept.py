@@ -89,6 +89,21 @@ def test_a_request_not_newer_than_every_job_of_the_state_is_not_remembered(engin
     assert len(engine_checks) == 2
 
 
+def test_an_answer_the_engine_computes_adds_its_cpu_to_the_kept_states_cost_and_a_remembered_one_does_not(
+    api, engine_checks
+):
+    # What bounds how often the state is refreshed (DRY_RUN_CPU_SHARE): the state and its answers.
+    kept.dry_run_state()
+    got = kept._kept["state"].cost_s
+    assert got > 0  # built here
+    api("alice").post("/api/v1/jobs/check/", BODY, format="json")
+    computed = kept._kept["state"].cost_s
+    assert computed > got
+    api("alice").post("/api/v1/jobs/check/", BODY, format="json")
+    assert len(engine_checks) == 1
+    assert kept._kept["state"].cost_s == computed
+
+
 def test_a_new_cycle_drops_the_remembered_answers(api, engine_checks):
     api("alice").post("/api/v1/jobs/check/", BODY, format="json")
     cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
