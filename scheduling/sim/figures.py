@@ -111,6 +111,11 @@ def cluster_utilization_pct(attempts: Iterable[Attempt], *, start_s: float, end_
     return 100 * unit_seconds / UNITS_PER_GPU / (gpus * (end_s - start_s))
 
 
+def _job_id_order(job_id: str) -> tuple[int, str]:
+    """Job ids (decimal strings) in numeric order."""
+    return len(job_id), job_id
+
+
 def admission_differences(
     recorded: Sequence[Attempt], replayed: Sequence[Attempt], *, tolerance_s: float
 ) -> list[tuple[str, float | None, float | None]]:
@@ -125,7 +130,7 @@ def admission_differences(
 
     was, now = first(recorded), first(replayed)
     diffs = []
-    for job_id in sorted(set(was) | set(now), key=lambda i: (len(i), i)):
+    for job_id in sorted(set(was) | set(now), key=_job_id_order):
         a, b = was.get(job_id), now.get(job_id)
         if a is None or b is None or abs(a - b) > tolerance_s:
             diffs.append((job_id, a, b))
@@ -141,5 +146,5 @@ def preemption_differences(recorded: Sequence[Attempt], replayed: Sequence[Attem
         for a in attempts:
             if a.outcome == PREEMPTED:
                 counts[a.job_id] += 1
-    ids = sorted(set(was) | set(now), key=lambda i: (len(i), i))
+    ids = sorted(set(was) | set(now), key=_job_id_order)
     return [(i, was[i], now[i]) for i in ids if was[i] != now[i]]
