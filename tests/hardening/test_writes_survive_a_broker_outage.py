@@ -119,3 +119,18 @@ def test_two_racing_requests_with_one_key_create_one_job(api, world):
     assert len(answers) == 4
     assert len(set(answers)) == 1
     assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_api_answers_unthrottled_while_the_throttle_log_is_unreachable(api, world, settings):
+    """Redis down (the cache's port closed): a read and a submit go through, they do not fail with 500."""
+    port = closed_port()
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}
+    }
+    settings.API_THROTTLE_USER = "1/min"  # would refuse the second request if the log were kept
+    alice = api("alice")
+    assert alice.get("/api/v1/teams/").status_code == 200
+    assert alice.get("/api/v1/teams/").status_code == 200
+    created = alice.post("/api/v1/jobs/", {"queue": "default", "image": "pytorch:2.4", "gpu": 1}, format="json")
+    assert created.status_code == 201, created.content
