@@ -212,6 +212,10 @@ DRY_RUN_REFRESH_EVERY_S = env_float("DRY_RUN_REFRESH_EVERY_S", 5.0)
 # ...and no more often than keeps that work within this share of a web process's CPU time (a state
 # that took 2 s of CPU: every 20 s at 0.1; at most DRY_RUN_STALE_S / 2). 0: no such bound.
 DRY_RUN_CPU_SHARE = env_float("DRY_RUN_CPU_SHARE", 0.1)
+# With a shared cache (Redis), the scheduler hands its own cycle's final state to the web processes
+# when one asks for a newer state, at most every DRY_RUN_REFRESH_EVERY_S (scheduling.dry_run, step 4):
+# they load it instead of running the cycle again. 0: each web process builds its own.
+DRY_RUN_PUBLISH = env_bool("DRY_RUN_PUBLISH", True)
 # A job that never fits the cluster as configured (more than its queue's ceiling, a replica bigger than
 # any node, a GPU model or MIG profile no node offers) is refused at submission with a 400 naming the
 # limit. Set to 1 on clusters that grow on demand (an autoscaler adds nodes for pending pods): such a

@@ -19,6 +19,15 @@ a submission's answer ask the engine).
    jobs, so two requests that differ in nothing else, both newer than every job of the state, get
    the same answer. Kept in the process and in the shared cache, dropped with the state.
 
+4. Handed over by the scheduler: with a shared cache, a process that needs a newer state says so
+   (``WANTED``, for ``DRY_RUN_STALE_S``), and the scheduler's next cycle, at most every
+   ``DRY_RUN_REFRESH_EVERY_S``, runs as a ``DryRun`` (the same cycle, its plan applied as always) and
+   stores its final state under its own cycle's key (``dry_run_publish``): the web processes load it
+   instead of reading a snapshot and running the cycle again. Until a newer one is handed over, the
+   last one handed over (``LATEST``) answers while it is younger than ``DRY_RUN_STALE_S``; a process
+   builds a state itself only when there is none (no scheduler running, ``DRY_RUN_PUBLISH`` off, or
+   a cache other than Redis).
+
 Everything shared is best effort: a cache that fails or has been emptied costs a rebuild, never a
 different answer.
 """
@@ -52,6 +61,9 @@ logger = logging.getLogger(__name__)
 DRY_RUN_WAIT_S = 30.0  # at most, a process waits this long for another that builds the same state
 ANSWERS_KEPT = 256  # request shapes remembered per state in a process
 SHARED = "dry-run:v1"  # cache key prefix
+WANTED = f"{SHARED}:wanted"  # a web process asked for a newer state (step 4)
+PUBLISHED = f"{SHARED}:published"  # the scheduler handed one over within DRY_RUN_REFRESH_EVERY_S
+LATEST = f"{SHARED}:latest"  # the key of the last state the scheduler handed over
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +184,28 @@ def refresh_every_s(cost_s: float) -> float:
     return every_s
 
 
-def _obtain(key: tuple[object, ...], backend: ClusterBackend | None) -> _Kept:
-    """The state of ``key`` (shared by another process, else built here), warmed, with its CPU cost here."""
+def _handed_over(latest: object) -> _State | None:
+    """The state the scheduler handed over last (step 4; ``latest``: its key), while it is younger than
+    ``DRY_RUN_STALE_S``."""
+    state = _cache_call("get", _shared_key(latest)) if isinstance(latest, tuple) else None
+    if not isinstance(state, _State) or time.time() - state.built_at >= settings.DRY_RUN_STALE_S:
+        return None
+    return state
+
+
+def _obtain(key: tuple[object, ...], backend: ClusterBackend | None, kept: _Kept | None = None) -> _Kept | None:
+    """The state of ``key`` (shared by another process, else the one the scheduler handed over last,
+    else built here), warmed, with its CPU cost here. None when ``kept`` is the scheduler's last one:
+    it answers on (it is younger than ``DRY_RUN_STALE_S``) until the scheduler hands over the next."""
     started = time.thread_time()
-    state = _warm(_shared_state(key) or _build(key, backend))
-    return _Kept(state, time.thread_time() - started)
+    state = _shared_state(key)
+    if state is None:
+        _cache_call("set", WANTED, 1, timeout=int(settings.DRY_RUN_STALE_S) + 1)  # asks for a newer one
+        latest = _cache_call("get", LATEST)
+        if kept is not None and latest == kept.state.key:
+            return None
+        state = _handed_over(latest) or _build(key, backend)
+    return _Kept(_warm(state), time.thread_time() - started)
 
 
 def _kept_state(backend: ClusterBackend | None) -> _Kept:
@@ -194,17 +223,21 @@ def _kept_state(backend: ClusterBackend | None) -> _Kept:
                 _building.add(key)
                 threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
             return kept
-        kept = _obtain(key, backend)
-        _kept["state"] = kept
-        return kept
+        obtained = _obtain(key, backend)
+        assert obtained is not None  # without a kept state one is always built
+        _kept["state"] = obtained
+        return obtained
 
 
 def _build_behind(key: tuple[object, ...]) -> None:
     """The state of ``key`` in a thread of its own (its own database connection, closed after), then kept."""
     try:
-        kept = _obtain(key, None)
         with _kept_lock:
-            _kept["state"] = kept
+            kept = _kept.get("state")
+        obtained = _obtain(key, None, kept)
+        if obtained is not None:
+            with _kept_lock:
+                _kept["state"] = obtained
     except Exception:  # the requests go on with the kept state; the next one tries again
         logger.exception("building the dry run's state failed")
     finally:
@@ -225,6 +258,27 @@ def dry_run_forget() -> None:
         kept = _kept.pop("state", None)
     if kept is not None:
         _cache_call("delete", _shared_key(kept.state.key))
+    for name in (WANTED, PUBLISHED, LATEST):
+        _cache_call("delete", name)
+
+
+def dry_run_to_publish() -> bool:
+    """Whether the scheduler's next cycle should hand its final state to the web processes (step 4 of
+    the module docstring): ``DRY_RUN_PUBLISH``, a shared cache, a process asked for a newer state, and
+    none handed over within ``DRY_RUN_REFRESH_EVERY_S``."""
+    if not settings.DRY_RUN_PUBLISH or _cache_call("get", WANTED) is None:
+        return False
+    return _cache_call("add", PUBLISHED, 1, timeout=max(1, round(settings.DRY_RUN_REFRESH_EVERY_S))) is True
+
+
+def dry_run_publish(*, dry_run: DryRun, cycle_id: int, as_of: datetime) -> None:
+    """Hand the cycle ``cycle_id``'s final state (``dry_run``: the cycle the scheduler ran, its plan
+    applied) to the web processes, under the key they look it up by."""
+    key = (cycle_id, settings.CLUSTER_BACKEND)
+    newest = max((w.created_at for w in dry_run.snapshot.workloads), default=float("-inf"))
+    state = _State(key, uuid.uuid4().hex, time.time(), as_of, dry_run, newest)
+    _cache_call("set", _shared_key(key), state, timeout=int(settings.DRY_RUN_STALE_S) + 1)
+    _cache_call("set", LATEST, key, timeout=int(settings.DRY_RUN_STALE_S) + 1)
 
 
 def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> JobCheck:

@@ -39,7 +39,9 @@ from scheduling.adapters import apply
 from scheduling.adapters.contract import ClusterBackend, Observation
 from scheduling.adapters.factory import cluster_backend
 from scheduling.adapters.k8s.namespaces import namespace_manifest
+from scheduling.dry_run import dry_run_publish, dry_run_to_publish
 from scheduling.engine.cycle import run_cycle
+from scheduling.engine.dryrun import DryRun
 from scheduling.engine.provisioning import capacity_requests, with_capacity_requests
 from scheduling.models import CycleRun, NamespaceObject
 from scheduling.selectors import namespace_objects_wanted, policy_from_settings, snapshot_for_cycle
@@ -397,7 +399,9 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         snapshot = snapshot_for_cycle(backend=backend, now=now)
         steps.lap("snapshot")
         policy = policy_from_settings()
-        plan = run_cycle(snapshot, policy, now.timestamp())
+        # The same cycle, kept as a dry-run state when the web processes asked for a newer one.
+        dry_run = DryRun(snapshot, policy, now.timestamp()) if dry_run_to_publish() else None
+        plan = dry_run.plan if dry_run is not None else run_cycle(snapshot, policy, now.timestamp())
         steps.lap("engine")
         # The capacity signal: the nodes that would let each job waiting for capacity start.
         plan = with_capacity_requests(plan, capacity_requests(snapshot, plan, policy))
@@ -417,6 +421,9 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
             allocated_gpus=allocated,
             total_gpus=sum(n.gpu_count for n in snapshot.nodes),
         )
+        if dry_run is not None:
+            dry_run_publish(dry_run=dry_run, cycle_id=run.id, as_of=now)
+            steps.lap("handover")
         # A cycle that changed nothing is routine (every few seconds): keep it out of INFO logs.
         logger.log(
             logging.INFO if counts["admitted"] or counts["preempted"] else logging.DEBUG,

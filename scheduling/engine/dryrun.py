@@ -82,9 +82,11 @@ class DryRun:
         p50 = self.cycle.replay(P50)
         same = self.cycle.timelines[P90].same_run(self.cycle.timelines[P50])
         self._replays = (p50, p50 if same else self.cycle.replay(P90))
+        # The jobs still pending in the final state (this cycle's admissions are not ahead of the job).
+        still_pending = {p.workload_id for p in self.plan.pending}
         self._pending_by_lq: dict[str, list[Workload]] = {}
         for w in snapshot.workloads:
-            if w.state == WorkloadState.PENDING:
+            if w.state == WorkloadState.PENDING and w.id in still_pending:
                 self._pending_by_lq.setdefault(w.local_queue, []).append(w)
 
     def warm(self) -> None:

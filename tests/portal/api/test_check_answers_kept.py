@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -182,3 +183,109 @@ def test_a_process_waits_for_the_one_building_the_state_and_builds_it_itself_if_
     assert time.monotonic() - started >= 0.3
     assert kept._kept["state"].state.state_id != state.state_id
     assert cache.get(building) is None  # its own claim released
+
+
+# Step 4: the scheduler hands its own cycle's state to the web processes.
+
+
+@pytest.fixture
+def builds(monkeypatch) -> list[tuple[object, ...]]:
+    """The keys of the states a web process built itself (read a snapshot and ran the cycle)."""
+    built: list[tuple[object, ...]] = []
+    build = kept._build
+
+    def counting(key, backend):
+        built.append(key)
+        return build(key, backend)
+
+    monkeypatch.setattr(kept, "_build", counting)
+    return built
+
+
+def a_cycle(**kwargs):
+    return cycle_run(backend=SimulatedCluster(speedup=SPEEDUP), **kwargs)
+
+
+def test_asked_for_a_newer_state_the_next_cycle_hands_its_own_over_and_a_process_loads_it(api, redis_cache, builds):
+    first = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
+    assert len(builds) == 1  # nothing handed over yet: built here, and the scheduler asked for one
+    run = a_cycle()
+    assert cache.get(kept.LATEST) == (run.id, "simulated")
+    kept._kept.clear()  # another web process
+    again = api("alice").post("/api/v1/jobs/check/", BODY, format="json").json()
+    assert len(builds) == 1  # loaded, not built
+    assert kept._kept["state"].state.key == (run.id, "simulated")
+    assert again["verdict"] == first["verdict"] == "waits"
+
+
+def test_the_handed_over_state_answers_as_a_state_built_from_the_applied_plan(world, redis_cache, settings):
+    """The scheduler's final state (before applying its plan) and a state read after applying it, at
+    the same time, give the same answers to the same requests."""
+    from django.utils import timezone
+
+    from portal.jobs.services import workload_from_spec
+    from scheduling.selectors import policy_from_settings, snapshot_for_cycle
+
+    # Admitted by the cycle, no preemption: with victims still stopping, the states differ by their
+    # devices (gone from the handed-over state, still held in the snapshot read before they stop).
+    t4 = (world.models["T4"],)
+    world.submit("nlp", gpu=1, allowed_gpu_models=t4, runtime_s=1800)
+    world.submit("vision", gpu=0, gpu_milli=500, allowed_gpu_models=t4, runtime_s=600)
+    backend = SimulatedCluster(speedup=SPEEDUP)
+    cache.set(kept.WANTED, 1)
+    now = timezone.now()
+    run = cycle_run(backend=backend, now=now)
+    assert run is not None
+    assert run.admitted == 2  # the state after the plan differs from the snapshot before it
+    assert run.preempted == 0
+    handed = cache.get(kept._shared_key((run.id, "simulated"))).dry_run
+    fresh = DryRun(snapshot_for_cycle(backend=backend, now=now), policy_from_settings(), now.timestamp())
+    later = now + timedelta(seconds=1)  # submitted after every job of both states
+    for team, overrides in [
+        ("vision", {"gpu": 1}),
+        ("vision", {"gpu": 8, "allowed_gpu_models": (world.models["A100-80GB"],)}),
+        ("nlp", {"gpu": 2}),
+        ("nlp", {"gpu": 64}),  # never fits
+        ("vision", {"gpu": 0, "gpu_milli": 500, "allowed_gpu_models": (world.models["T4"],)}),
+    ]:
+        workload = workload_from_spec(world.spec(team, **overrides), now=later)
+        assert handed.check(workload) == fresh.check(workload), (team, overrides)
+
+
+def test_unasked_the_scheduler_hands_nothing_over_and_asked_at_most_once_per_refresh_interval(redis_cache, settings):
+    settings.DRY_RUN_REFRESH_EVERY_S = 1.0
+    a_cycle()
+    assert cache.get(kept.LATEST) is None  # no web process asked: the cycle ran as ever
+    cache.set(kept.WANTED, 1)
+    first = a_cycle()
+    second = a_cycle()  # within the interval: not handed over
+    assert cache.get(kept.LATEST) == (first.id, "simulated")
+    assert cache.get(kept._shared_key((second.id, "simulated"))) is None
+    time.sleep(1.2)
+    third = a_cycle()
+    assert cache.get(kept.LATEST) == (third.id, "simulated")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_the_requests_the_schedulers_state_answers_until_it_hands_over_the_next(redis_cache, settings, builds):
+    settings.DRY_RUN_REFRESH_BEHIND = True
+    settings.DRY_RUN_REFRESH_EVERY_S = 0.0
+    settings.DRY_RUN_CPU_SHARE = 0.0
+    cache.set(kept.WANTED, 1)
+    handed = a_cycle()
+    state, _ = kept.dry_run_state()  # loaded: the scheduler's
+    assert kept._kept["state"].state.key == (handed.id, "simulated")
+    settings.DRY_RUN_PUBLISH = False
+    a_cycle()  # a newer cycle, not handed over: the kept state answers on, and none is built here
+    for _ in range(20):
+        assert kept.dry_run_state()[0] is state
+        time.sleep(0.05)
+    settings.DRY_RUN_PUBLISH = True
+    cache.delete(kept.PUBLISHED)
+    newer = a_cycle()  # a check asked for a newer one meanwhile
+    deadline = time.monotonic() + 30
+    while kept._kept["state"].state.key != (newer.id, "simulated"):
+        assert time.monotonic() < deadline, "the handed-over state was not loaded"
+        kept.dry_run_state()
+        time.sleep(0.05)
+    assert builds == []

@@ -191,6 +191,23 @@ def test_a_job_queued_behind_equal_jobs_starts_after_them_in_the_cycles_order():
     assert pending_info(dry.plan, "w2").estimated_start == NOW + 300  # without the new job
 
 
+def test_a_job_this_cycle_admits_is_not_ahead_of_the_checked_one():
+    # On a snapshot read before the cycle (the scheduler hands its own state to the dry runs), w1 is
+    # pending and this cycle admits it: in the state after the cycle the new job is first in its queue.
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [job("w1", "a", gpu=4, created=1, allowed_gpu_models=("A100-80GB",), runtime_s=200)],
+    )
+    candidate = job("new", "a", gpu=8, created=NOW, allowed_gpu_models=("A100-80GB",), runtime_s=200)
+    check = DryRun(snap, Policy(), NOW).check(candidate)
+    plan = next_cycle(snap, candidate)
+    assert [a.workload_id for a in plan.admissions] == ["w1"]
+    assert check.verdict == WAITS
+    assert check.position == pending_info(plan, "new").position == 1
+
+
 def test_a_dry_run_changes_nothing_the_cycle_decides_the_same_afterwards():
     snap = snapshot(
         [node("n1", gpus=8)],
