@@ -33,7 +33,14 @@ import numpy as np
 
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
-from .measure import frag_and_stranded, frag_milli, sigmoid_score
+from .measure import (
+    TypicalRows,
+    frag_and_stranded,
+    frag_milli,
+    node_frag_and_stranded,
+    node_sigmoid_score,
+    sigmoid_score,
+)
 from .pressure import demand_share, pressure_levels
 from .scarcity import Scarcity
 from .workload import TypicalArrays, TypicalPod
@@ -44,6 +51,7 @@ _SCARCITY_UNIT = 150 * _LEX  # scarcity penalty, mapped into [0, 1): above FGD's
 _MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
 _DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_delta computes each distinct state once
 _FEW_STALE = 8  # up to this many nodes to rescore, _rescore works node by node (_memo_rows)
+_FEW_MISSING = 4  # portal: up to this many node states not met before are computed without arrays
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
 
@@ -80,6 +88,7 @@ class NodeScorer:
     _version: np.ndarray = field(init=False)
     _model_row: np.ndarray = field(init=False)
     _table: TypicalArrays | None = field(init=False)  # the typical pods as arrays (FGD's table)
+    _rows: TypicalRows | None = field(init=False)  # the same as plain numbers (portal's one-node path)
     _frag_cache: _ScoreCache | None = field(init=False)  # fgd/portal: the policy's measure per node now
     _metric_node: np.ndarray = field(init=False)  # (N,) FGD fragmentation per node where _metric_fresh
     _metric_fresh: np.ndarray = field(init=False)  # (N,) bool; stale entries are measured when read
@@ -117,6 +126,7 @@ class NodeScorer:
         self._metric_memo = {}
         self._last = None
         self._table = TypicalArrays.build(self.typical, self.nodes.models) if self.typical else None
+        self._rows = TypicalRows.of(self._table) if self._table is not None and self.policy == "portal" else None
         self._frag_cache = None
         self._metric_node = np.zeros(n)
         self._metric_fresh = np.ones(n, dtype=bool)
@@ -284,6 +294,10 @@ class NodeScorer:
                 memo[keys[i]] = computed[j]
             for i in missing:
                 found[i] = memo[keys[i]]
+        elif missing and len(missing) <= _FEW_MISSING and self._rows is not None:
+            nodes = idx.tolist()
+            for i in missing:
+                found[i] = memo[keys[i]] = self._frag_delta_one(pod, nodes[i], self._rows)
         elif missing:
             computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
             for j, i in enumerate(missing):
@@ -299,6 +313,56 @@ class NodeScorer:
         if pod.is_sharing:
             return self._sharing_delta(pod, idx, before, cpu, gpu)
         return self._devices_delta(pod, idx, before, cpu, gpu)
+
+    def _frag_delta_one(self, pod: PodShape, n: int, rows: TypicalRows) -> list[float]:
+        """portal's ``_frag_delta`` of node ``n`` alone, as a memo row, without arrays: the same floats
+        (``measure.node_frag_and_stranded``; ``test_one_node_scores_equal_the_array_pass``)."""
+        cache = self._frag_cache
+        assert cache is not None
+        row = int(self._model_row[n])
+        cpu_now = int(self.cpu_free_milli[n])
+        gpu = self.gpu_free_milli[n].tolist()
+        if cache.version[n] != self._version[n]:  # _node_frag of one node
+            frag, stranded = node_frag_and_stranded(cpu_now, gpu, row, rows)
+            cache.score[n] = stranded
+            cache.version[n] = self._version[n]
+            self._metric_total += float(frag - self._metric_node[n])
+            self._metric_node[n] = frag
+            self._metric_fresh[n] = True
+        before = float(cache.score[n])
+        metric = float(self._metric_node[n])
+        cpu = cpu_now - pod.cpu_milli
+        if pod.is_sharing:
+            # Every fitting device, the first best one; devices with the same free share leave the same
+            # node state (up to device order, which the measures do not see): measured once.
+            best, device, best_after, best_primary = -np.inf, 0, 0.0, np.nan
+            measured: dict[int, tuple[float, float]] = {}
+            for d, free in enumerate(gpu):
+                if free < pod.gpu_milli:
+                    continue
+                pair = measured.get(free)
+                if pair is None:
+                    cand = gpu.copy()
+                    cand[d] = free - pod.gpu_milli
+                    pair = measured[free] = node_frag_and_stranded(cpu, cand, row, rows)
+                primary_after, after = pair
+                score = -float(free - pod.gpu_milli) + _LEX * node_sigmoid_score(metric - primary_after)
+                if score > best:
+                    best, device, best_after, best_primary = score, d, after, primary_after
+            return [best, float(device), best_after, best_primary]
+        if pod.gpu_count > 0:
+            left = pod.gpu_count
+            for d, free in enumerate(gpu):
+                if left and free >= MILLI:
+                    gpu[d] = free - pod.gpu_milli
+                    left -= 1
+        primary_after, after = node_frag_and_stranded(cpu, gpu, row, rows)
+        if pod.gpu_count == 0:
+            delta = -1e4 * int(self._gpu_free_total[n]) - 0.05 * cpu
+        else:
+            delta = before - after
+        delta = delta + _LEX * node_sigmoid_score(metric - primary_after)
+        return [delta, 0.0, after, primary_after]
 
     def _sharing_delta(
         self, pod: PodShape, idx: np.ndarray, before: np.ndarray, cpu: np.ndarray, gpu: np.ndarray
