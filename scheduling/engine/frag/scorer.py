@@ -48,8 +48,8 @@ from .workload import TypicalArrays, TypicalPod
 _LEX = 1e10  # weight of FGD's integer score in portal's lexicographic key (secondary keys stay below)
 _PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..100 range
 _SCARCITY_UNIT = 150 * _LEX  # scarcity penalty, mapped into [0, 1): above FGD's 0..100, below a pressure level
-_MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
-_DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_delta computes each distinct state once
+_MEMO_LIMIT = 20_000  # node states per shape _memo_rows keeps before it starts over
+_DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_rows computes each distinct state once
 _FEW_STALE = 8  # up to this many nodes to rescore, _rescore works node by node (_memo_rows)
 _FEW_MISSING = 4  # portal: up to this many node states not met before are computed without arrays
 
@@ -67,6 +67,35 @@ class _ScoreCache:
     @classmethod
     def empty(cls, n: int) -> _ScoreCache:
         return cls(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.full(n, np.nan))
+
+
+@dataclass(slots=True)
+class _Memo:
+    """One shape's ``_frag_delta`` rows by node state (``NodeScorer._memo_rows``): ``position`` gives a
+    state's row in ``rows`` (plain numbers, read node by node) and in ``array()`` (the same rows as one
+    float array, gathered for many nodes at once)."""
+
+    position: dict[bytes, int] = field(default_factory=dict)
+    rows: list[list[float]] = field(default_factory=list)
+    _array: np.ndarray = field(default_factory=lambda: np.empty((64, 4)))
+    _filled: int = 0
+
+    def add(self, key: bytes, row: list[float]) -> int:
+        self.position[key] = len(self.rows)
+        self.rows.append(row)
+        return len(self.rows) - 1
+
+    def array(self) -> np.ndarray:
+        """``rows`` as a (len(rows), 4) float array (new rows copied in once; room doubles as it grows)."""
+        count = len(self.rows)
+        if self._filled < count:
+            if len(self._array) < count:
+                grown = np.empty((max(count, 2 * len(self._array)), 4))
+                grown[: self._filled] = self._array[: self._filled]
+                self._array = grown
+            self._array[self._filled : count] = self.rows[self._filled :]
+            self._filled = count
+        return self._array[:count]
 
 
 @dataclass(slots=True)
@@ -100,8 +129,9 @@ class NodeScorer:
     _last: tuple[ShapeKey, _ScoreCache] | None = field(init=False)
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
     _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
-    _delta_memo: dict[ShapeKey, dict[bytes, list[float]]] = field(init=False)  # see _memo_delta
+    _delta_memo: dict[ShapeKey, _Memo] = field(init=False)  # see _memo_rows
     _press_share: np.ndarray | None = field(init=False, default=None)
+    _press_any: bool = field(init=False, default=True)  # whether any row has a demand share (else no term)
     _scarcity: Scarcity | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -198,7 +228,7 @@ class NodeScorer:
                 score = score.copy()
                 ok_idx = np.flatnonzero(ok) + lo
                 score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
-            if pod.gpu_count > 0 and (pressure := self._pressure_term(np.arange(lo, hi))) is not None:
+            if pod.gpu_count > 0 and (pressure := self._pressure_term(slice(lo, hi))) is not None:
                 score = score + pressure
         return score, cache.device
 
@@ -208,15 +238,18 @@ class NodeScorer:
             # same memo, read and written node by node (array calls cost more than the work here).
             nodes = stale.tolist()
             versions = self._version[stale].tolist()
-            for n, version, row in zip(nodes, versions, self._memo_rows(pod, key, stale), strict=True):
-                cache.score[n], cache.device[n], cache.after[n], cache.after_primary[n] = row
+            memo, positions = self._memo_rows(pod, key, stale)
+            rows = memo.rows
+            for n, version, position in zip(nodes, versions, positions, strict=True):
+                cache.score[n], cache.device[n], cache.after[n], cache.after_primary[n] = rows[position]
                 cache.version[n] = version
         elif stale.size:
-            score, device, after, after_primary = self._memo_delta(pod, key, stale)
-            cache.score[stale] = score
-            cache.device[stale] = device
-            cache.after[stale] = after
-            cache.after_primary[stale] = after_primary
+            memo, positions = self._memo_rows(pod, key, stale)
+            out = memo.array()[positions]
+            cache.score[stale] = out[:, 0]
+            cache.device[stale] = out[:, 1]
+            cache.after[stale] = out[:, 2]
+            cache.after_primary[stale] = out[:, 3]
             cache.version[stale] = self._version[stale]
         self._last = (key, cache)
 
@@ -232,22 +265,26 @@ class NodeScorer:
         penalty = scarcity.penalty(pod, idx, device, state, weight)
         return -_SCARCITY_UNIT * penalty / (1.0 + penalty)
 
-    def _pressure_term(self, idx: np.ndarray) -> np.ndarray | None:
-        """portal's first key for a GPU pod: minus the model pressure level of each node
-        (``pressure``), in units above FGD's whole score range; ``None`` when every level is 0 (no typical
-        pod is constrained, or no model is under pressure now): then there is nothing to add."""
+    def _pressure_term(self, nodes: np.ndarray | slice) -> np.ndarray | None:
+        """portal's first key for a GPU pod: minus the model pressure level of each node of ``nodes``
+        (``pressure``), in units above FGD's whole score range; ``None`` when every
+        level is 0 (no typical pod is constrained, or no model is under pressure now): then there is
+        nothing to add."""
+        if not self._press_any:
+            return None
         table = self._table
         assert table is not None
         rows = len(self.nodes.models) + 1
         if self._press_share is None:
             capacity = np.bincount(self._model_row, weights=self.nodes.gpu_count.astype(np.float64), minlength=rows)
             self._press_share = demand_share(table, capacity)
-        if not self._press_share.any():
-            return None
+            self._press_any = bool(self._press_share.any())
+            if not self._press_any:
+                return None
         levels = pressure_levels(self._press_share, self._row_free)
         if not levels.any():
             return None
-        return -_PRESSURE_UNIT * levels[self._model_row[idx]]
+        return -_PRESSURE_UNIT * levels[self._model_row[nodes]]
 
     def _rows_free(self) -> np.ndarray:
         """Free GPU milli per model row (``_row_free``, which the state changes keep in step: sums of
@@ -255,16 +292,10 @@ class NodeScorer:
         rows = len(self.nodes.models) + 1
         return np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
 
-    def _memo_delta(
-        self, pod: PodShape, key: ShapeKey, idx: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``_frag_delta`` of ``idx``, computed only for node states not met before (``_memo_rows``)."""
-        out = np.array(self._memo_rows(pod, key, idx), dtype=np.float64)
-        return out[:, 0], out[:, 1].astype(np.int64), out[:, 2], out[:, 3]
-
-    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> list[list[float]]:
-        """``_frag_delta`` of ``idx`` as one row per node (score, device, the policy's measure after,
-        FGD's measure after), computed only for node states not met before.
+    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> tuple[_Memo, list[int]]:
+        """``_frag_delta`` of ``idx``: the shape's memo and, per node, the position of its row (score,
+        device, the policy's measure after, FGD's measure after), computed only for node states not
+        met before.
 
         A node's result depends only on the pod's shape and the node's state (GPU model, free CPU, free
         milli per device in device order), and states repeat a lot (nodes of one model with the same
@@ -272,16 +303,17 @@ class NodeScorer:
         recompute that node with a whole vectorised pass of its own.
         """
         memo = self._delta_memo.get(key)
-        if memo is None or len(memo) > _MEMO_LIMIT:
-            memo = self._delta_memo[key] = {}
+        if memo is None or len(memo.rows) > _MEMO_LIMIT:
+            memo = self._delta_memo[key] = _Memo()
         state = np.empty((idx.size, 2 + self.gpu_free_milli.shape[1]), dtype=np.int64)
         state[:, 0] = self._model_row[idx]
         state[:, 1] = self.cpu_free_milli[idx]
         state[:, 2:] = self.gpu_free_milli[idx]
         # One bytes key per node: the row of (model, CPU, devices) as raw memory.
         keys = cast(list[bytes], state.view(np.dtype((np.void, state.itemsize * state.shape[1]))).ravel().tolist())
-        found = [memo.get(k) for k in keys]
-        missing = [i for i, f in enumerate(found) if f is None]
+        get = memo.position.get
+        found = [get(k, -1) for k in keys]
+        missing = [i for i, f in enumerate(found) if f < 0]
         if len(missing) > _DISTINCT_FROM:
             # Many nodes not met before (a shape's first score, capacity given back): each distinct
             # state once, on the first node that has it.
@@ -291,18 +323,18 @@ class NodeScorer:
             todo = list(first.values())
             computed = np.column_stack(self._frag_delta(pod, idx[todo])).tolist()
             for j, i in enumerate(todo):
-                memo[keys[i]] = computed[j]
+                memo.add(keys[i], computed[j])
             for i in missing:
-                found[i] = memo[keys[i]]
+                found[i] = memo.position[keys[i]]
         elif missing and len(missing) <= _FEW_MISSING and self._rows is not None:
             nodes = idx.tolist()
             for i in missing:
-                found[i] = memo[keys[i]] = self._frag_delta_one(pod, nodes[i], self._rows)
+                found[i] = memo.add(keys[i], self._frag_delta_one(pod, nodes[i], self._rows))
         elif missing:
             computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
             for j, i in enumerate(missing):
-                found[i] = memo[keys[i]] = computed[j]
-        return cast(list[list[float]], found)
+                found[i] = memo.add(keys[i], computed[j])
+        return memo, found
 
     def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(score, device, the policy's measure after, FGD's measure after) of placing ``pod`` on each
