@@ -17,12 +17,25 @@ padding, ``model_row`` (C,) the node's row in ``TypicalArrays.access``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from .arrays import NodeArrays
 from .workload import TypicalArrays, TypicalPod
+
+
+def _expected(per_type: np.ndarray, tp: TypicalArrays) -> np.ndarray:
+    """Each row of ``per_type`` (C, T) weighted by the typical pods' frequencies, summed in typical-pod
+    order (``((x0 f0 + x1 f1) + x2 f2) + ...``): a row's value does not depend on the other rows of the
+    batch (BLAS's matrix-vector product sums a row differently with the number of rows), and
+    :func:`node_frag_and_stranded` computes the same float for one node without arrays."""
+    acc = per_type[:, 0] * tp.freq[0]
+    for t in range(1, per_type.shape[1]):
+        acc = acc + per_type[:, t] * tp.freq[t]
+    return acc
 
 
 def _idle(gpu: np.ndarray, tp: TypicalArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -45,7 +58,7 @@ def frag_milli(cpu: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: Typi
     if not tp.any_access:
         satisfied &= tp.access[model_row]
     per_type = np.where(satisfied, small, total[:, None])  # too-small devices only, or everything
-    return out + per_type @ tp.freq
+    return out + _expected(per_type, tp)
 
 
 def frag_and_stranded(
@@ -68,9 +81,84 @@ def frag_and_stranded(
         access = tp.access[model_row]
         satisfied &= access
         copies = np.where(access, copies, 0)
-    frag = out + np.where(satisfied, small, total[:, None]) @ tp.freq
-    stranded = out + (total[:, None] - copies * (tp.milli * tp.num)[None, :]) @ tp.freq
+    frag = out + _expected(np.where(satisfied, small, total[:, None]), tp)
+    stranded = out + _expected(total[:, None] - copies * (tp.milli * tp.num)[None, :], tp)
     return frag, stranded
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalRows:
+    """The typical pods of a ``TypicalArrays`` as plain numbers, for :func:`node_frag_and_stranded`."""
+
+    cpu: tuple[int, ...]
+    milli: tuple[int, ...]
+    num: tuple[int, ...]
+    freq: tuple[float, ...]
+    shares: tuple[bool, ...]
+    usable: tuple[int, ...]  # milli * num: what one copy of the typical pod takes
+    access: tuple[tuple[bool, ...], ...]  # per model row
+    cpu_only_freq: float
+    any_access: bool
+    umilli: tuple[int, ...]
+    uidx: tuple[int, ...]
+
+    @classmethod
+    def of(cls, tp: TypicalArrays) -> TypicalRows:
+        return cls(
+            cpu=tuple(tp.cpu.tolist()),
+            milli=tuple(tp.milli.tolist()),
+            num=tuple(tp.num.tolist()),
+            freq=tuple(tp.freq.tolist()),
+            shares=tuple(tp.shares.tolist()),
+            usable=tuple((tp.milli * tp.num).tolist()),
+            access=tuple(tuple(row) for row in tp.access.tolist()),
+            cpu_only_freq=tp.cpu_only_freq,
+            any_access=tp.any_access,
+            umilli=tuple(tp.umilli.tolist()),
+            uidx=tuple(tp.uidx.tolist()),
+        )
+
+
+def node_frag_and_stranded(cpu: int, gpu: Sequence[int], model_row: int, tr: TypicalRows) -> tuple[float, float]:
+    """:func:`frag_and_stranded` of one node state without arrays: the same floats (the same operations
+    in the same order; every sum before the weighting is a sum of whole numbers, exact in any order).
+    Cheaper than the array pass for a node or two, where numpy's per-call cost dominates."""
+    free = [v if v > 0 else 0 for v in gpu]
+    total = float(sum(free))
+    out = total * tr.cpu_only_freq
+    if not tr.milli:
+        return out, out
+    counts, smalls, copies_u = [], [], []
+    for m in tr.umilli:
+        per_device = [f // m for f in free]
+        counts.append(sum(1 for p in per_device if p > 0))
+        smalls.append(total - float(sum(f for f, p in zip(free, per_device, strict=True) if p > 0)))
+        copies_u.append(sum(per_device))
+    cpu_room = cpu if cpu > 0 else 0
+    access = tr.access[model_row]
+    frag = stranded = 0.0
+    for t, u in enumerate(tr.uidx):
+        need = tr.cpu[t]
+        satisfied = counts[u] >= tr.num[t] and cpu >= need
+        copies = copies_u[u] if tr.shares[t] else copies_u[u] // tr.num[t]
+        copies = min(copies, cpu_room // (need if need > 1 else 1))
+        if not tr.any_access and not access[t]:
+            satisfied, copies = False, 0
+        f = tr.freq[t]
+        x_frag = (smalls[u] if satisfied else total) * f
+        x_stranded = (total - copies * tr.usable[t]) * f
+        if t == 0:
+            frag, stranded = x_frag, x_stranded
+        else:
+            frag += x_frag
+            stranded += x_stranded
+    return out + frag, out + stranded
+
+
+def node_sigmoid_score(delta: float) -> float:
+    """:func:`sigmoid_score` of one number (numpy's exp, as the array form: ``math.exp`` may differ in
+    the last bit)."""
+    return float(math.floor(100.0 / (1.0 + float(np.exp(-delta / 1000.0)))))
 
 
 def stranded_milli(cpu: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: TypicalArrays) -> np.ndarray:
@@ -85,7 +173,7 @@ def stranded_milli(cpu: np.ndarray, gpu: np.ndarray, model_row: np.ndarray, tp: 
         copies = np.where(tp.access[model_row], copies, 0)
     usable = copies * (tp.milli * tp.num)[None, :]
     per_type = total[:, None] - usable
-    return out + per_type @ tp.freq
+    return out + _expected(per_type, tp)
 
 
 def sigmoid_score(delta: np.ndarray) -> np.ndarray:

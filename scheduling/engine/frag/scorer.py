@@ -33,7 +33,14 @@ import numpy as np
 
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
-from .measure import frag_and_stranded, frag_milli, sigmoid_score
+from .measure import (
+    TypicalRows,
+    frag_and_stranded,
+    frag_milli,
+    node_frag_and_stranded,
+    node_sigmoid_score,
+    sigmoid_score,
+)
 from .pressure import demand_share, pressure_levels
 from .scarcity import Scarcity
 from .workload import TypicalArrays, TypicalPod
@@ -41,9 +48,10 @@ from .workload import TypicalArrays, TypicalPod
 _LEX = 1e10  # weight of FGD's integer score in portal's lexicographic key (secondary keys stay below)
 _PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..100 range
 _SCARCITY_UNIT = 150 * _LEX  # scarcity penalty, mapped into [0, 1): above FGD's 0..100, below a pressure level
-_MEMO_LIMIT = 20_000  # node states per shape _memo_delta keeps before it starts over
-_DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_delta computes each distinct state once
+_MEMO_LIMIT = 20_000  # node states per shape _memo_rows keeps before it starts over
+_DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_rows computes each distinct state once
 _FEW_STALE = 8  # up to this many nodes to rescore, _rescore works node by node (_memo_rows)
+_FEW_MISSING = 4  # portal: up to this many node states not met before are computed without arrays
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
 
@@ -59,6 +67,35 @@ class _ScoreCache:
     @classmethod
     def empty(cls, n: int) -> _ScoreCache:
         return cls(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.full(n, np.nan))
+
+
+@dataclass(slots=True)
+class _Memo:
+    """One shape's ``_frag_delta`` rows by node state (``NodeScorer._memo_rows``): ``position`` gives a
+    state's row in ``rows`` (plain numbers, read node by node) and in ``array()`` (the same rows as one
+    float array, gathered for many nodes at once)."""
+
+    position: dict[bytes, int] = field(default_factory=dict)
+    rows: list[list[float]] = field(default_factory=list)
+    _array: np.ndarray = field(default_factory=lambda: np.empty((64, 4)))
+    _filled: int = 0
+
+    def add(self, key: bytes, row: list[float]) -> int:
+        self.position[key] = len(self.rows)
+        self.rows.append(row)
+        return len(self.rows) - 1
+
+    def array(self) -> np.ndarray:
+        """``rows`` as a (len(rows), 4) float array (new rows copied in once; room doubles as it grows)."""
+        count = len(self.rows)
+        if self._filled < count:
+            if len(self._array) < count:
+                grown = np.empty((max(count, 2 * len(self._array)), 4))
+                grown[: self._filled] = self._array[: self._filled]
+                self._array = grown
+            self._array[self._filled : count] = self.rows[self._filled :]
+            self._filled = count
+        return self._array[:count]
 
 
 @dataclass(slots=True)
@@ -80,6 +117,7 @@ class NodeScorer:
     _version: np.ndarray = field(init=False)
     _model_row: np.ndarray = field(init=False)
     _table: TypicalArrays | None = field(init=False)  # the typical pods as arrays (FGD's table)
+    _rows: TypicalRows | None = field(init=False)  # the same as plain numbers (portal's one-node path)
     _frag_cache: _ScoreCache | None = field(init=False)  # fgd/portal: the policy's measure per node now
     _metric_node: np.ndarray = field(init=False)  # (N,) FGD fragmentation per node where _metric_fresh
     _metric_fresh: np.ndarray = field(init=False)  # (N,) bool; stale entries are measured when read
@@ -91,8 +129,9 @@ class NodeScorer:
     _last: tuple[ShapeKey, _ScoreCache] | None = field(init=False)
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
     _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
-    _delta_memo: dict[ShapeKey, dict[bytes, list[float]]] = field(init=False)  # see _memo_delta
+    _delta_memo: dict[ShapeKey, _Memo] = field(init=False)  # see _memo_rows
     _press_share: np.ndarray | None = field(init=False, default=None)
+    _press_any: bool = field(init=False, default=True)  # whether any row has a demand share (else no term)
     _scarcity: Scarcity | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -117,6 +156,7 @@ class NodeScorer:
         self._metric_memo = {}
         self._last = None
         self._table = TypicalArrays.build(self.typical, self.nodes.models) if self.typical else None
+        self._rows = TypicalRows.of(self._table) if self._table is not None and self.policy == "portal" else None
         self._frag_cache = None
         self._metric_node = np.zeros(n)
         self._metric_fresh = np.ones(n, dtype=bool)
@@ -188,7 +228,7 @@ class NodeScorer:
                 score = score.copy()
                 ok_idx = np.flatnonzero(ok) + lo
                 score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
-            if pod.gpu_count > 0 and (pressure := self._pressure_term(np.arange(lo, hi))) is not None:
+            if pod.gpu_count > 0 and (pressure := self._pressure_term(slice(lo, hi))) is not None:
                 score = score + pressure
         return score, cache.device
 
@@ -198,15 +238,18 @@ class NodeScorer:
             # same memo, read and written node by node (array calls cost more than the work here).
             nodes = stale.tolist()
             versions = self._version[stale].tolist()
-            for n, version, row in zip(nodes, versions, self._memo_rows(pod, key, stale), strict=True):
-                cache.score[n], cache.device[n], cache.after[n], cache.after_primary[n] = row
+            memo, positions = self._memo_rows(pod, key, stale)
+            rows = memo.rows
+            for n, version, position in zip(nodes, versions, positions, strict=True):
+                cache.score[n], cache.device[n], cache.after[n], cache.after_primary[n] = rows[position]
                 cache.version[n] = version
         elif stale.size:
-            score, device, after, after_primary = self._memo_delta(pod, key, stale)
-            cache.score[stale] = score
-            cache.device[stale] = device
-            cache.after[stale] = after
-            cache.after_primary[stale] = after_primary
+            memo, positions = self._memo_rows(pod, key, stale)
+            out = memo.array()[positions]
+            cache.score[stale] = out[:, 0]
+            cache.device[stale] = out[:, 1]
+            cache.after[stale] = out[:, 2]
+            cache.after_primary[stale] = out[:, 3]
             cache.version[stale] = self._version[stale]
         self._last = (key, cache)
 
@@ -222,22 +265,26 @@ class NodeScorer:
         penalty = scarcity.penalty(pod, idx, device, state, weight)
         return -_SCARCITY_UNIT * penalty / (1.0 + penalty)
 
-    def _pressure_term(self, idx: np.ndarray) -> np.ndarray | None:
-        """portal's first key for a GPU pod: minus the model pressure level of each node
-        (``pressure``), in units above FGD's whole score range; ``None`` when every level is 0 (no typical
-        pod is constrained, or no model is under pressure now): then there is nothing to add."""
+    def _pressure_term(self, nodes: np.ndarray | slice) -> np.ndarray | None:
+        """portal's first key for a GPU pod: minus the model pressure level of each node of ``nodes``
+        (``pressure``), in units above FGD's whole score range; ``None`` when every
+        level is 0 (no typical pod is constrained, or no model is under pressure now): then there is
+        nothing to add."""
+        if not self._press_any:
+            return None
         table = self._table
         assert table is not None
         rows = len(self.nodes.models) + 1
         if self._press_share is None:
             capacity = np.bincount(self._model_row, weights=self.nodes.gpu_count.astype(np.float64), minlength=rows)
             self._press_share = demand_share(table, capacity)
-        if not self._press_share.any():
-            return None
+            self._press_any = bool(self._press_share.any())
+            if not self._press_any:
+                return None
         levels = pressure_levels(self._press_share, self._row_free)
         if not levels.any():
             return None
-        return -_PRESSURE_UNIT * levels[self._model_row[idx]]
+        return -_PRESSURE_UNIT * levels[self._model_row[nodes]]
 
     def _rows_free(self) -> np.ndarray:
         """Free GPU milli per model row (``_row_free``, which the state changes keep in step: sums of
@@ -245,16 +292,10 @@ class NodeScorer:
         rows = len(self.nodes.models) + 1
         return np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
 
-    def _memo_delta(
-        self, pod: PodShape, key: ShapeKey, idx: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``_frag_delta`` of ``idx``, computed only for node states not met before (``_memo_rows``)."""
-        out = np.array(self._memo_rows(pod, key, idx), dtype=np.float64)
-        return out[:, 0], out[:, 1].astype(np.int64), out[:, 2], out[:, 3]
-
-    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> list[list[float]]:
-        """``_frag_delta`` of ``idx`` as one row per node (score, device, the policy's measure after,
-        FGD's measure after), computed only for node states not met before.
+    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> tuple[_Memo, list[int]]:
+        """``_frag_delta`` of ``idx``: the shape's memo and, per node, the position of its row (score,
+        device, the policy's measure after, FGD's measure after), computed only for node states not
+        met before.
 
         A node's result depends only on the pod's shape and the node's state (GPU model, free CPU, free
         milli per device in device order), and states repeat a lot (nodes of one model with the same
@@ -262,16 +303,17 @@ class NodeScorer:
         recompute that node with a whole vectorised pass of its own.
         """
         memo = self._delta_memo.get(key)
-        if memo is None or len(memo) > _MEMO_LIMIT:
-            memo = self._delta_memo[key] = {}
+        if memo is None or len(memo.rows) > _MEMO_LIMIT:
+            memo = self._delta_memo[key] = _Memo()
         state = np.empty((idx.size, 2 + self.gpu_free_milli.shape[1]), dtype=np.int64)
         state[:, 0] = self._model_row[idx]
         state[:, 1] = self.cpu_free_milli[idx]
         state[:, 2:] = self.gpu_free_milli[idx]
         # One bytes key per node: the row of (model, CPU, devices) as raw memory.
         keys = cast(list[bytes], state.view(np.dtype((np.void, state.itemsize * state.shape[1]))).ravel().tolist())
-        found = [memo.get(k) for k in keys]
-        missing = [i for i, f in enumerate(found) if f is None]
+        get = memo.position.get
+        found = [get(k, -1) for k in keys]
+        missing = [i for i, f in enumerate(found) if f < 0]
         if len(missing) > _DISTINCT_FROM:
             # Many nodes not met before (a shape's first score, capacity given back): each distinct
             # state once, on the first node that has it.
@@ -281,14 +323,18 @@ class NodeScorer:
             todo = list(first.values())
             computed = np.column_stack(self._frag_delta(pod, idx[todo])).tolist()
             for j, i in enumerate(todo):
-                memo[keys[i]] = computed[j]
+                memo.add(keys[i], computed[j])
             for i in missing:
-                found[i] = memo[keys[i]]
+                found[i] = memo.position[keys[i]]
+        elif missing and len(missing) <= _FEW_MISSING and self._rows is not None:
+            nodes = idx.tolist()
+            for i in missing:
+                found[i] = memo.add(keys[i], self._frag_delta_one(pod, nodes[i], self._rows))
         elif missing:
             computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
             for j, i in enumerate(missing):
-                found[i] = memo[keys[i]] = computed[j]
-        return cast(list[list[float]], found)
+                found[i] = memo.add(keys[i], computed[j])
+        return memo, found
 
     def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(score, device, the policy's measure after, FGD's measure after) of placing ``pod`` on each
@@ -299,6 +345,56 @@ class NodeScorer:
         if pod.is_sharing:
             return self._sharing_delta(pod, idx, before, cpu, gpu)
         return self._devices_delta(pod, idx, before, cpu, gpu)
+
+    def _frag_delta_one(self, pod: PodShape, n: int, rows: TypicalRows) -> list[float]:
+        """portal's ``_frag_delta`` of node ``n`` alone, as a memo row, without arrays: the same floats
+        (``measure.node_frag_and_stranded``; ``test_one_node_scores_equal_the_array_pass``)."""
+        cache = self._frag_cache
+        assert cache is not None
+        row = int(self._model_row[n])
+        cpu_now = int(self.cpu_free_milli[n])
+        gpu = self.gpu_free_milli[n].tolist()
+        if cache.version[n] != self._version[n]:  # _node_frag of one node
+            frag, stranded = node_frag_and_stranded(cpu_now, gpu, row, rows)
+            cache.score[n] = stranded
+            cache.version[n] = self._version[n]
+            self._metric_total += float(frag - self._metric_node[n])
+            self._metric_node[n] = frag
+            self._metric_fresh[n] = True
+        before = float(cache.score[n])
+        metric = float(self._metric_node[n])
+        cpu = cpu_now - pod.cpu_milli
+        if pod.is_sharing:
+            # Every fitting device, the first best one; devices with the same free share leave the same
+            # node state (up to device order, which the measures do not see): measured once.
+            best, device, best_after, best_primary = -np.inf, 0, 0.0, np.nan
+            measured: dict[int, tuple[float, float]] = {}
+            for d, free in enumerate(gpu):
+                if free < pod.gpu_milli:
+                    continue
+                pair = measured.get(free)
+                if pair is None:
+                    cand = gpu.copy()
+                    cand[d] = free - pod.gpu_milli
+                    pair = measured[free] = node_frag_and_stranded(cpu, cand, row, rows)
+                primary_after, after = pair
+                score = -float(free - pod.gpu_milli) + _LEX * node_sigmoid_score(metric - primary_after)
+                if score > best:
+                    best, device, best_after, best_primary = score, d, after, primary_after
+            return [best, float(device), best_after, best_primary]
+        if pod.gpu_count > 0:
+            left = pod.gpu_count
+            for d, free in enumerate(gpu):
+                if left and free >= MILLI:
+                    gpu[d] = free - pod.gpu_milli
+                    left -= 1
+        primary_after, after = node_frag_and_stranded(cpu, gpu, row, rows)
+        if pod.gpu_count == 0:
+            delta = -1e4 * int(self._gpu_free_total[n]) - 0.05 * cpu
+        else:
+            delta = before - after
+        delta = delta + _LEX * node_sigmoid_score(metric - primary_after)
+        return [delta, 0.0, after, primary_after]
 
     def _sharing_delta(
         self, pod: PodShape, idx: np.ndarray, before: np.ndarray, cpu: np.ndarray, gpu: np.ndarray

@@ -57,3 +57,40 @@ def test_the_free_gpu_per_model_it_keeps_equals_a_recount_after_binds_releases_a
             scorer.sync(nodes, np.full(3, 32_000), np.full(3, 65_536), gpu)
             bound = [(p, c) for p, c in bound if c.node not in set(nodes.tolist())]
         assert _kept_per_model(scorer) == _free_per_model(scorer)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_one_node_scores_equal_the_array_pass(seed: int) -> None:
+    """portal's one-node score (no arrays, for a node or two not met before) is the array pass's, to
+    the last bit: the same score, device, measures after, and the same bookkeeping of the node's
+    measure before, for whole-GPU, shared-GPU and CPU-only pods, on nodes just changed or not."""
+    rng = random.Random(seed)
+    typical = (
+        TypicalPod(1000, 1000, 1, ("A",), 0.3),
+        TypicalPod(2000, 250, 1, (), 0.25),
+        TypicalPod(4000, 1000, 2, (), 0.2),
+        TypicalPod(500, 500, 1, ("B",), 0.15),
+        TypicalPod(1000, 0, 0, (), 0.1),
+    )
+    scalar, arrays = (NodeScorer(NodeArrays.of(ROWS), "portal", typical=typical) for _ in range(2))
+    rows = scalar._rows
+    assert rows is not None
+    pods = [PodShape(1000, 0, 1000, 1), PodShape(3000, 0, 1000, 2), PodShape(500, 0, 250, 1)]
+    pods += [PodShape(2000, 0, 700, 1), PodShape(1500, 0, 0, 0)]
+    for _ in range(40):
+        n = rng.randrange(len(ROWS))
+        count = ROWS[n][2]
+        state = [rng.choice((0, 100, 250, 300, 700, 1000)) for _ in range(count)] + [-1] * (4 - count)
+        cpu = rng.choice((0, 1500, 9000, 32_000))
+        for scorer in (scalar, arrays):
+            scorer.sync_node(n, cpu, 65_536, state)
+        for pod in rng.sample(pods, 3):
+            if cpu < pod.cpu_milli:
+                continue
+            one = scalar._frag_delta_one(pod, n, rows)
+            batch = np.column_stack(arrays._frag_delta(pod, np.array([n]))).tolist()[0]
+            np.testing.assert_array_equal(one, batch)
+            assert scalar._frag_cache is not None
+            assert arrays._frag_cache is not None
+            assert scalar._frag_cache.score[n] == arrays._frag_cache.score[n]
+            assert scalar._metric_node[n] == arrays._metric_node[n]
