@@ -184,10 +184,12 @@ def refresh_every_s(cost_s: float) -> float:
     return every_s
 
 
-def _handed_over(latest: object) -> _State | None:
-    """The state the scheduler handed over last (step 4; ``latest``: its key), while it is younger than
-    ``DRY_RUN_STALE_S``."""
-    state = _cache_call("get", _shared_key(latest)) if isinstance(latest, tuple) else None
+def _handed_over(latest: object, key: tuple[object, ...]) -> _State | None:
+    """The state the scheduler handed over last (step 4; ``latest``: its key) for the backend of
+    ``key``, while it is younger than ``DRY_RUN_STALE_S``."""
+    if not isinstance(latest, tuple) or latest[1:] != key[1:]:
+        return None
+    state = _cache_call("get", _shared_key(latest))
     if not isinstance(state, _State) or time.time() - state.built_at >= settings.DRY_RUN_STALE_S:
         return None
     return state
@@ -204,7 +206,7 @@ def _obtain(key: tuple[object, ...], backend: ClusterBackend | None, kept: _Kept
         latest = _cache_call("get", LATEST)
         if kept is not None and latest == kept.state.key:
             return None
-        state = _handed_over(latest) or _build(key, backend)
+        state = _handed_over(latest, key) or _build(key, backend)
     return _Kept(_warm(state), time.thread_time() - started)
 
 

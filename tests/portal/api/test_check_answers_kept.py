@@ -289,3 +289,12 @@ def test_behind_the_requests_the_schedulers_state_answers_until_it_hands_over_th
         kept.dry_run_state()
         time.sleep(0.05)
     assert builds == []
+
+
+def test_a_state_handed_over_for_another_backend_is_not_used(redis_cache, builds, settings):
+    cache.set(kept.WANTED, 1)
+    run = a_cycle()
+    assert cache.get(kept.LATEST) == (run.id, "simulated")
+    settings.CLUSTER_BACKEND = "kubernetes"  # the web processes now look for the other backend's state
+    assert kept._handed_over(cache.get(kept.LATEST), (run.id, "kubernetes")) is None
+    assert kept._handed_over(cache.get(kept.LATEST), (run.id, "simulated")) is not None
