@@ -183,6 +183,22 @@ def periodic_claim(name: str, interval_s: float) -> bool:
     return bool(client.set(PERIODIC_KEY.format(name=name), str(os.getpid()), nx=True, px=ttl_ms))
 
 
+# The periodic tasks' names for ``periodic_claim`` (beat's schedule entries).
+SCHEDULING_CYCLE = "scheduling-cycle"
+CLUSTER_SYNC = "cluster-sync"
+
+
+def periodic_covered(name: str, interval_s: float) -> None:
+    """Work has just been done that periodic task ``name``'s run of the current interval would only
+    repeat (a cycle started: beat's cycle; a cycle synced the cluster: beat's sync), so that run is
+    dropped as a duplicate is. While submissions keep cycles coming, beat's would otherwise run
+    between them, each reading every job again. Best effort: without Redis the run goes ahead."""
+    try:
+        periodic_claim(name, interval_s)
+    except RedisError as exc:
+        logger.warning("could not mark periodic %s done (%s); it runs anyway", name, exc)
+
+
 OBSERVATION_BATCH = 200
 
 
@@ -389,10 +405,12 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
             return None
         cycle_again_clear()
         cycle_request_clear()  # work arriving from now on asks for (and gets) another cycle
+        periodic_covered(SCHEDULING_CYCLE, settings.SCHEDULER_INTERVAL_S)
         now = now or timezone.now()
         started = time.perf_counter()
         steps = StepClock()
         cluster_sync(backend=backend, now=now)
+        periodic_covered(CLUSTER_SYNC, settings.CLUSTER_SYNC_INTERVAL_S)
         steps.lap("sync")
         snapshot = snapshot_for_cycle(backend=backend, now=now)
         steps.lap("snapshot")
