@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from functools import partial
@@ -32,7 +33,7 @@ from redis.exceptions import RedisError
 
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import TRANSITIONS, JobState
-from portal.jobs.transitions import job_transition
+from portal.jobs.transitions import job_transition, jobs_running
 from portal.notifications.services.notify import job_events_notify
 from portal.tenants.selectors import team_holds
 from scheduling.adapters import apply
@@ -229,6 +230,10 @@ def observations_apply(observations: list[Observation]) -> int:
                 .values_list("job_id", "detail")
             )
             moved = []
+            # A job reported only started in this batch (most, as a cluster fills) is written with the
+            # others (``jobs_running``: the same rows); one with more news goes through them in order.
+            reports = Counter(o.job_id for o in batch)
+            starts = []
             for obs in batch:
                 job = jobs.get(obs.job_id)
                 if job is None or job.attempt != obs.attempt or obs.state not in TRANSITIONS[job.state]:
@@ -237,9 +242,13 @@ def observations_apply(observations: list[Observation]) -> int:
                 to_state, reason = obs.state, obs.reason
                 if obs.worker_failed and job.kind == Job.Kind.TRAINING:
                     to_state, reason = gang_restart_decide(job=job, why=obs.reason)
-                job_transition(job=job, to_state=to_state, at=obs.at, reason=reason, actor="cluster", detail=detail)
+                if to_state == JobState.RUNNING and reports[job.pk] == 1:
+                    starts.append((job, obs.at, reason, detail))
+                else:
+                    job_transition(job=job, to_state=to_state, at=obs.at, reason=reason, actor="cluster", detail=detail)
                 moved.append(job.pk)
                 applied += 1
+            jobs_running(starts=starts, actor="cluster")
             job_events_notify(job_ids=moved)  # started, finished, failed, evicted: after commit
     return applied
 

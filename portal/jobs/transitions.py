@@ -20,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from django.db import connection
+from django.utils import timezone
+
 from portal.jobs.models import Job, JobAttempt, JobTransition, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, FINAL_STATES, JobState, check_transition
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
@@ -89,6 +92,46 @@ def job_transition(
     if to_state not in ACTIVE_STATES:
         job.placements.all().delete()
     return job
+
+
+def jobs_running(*, starts: Sequence[tuple[Job, datetime, str, dict]], actor: str = "scheduler") -> None:
+    """``job_transition(job=job, to_state=RUNNING, at=at, reason=reason, actor=actor, detail=detail)``
+    for each ``(job, at, reason, detail)`` of distinct jobs, written in three statements instead of
+    three per job (the cluster reports thousands of jobs started at once when a cluster fills):
+    the same job columns, history rows and attempt start. Callers hold the jobs' row locks."""
+    if connection.vendor != "postgresql" or len(starts) < 2:
+        for job, at, reason, detail in starts:
+            job_transition(job=job, to_state=JobState.RUNNING, at=at, reason=reason, actor=actor, detail=detail)
+        return
+    now = timezone.now()  # the rows' updated_at, as save() stamps it
+    for job, *_ in starts:
+        check_transition(job.state, JobState.RUNNING)
+    history = [
+        JobTransition(
+            job=job, from_state=job.state, to_state=JobState.RUNNING, at=at, reason=reason[:500], actor=actor,
+            detail=detail or {},
+        )
+        for job, at, reason, detail in starts
+    ]  # fmt: skip
+    jobs_table, attempts_table = Job._meta.db_table, JobAttempt._meta.db_table
+    values = ", ".join(["(%s, %s::timestamptz, %s, %s)"] * len(starts))
+    params: list = []
+    for job, at, reason, _ in starts:
+        job.state, job.message, job.started_at, job.updated_at = JobState.RUNNING, reason[:500], at, now
+        params += [job.pk, at, job.message, job.attempt]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {jobs_table} AS j SET state = %s, updated_at = %s, message = v.message, started_at = v.at "
+            f"FROM (VALUES {values}) AS v(id, at, message, attempt) WHERE j.id = v.id",
+            [JobState.RUNNING, now, *params],
+        )
+        cursor.execute(
+            f"UPDATE {attempts_table} AS a SET started_at = v.at "
+            f"FROM (VALUES {values}) AS v(id, at, message, attempt) "
+            "WHERE a.job_id = v.id AND a.number = v.attempt AND a.started_at IS NULL",
+            params,
+        )
+    JobTransition.objects.bulk_create(history)
 
 
 def _wait_began(job: Job) -> datetime:

@@ -73,3 +73,47 @@ def test_an_illegal_transition_writes_nothing(world):
     job.refresh_from_db()
     assert job.state == JobState.PENDING
     assert job.transitions.count() == 1
+
+
+def test_jobs_reported_started_together_get_the_rows_one_transition_each_writes(world):
+    """``jobs_running`` (a batch) against ``job_transition`` one job at a time, on twin jobs: the same
+    job columns, history rows and attempt starts. A requeued job's second attempt is started, not its
+    first, and an illegal start writes nothing."""
+    from portal.jobs.models import Job, JobAttempt
+    from portal.jobs.transitions import jobs_running
+
+    t0 = timezone.now().replace(microsecond=0) - timedelta(hours=1)
+
+    def admitted(requeued: bool) -> Job:
+        job = world.submit()
+        job_transition(job=job, to_state=JobState.ADMITTED, at=t0, reason="admitted", detail={"gpus": "1.000000"})
+        if requeued:
+            job_transition(job=job, to_state=JobState.PENDING, at=t0 + timedelta(seconds=1), reason="requeued")
+            job_transition(job=job, to_state=JobState.ADMITTED, at=t0 + timedelta(seconds=2), reason="again")
+        return job
+
+    shapes = [False, True, False]
+    one_by_one, batched = [admitted(r) for r in shapes], [admitted(r) for r in shapes]
+    starts = [(t0 + timedelta(seconds=10 + n), f"pods running {n}", {"nodes": [f"n{n}"]}) for n in range(3)]
+    for job, (at, reason, detail) in zip(one_by_one, starts, strict=True):
+        job_transition(job=job, to_state=JobState.RUNNING, at=at, reason=reason, actor="cluster", detail=detail)
+    jobs_running(starts=[(job, *start) for job, start in zip(batched, starts, strict=True)], actor="cluster")
+
+    def written(job: Job) -> tuple:
+        row = Job.objects.values_list("state", "message", "admitted_at", "started_at", "attempt").get(pk=job.pk)
+        history = list(
+            job.transitions.exclude(from_state="")  # the submission, at each job's own time
+            .order_by("id")
+            .values_list("from_state", "to_state", "at", "reason", "actor", "detail")
+        )
+        attempts = list(JobAttempt.objects.filter(job=job).order_by("number").values_list("number", "started_at"))
+        return row, history, attempts
+
+    for twin, job in zip(one_by_one, batched, strict=True):
+        assert written(job) == written(twin)
+        assert (job.state, job.started_at) == (JobState.RUNNING, Job.objects.get(pk=job.pk).started_at)
+    assert written(batched[1])[2] == [(1, None), (2, t0 + timedelta(seconds=11))]
+    pending = world.submit()
+    with pytest.raises(IllegalTransition):
+        jobs_running(starts=[(batched[0], t0, "again", {}), (pending, t0, "never admitted", {})])
+    assert Job.objects.get(pk=pending.pk).state == JobState.PENDING
