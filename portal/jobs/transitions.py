@@ -1,8 +1,10 @@
-"""The job state machine's one write: ``job_transition``.
+"""The job state machine's one write: ``job_transition``, and the same write for many jobs at once
+where the cluster reports or a cycle decides thousands together (``jobs_running``, ``jobs_admitted``:
+the same rows, in a few statements).
 
-It imports only models, the state table and the share arithmetic, so every layer that moves a job
-(services, the ORM adapter, the demo seeder) can call it without importing the services that enqueue
-cycles or stop pods.
+It imports only models, the state table and the share arithmetic (and Django's database connection),
+so every layer that moves a job (services, the ORM adapter, the demo seeder) can call it without
+importing the services that enqueue cycles or stop pods.
 
 Besides the job row and its history row, a transition keeps the job's attempts (``JobAttempt``) in
 the same transaction:
