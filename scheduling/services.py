@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from functools import partial
@@ -32,7 +33,7 @@ from redis.exceptions import RedisError
 
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import TRANSITIONS, JobState
-from portal.jobs.transitions import job_transition
+from portal.jobs.transitions import job_transition, jobs_running
 from portal.notifications.services.notify import job_events_notify
 from portal.tenants.selectors import team_holds
 from scheduling.adapters import apply
@@ -185,6 +186,22 @@ def periodic_claim(name: str, interval_s: float) -> bool:
     return bool(client.set(PERIODIC_KEY.format(name=name), str(os.getpid()), nx=True, px=ttl_ms))
 
 
+# The periodic tasks' names for ``periodic_claim`` (beat's schedule entries).
+SCHEDULING_CYCLE = "scheduling-cycle"
+CLUSTER_SYNC = "cluster-sync"
+
+
+def periodic_covered(name: str, interval_s: float) -> None:
+    """Work has just been done that periodic task ``name``'s run of the current interval would only
+    repeat (a cycle started: beat's cycle; a cycle synced the cluster: beat's sync), so that run is
+    dropped as a duplicate is. While submissions keep cycles coming, beat's would otherwise run
+    between them, each reading every job again. Best effort: without Redis the run goes ahead."""
+    try:
+        periodic_claim(name, interval_s)
+    except RedisError as exc:
+        logger.warning("could not mark periodic %s done (%s); it runs anyway", name, exc)
+
+
 OBSERVATION_BATCH = 200
 
 
@@ -215,6 +232,10 @@ def observations_apply(observations: list[Observation]) -> int:
                 .values_list("job_id", "detail")
             )
             moved = []
+            # A job reported only started in this batch (most, as a cluster fills) is written with the
+            # others (``jobs_running``: the same rows); one with more news goes through them in order.
+            reports = Counter(o.job_id for o in batch)
+            starts = []
             for obs in batch:
                 job = jobs.get(obs.job_id)
                 if job is None or job.attempt != obs.attempt or obs.state not in TRANSITIONS[job.state]:
@@ -223,9 +244,13 @@ def observations_apply(observations: list[Observation]) -> int:
                 to_state, reason = obs.state, obs.reason
                 if obs.worker_failed and job.kind == Job.Kind.TRAINING:
                     to_state, reason = gang_restart_decide(job=job, why=obs.reason)
-                job_transition(job=job, to_state=to_state, at=obs.at, reason=reason, actor="cluster", detail=detail)
+                if to_state == JobState.RUNNING and reports[job.pk] == 1:
+                    starts.append((job, obs.at, reason, detail))
+                else:
+                    job_transition(job=job, to_state=to_state, at=obs.at, reason=reason, actor="cluster", detail=detail)
                 moved.append(job.pk)
                 applied += 1
+            jobs_running(starts=starts, actor="cluster")
             job_events_notify(job_ids=moved)  # started, finished, failed, evicted: after commit
     return applied
 
@@ -391,10 +416,12 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
             return None
         cycle_again_clear()
         cycle_request_clear()  # work arriving from now on asks for (and gets) another cycle
+        periodic_covered(SCHEDULING_CYCLE, settings.SCHEDULER_INTERVAL_S)
         now = now or timezone.now()
         started = time.perf_counter()
         steps = StepClock()
         cluster_sync(backend=backend, now=now)
+        periodic_covered(CLUSTER_SYNC, settings.CLUSTER_SYNC_INTERVAL_S)
         steps.lap("sync")
         snapshot = snapshot_for_cycle(backend=backend, now=now)
         steps.lap("snapshot")

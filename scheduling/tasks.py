@@ -59,14 +59,14 @@ def scheduling_cycle_task(self, periodic: bool = False) -> None:
         if services.cycle_run() is not None and services.cycle_again_pop():
             scheduling_cycle_task.delay()
 
-    _run(self, "scheduling-cycle", settings.SCHEDULER_INTERVAL_S, periodic, cycle)
+    _run(self, services.SCHEDULING_CYCLE, settings.SCHEDULER_INTERVAL_S, periodic, cycle)
 
 
 @shared_task(bind=True, name="scheduling.tasks.cluster_sync", **TASK_OPTIONS)
 def cluster_sync_task(self, periodic: bool = False) -> None:
     from scheduling import services
 
-    _run(self, "cluster-sync", settings.CLUSTER_SYNC_INTERVAL_S, periodic, services.cluster_sync_run)
+    _run(self, services.CLUSTER_SYNC, settings.CLUSTER_SYNC_INTERVAL_S, periodic, services.cluster_sync_run)
     # Team namespaces' ResourceQuota and LimitRange, at most once per NAMESPACE_SYNC_INTERVAL_S.
     if services.periodic_claim("namespace-sync", settings.NAMESPACE_SYNC_INTERVAL_S):
         _run(self, "namespace-sync", settings.NAMESPACE_SYNC_INTERVAL_S, False, services.namespaces_sync_run)

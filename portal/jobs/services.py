@@ -67,12 +67,17 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
 
     A job that never fits the cluster as configured (``scheduling.engine.verdict``) is refused with a
     400 naming the limit, unless ``QUEUE_NEVER_FITTING_JOBS`` lets it queue (clusters that autoscale).
-    The queue row is locked so two concurrent submissions cannot both take the last pending slot.
+    The row of a queue with a pending limit is locked so two concurrent submissions cannot both take
+    the last pending slot; submissions to a queue without one do not wait for each other.
     """
     job_spec_validate(spec)
     now = at or timezone.now()
     with transaction.atomic():
-        queue = LocalQueue.objects.select_for_update().get(pk=spec.local_queue.pk)
+        queue = LocalQueue.objects.get(pk=spec.local_queue.pk)
+        if queue.max_pending_jobs is not None:
+            # Locked, then read again: the count below and this insert are one step for the limit. A
+            # limit set after the unlocked read orders this submission before the change.
+            queue = LocalQueue.objects.select_for_update().get(pk=queue.pk)
         if queue.max_pending_jobs is not None:
             pending = Job.objects.filter(local_queue=queue, state=JobState.PENDING).count()
             engine_queue = EngineLocalQueue(

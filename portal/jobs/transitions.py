@@ -1,8 +1,10 @@
-"""The job state machine's one write: ``job_transition``.
+"""The job state machine's one write: ``job_transition``, and the same write for many jobs at once
+where the cluster reports or a cycle decides thousands together (``jobs_running``, ``jobs_admitted``:
+the same rows, in a few statements).
 
-It imports only models, the state table and the share arithmetic, so every layer that moves a job
-(services, the ORM adapter, the demo seeder) can call it without importing the services that enqueue
-cycles or stop pods.
+It imports only models, the state table and the share arithmetic (and Django's database connection),
+so every layer that moves a job (services, the ORM adapter, the demo seeder) can call it without
+importing the services that enqueue cycles or stop pods.
 
 Besides the job row and its history row, a transition keeps the job's attempts (``JobAttempt``) in
 the same transaction:
@@ -19,6 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+
+from django.db import connection
+from django.utils import timezone
 
 from portal.jobs.models import Job, JobAttempt, JobTransition, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, FINAL_STATES, JobState, check_transition
@@ -91,6 +96,111 @@ def job_transition(
     return job
 
 
+def jobs_running(*, starts: Sequence[tuple[Job, datetime, str, dict]], actor: str = "scheduler") -> None:
+    """``job_transition(job=job, to_state=RUNNING, at=at, reason=reason, actor=actor, detail=detail)``
+    for each ``(job, at, reason, detail)`` of distinct jobs, written in three statements instead of
+    three per job (the cluster reports thousands of jobs started at once when a cluster fills):
+    the same job columns, history rows and attempt start. Callers hold the jobs' row locks."""
+    if connection.vendor != "postgresql" or len(starts) < 2:
+        for job, at, reason, detail in starts:
+            job_transition(job=job, to_state=JobState.RUNNING, at=at, reason=reason, actor=actor, detail=detail)
+        return
+    now = timezone.now()  # the rows' updated_at, as save() stamps it
+    for job, *_ in starts:
+        check_transition(job.state, JobState.RUNNING)
+    history = [
+        JobTransition(
+            job=job, from_state=job.state, to_state=JobState.RUNNING, at=at, reason=reason[:500], actor=actor,
+            detail=detail or {},
+        )
+        for job, at, reason, detail in starts
+    ]  # fmt: skip
+    jobs_table, attempts_table = Job._meta.db_table, JobAttempt._meta.db_table
+    values = ", ".join(["(%s, %s::timestamptz, %s, %s)"] * len(starts))
+    params: list = []
+    for job, at, reason, _ in starts:
+        job.state, job.message, job.started_at, job.updated_at = JobState.RUNNING, reason[:500], at, now
+        params += [job.pk, at, job.message, job.attempt]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {jobs_table} AS j SET state = %s, updated_at = %s, message = v.message, started_at = v.at "
+            f"FROM (VALUES {values}) AS v(id, at, message, attempt) WHERE j.id = v.id",
+            [JobState.RUNNING, now, *params],
+        )
+        cursor.execute(
+            f"UPDATE {attempts_table} AS a SET started_at = v.at "
+            f"FROM (VALUES {values}) AS v(id, at, message, attempt) "
+            "WHERE a.job_id = v.id AND a.number = v.attempt AND a.started_at IS NULL",
+            params,
+        )
+    JobTransition.objects.bulk_create(history)
+
+
+def jobs_admitted(
+    *, admits: Sequence[tuple[Job, datetime, str, dict, Sequence[EnginePlacement]]], actor: str = "scheduler"
+) -> None:
+    """``job_transition(job=job, to_state=ADMITTED, at=at, reason=reason, actor=actor, detail=detail,
+    placements=placements)`` for each ``(job, at, reason, detail, placements)`` of distinct jobs,
+    written in a few statements for all of them instead of several per job (a cycle admits thousands
+    when a cluster fills): the same job columns (with the job's ``gpu_model`` and ``capacity_type``
+    as set on it), history rows, placement rows and attempts. Callers hold the jobs' row locks."""
+    if connection.vendor != "postgresql" or len(admits) < 2:
+        for job, at, reason, detail, placements in admits:
+            job.save(update_fields=["gpu_model", "capacity_type"])
+            job_transition(
+                job=job, to_state=JobState.ADMITTED, at=at, reason=reason, actor=actor, detail=detail,
+                placements=placements,
+            )  # fmt: skip
+        return
+    for job, *_ in admits:
+        check_transition(job.state, JobState.ADMITTED)
+    # When each wait began (``_wait_began``): a requeued job's last attempt's end, read in one query.
+    ended = _attempts_ended([job for job, *_ in admits if job.attempt])
+    now = timezone.now()  # the rows' updated_at, as save() stamps it
+    history, live, attempts = [], [], []
+    params: list = []
+    for job, at, reason, detail, placements in admits:
+        queued_at = ended.get((job.pk, job.attempt)) or job.created_at
+        history.append(
+            JobTransition(
+                job=job, from_state=job.state, to_state=JobState.ADMITTED, at=at, reason=reason[:500], actor=actor,
+                detail=detail or {},
+            )
+        )  # fmt: skip
+        job.state, job.message, job.updated_at = JobState.ADMITTED, reason[:500], now
+        job.admitted_at, job.started_at, job.attempt = at, None, job.attempt + 1
+        job.pending_reason, job.queue_position, job.estimated_start = {}, None, None
+        rows, attempt = _attempt_rows(job, at=at, queued_at=queued_at, detail=detail or {}, placements=placements)
+        live += rows
+        attempts.append(attempt)
+        params += [job.pk, at, job.message, job.attempt, job.gpu_model_id, job.capacity_type]
+    values = ", ".join(["(%s, %s::timestamptz, %s, %s, %s::bigint, %s)"] * len(admits))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} AS j SET state = %s, updated_at = %s, message = v.message, "
+            "admitted_at = v.at, started_at = NULL, attempt = v.attempt, pending_reason = '{}'::jsonb, "
+            "queue_position = NULL, estimated_start = NULL, gpu_model_id = v.gpu_model, capacity_type = v.capacity "
+            f"FROM (VALUES {values}) AS v(id, at, message, attempt, gpu_model, capacity) WHERE j.id = v.id",
+            [JobState.ADMITTED, now, *params],
+        )
+    JobTransition.objects.bulk_create(history)
+    ReplicaPlacement.objects.bulk_create(live)
+    JobAttempt.objects.bulk_create(attempts)
+
+
+def _attempts_ended(jobs: Sequence[Job]) -> dict[tuple[int, int], datetime]:
+    """``(job id, attempt number) -> ended_at`` of the jobs' current attempts that ended."""
+    if not jobs:
+        return {}
+    wanted = {(job.pk, job.attempt) for job in jobs}
+    rows = JobAttempt.objects.filter(job_id__in=[job.pk for job in jobs], ended_at__isnull=False)
+    return {
+        (job_id, number): ended
+        for job_id, number, ended in rows.values_list("job_id", "number", "ended_at")
+        if (job_id, number) in wanted and ended is not None
+    }
+
+
 def _wait_began(job: Job) -> datetime:
     """When the wait that ends in this admission began: the previous attempt's end (a requeue) or
     the submission."""
@@ -104,12 +214,20 @@ def _wait_began(job: Job) -> datetime:
 def _attempt_open(
     job: Job, *, at: datetime, queued_at: datetime, detail: dict, placements: Sequence[EnginePlacement]
 ) -> None:
-    """Write the live placement rows and the attempt. Without placements (history written by hand, as
-    the demo seeder does) the share, replicas and nodes come from the admission ``detail`` and then
-    the job's request, the same fallbacks metering uses, so the attempt and the bill agree."""
-    ReplicaPlacement.objects.bulk_create(
-        ReplicaPlacement.from_engine(job=job, replica=index, placement=p) for index, p in enumerate(placements)
-    )
+    """Write the live placement rows and the attempt (``_attempt_rows``)."""
+    live, attempt = _attempt_rows(job, at=at, queued_at=queued_at, detail=detail, placements=placements)
+    ReplicaPlacement.objects.bulk_create(live)
+    attempt.save()
+
+
+def _attempt_rows(
+    job: Job, *, at: datetime, queued_at: datetime, detail: dict, placements: Sequence[EnginePlacement]
+) -> tuple[list[ReplicaPlacement], JobAttempt]:
+    """The live placement rows and the attempt an admission opens, unsaved. Without placements
+    (history written by hand, as the demo seeder does) the share, replicas and nodes come from the
+    admission ``detail`` and then the job's request, the same fallbacks metering uses, so the attempt
+    and the bill agree."""
+    live = [ReplicaPlacement.from_engine(job=job, replica=index, placement=p) for index, p in enumerate(placements)]
     replicas = len(placements) or int(detail.get("replicas") or job.replicas)
     if placements:
         share = sum(placement_billed_units(p) for p in placements)
@@ -117,7 +235,7 @@ def _attempt_open(
         share = billed_units_of_gpus(detail["gpus"])
     else:
         share = billed_units(gpus=job.gpu, gpu_milli=job.gpu_milli, mig_profile=job.mig_profile or None) * replicas
-    JobAttempt.objects.create(
+    attempt = JobAttempt(
         job=job,
         number=job.attempt,
         queued_at=min(queued_at, at),
@@ -133,6 +251,7 @@ def _attempt_open(
         nodes=sorted({p.node for p in placements} or set(detail.get("nodes") or ())),
         placements=[placement_record(index, p) for index, p in enumerate(placements)],
     )
+    return live, attempt
 
 
 def placement_record(replica: int, placement: EnginePlacement) -> dict:

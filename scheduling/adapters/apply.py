@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import partial
@@ -15,7 +15,7 @@ from django.db import connection, transaction
 
 from portal.jobs.models import GpuModel, Job
 from portal.jobs.states import ACTIVE_STATES, JobState
-from portal.jobs.transitions import job_transition
+from portal.jobs.transitions import job_transition, jobs_admitted
 from scheduling.adapters.contract import (
     ClusterBackend,
     billed_capacity_type,
@@ -98,11 +98,7 @@ def plan_apply(
         if fence is not None and not fence():
             raise LostCycleLock("the cycle lock was lost before the plan was written")
         preempted = sum(preemption_apply(p, now=now, backend=backend) for p in plan.preemptions)
-        started = [
-            int(a.workload_id)
-            for a in plan.admissions
-            if admission_apply(a, now=now, nodes=nodes, gpu_models=gpu_models)
-        ]
+        started = admissions_apply(plan.admissions, now=now, nodes=nodes, gpu_models=gpu_models)
         # The admitted jobs' pods start after commit, all in one call when the backend can start many
         # at once (the Kubernetes backend creates and binds them concurrently).
         if started:
@@ -146,34 +142,51 @@ def admission_apply(
 ) -> bool:
     """Admit one job on its placements (``plan_apply`` starts its pods after commit); False if it is no
     longer pending."""
-    # The row lock orders this write after a concurrent cancel, which the state re-check then sees.
-    job = Job.objects.select_for_update().filter(pk=int(admission.workload_id)).first()
-    if job is None or job.state != JobState.PENDING:
-        return False
-    first_node = nodes.get(admission.placements[0].node) if admission.placements else None
-    capacity_type = billed_capacity_type(node_capacity_type(first_node), off_peak=job.off_peak) if first_node else ""
-    job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
-    job.capacity_type = capacity_type
-    job.save(update_fields=["gpu_model", "capacity_type"])
-    detail = {
-        "gpu_model": admission.gpu_model or "",
-        "gpus": str(placement_gpus(admission.placements)),
-        "replicas": len(admission.placements),
-        # All replicas together: a Ray job's head and workers differ (metering bills these).
-        "cpu_milli": sum(p.cpu_milli for p in admission.placements),
-        "memory_mib": sum(p.memory_mib for p in admission.placements),
-        "capacity_type": capacity_type,
-        "nodes": sorted({p.node for p in admission.placements}),
-        "borrowed": admission.borrowed,
-    }
-    reason = f"admitted on {admission.gpu_model or 'CPU'}" + (
-        " (borrowing from the cohort)" if admission.borrowed else ""
-    )
-    # The placement rows and the attempt's record are written with the transition (same transaction).
-    job_transition(
-        job=job, to_state=JobState.ADMITTED, at=now, reason=reason, detail=detail, placements=admission.placements
-    )
-    return True
+    return bool(admissions_apply((admission,), now=now, nodes=nodes, gpu_models=gpu_models))
+
+
+def admissions_apply(
+    admissions: Sequence[m.Admission],
+    *,
+    now: datetime,
+    nodes: dict[str, m.GpuNode],
+    gpu_models: dict[str, GpuModel],
+) -> list[int]:
+    """Admit each job on its placements, all written together (``jobs_admitted``); returns the ids of
+    those admitted, in the plan's order (the others are no longer pending)."""
+    # The row locks order these writes after a concurrent cancel, which the state re-check then sees;
+    # taken in id order, as every locker of several job rows takes them (no deadlock between them).
+    ids = [int(a.workload_id) for a in admissions]
+    jobs = {job.pk: job for job in Job.objects.select_for_update().filter(pk__in=ids).order_by("pk")}
+    admits = []
+    for admission in admissions:
+        job = jobs.get(int(admission.workload_id))
+        if job is None or job.state != JobState.PENDING:
+            continue
+        first_node = nodes.get(admission.placements[0].node) if admission.placements else None
+        capacity_type = (
+            billed_capacity_type(node_capacity_type(first_node), off_peak=job.off_peak) if first_node else ""
+        )
+        job.gpu_model = gpu_models.get(admission.gpu_model) if admission.gpu_model else None
+        job.capacity_type = capacity_type
+        detail = {
+            "gpu_model": admission.gpu_model or "",
+            "gpus": str(placement_gpus(admission.placements)),
+            "replicas": len(admission.placements),
+            # All replicas together: a Ray job's head and workers differ (metering bills these).
+            "cpu_milli": sum(p.cpu_milli for p in admission.placements),
+            "memory_mib": sum(p.memory_mib for p in admission.placements),
+            "capacity_type": capacity_type,
+            "nodes": sorted({p.node for p in admission.placements}),
+            "borrowed": admission.borrowed,
+        }
+        reason = f"admitted on {admission.gpu_model or 'CPU'}" + (
+            " (borrowing from the cohort)" if admission.borrowed else ""
+        )
+        admits.append((job, now, reason, detail, admission.placements))
+    # The placement rows and the attempts' records are written with the transitions (same transaction).
+    jobs_admitted(admits=admits)
+    return [job.pk for job, *_ in admits]
 
 
 def pending_apply(pending: tuple[m.PendingInfo, ...]) -> None:

@@ -9,11 +9,13 @@ import logging
 from collections import defaultdict
 from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db import connection
+from django.db.models import Model, Q, QuerySet
 from django.utils.timezone import now as django_now
 
-from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, ReplicaPlacement
+from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
+from portal.tenants.models import Team
 from portal.tenants.selectors import team_toleration_allowlist
 from portal.tenants.tolerations import as_grant
 from scheduling.adapters.contract import (
@@ -32,6 +34,30 @@ from scheduling.engine import model as m
 from scheduling.models import NodePool
 
 logger = logging.getLogger(__name__)
+
+
+def rows_version(*models: type[Model]) -> str | None:
+    """A token that changes whenever a row of ``models``' tables is inserted, updated or deleted, read
+    in one query: PostgreSQL's location (``ctid``) and creating transaction (``xmin``) of every row
+    version, hashed. An update writes a new row version at a new location, also within the
+    transaction that inserted the row, and committed versions keep their ``xmin``. ``None`` on another
+    database (the SQLite demo): then nothing may be kept on it."""
+    if connection.vendor != "postgresql":
+        return None
+    quote = connection.ops.quote_name
+    parts = [
+        f"(SELECT coalesce(md5(string_agg(ctid::text || ':' || xmin::text, ',' ORDER BY ctid)), '') "
+        f"FROM {quote(model._meta.db_table)})"
+        for model in models
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT concat_ws('|', {', '.join(parts)})")
+        return str(cursor.fetchone()[0])
+
+
+# Every table ``queues_load``, ``pools_load`` and GPU models' memory and MIG profiles read: what a
+# cluster configuration holds besides its nodes.
+CONFIGURATION_TABLES: tuple[type[Model], ...] = (ClusterQueue, FlavorQuota, LocalQueue, Team, GpuModel, NodePool)
 
 
 def pools_load() -> tuple[m.NodePool, ...]:

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from portal.jobs.models import Job, ReplicaPlacement
-from portal.jobs.states import ACTIVE_STATES, JobState
+from django.db import connection
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
+
+from portal.jobs.models import GpuModel, Job, ReplicaPlacement
+from portal.jobs.states import JobState
 from scheduling.adapters.contract import SPOT, Observation, Reclaim, node_lost_observation, termination_notice
 from scheduling.engine.model import ForeignUsage, GpuNode, Taint, labels_of
 from scheduling.models import SimNode
@@ -21,6 +25,8 @@ from scheduling.models import SimNode
 
 class SimulatedCluster:
     name = "simulated"
+    # The tables ``nodes()`` reads: while their rows are unchanged (``orm.rows_version``), so are the nodes.
+    node_tables = (SimNode, GpuModel)
 
     def __init__(self, *, speedup: float = 60.0) -> None:
         if speedup <= 0:
@@ -51,28 +57,24 @@ class SimulatedCluster:
         return started + timedelta(seconds=job.runtime_s / self.speedup)
 
     def observe(self, *, now: datetime) -> list[Observation]:
+        """Admitted jobs start, due jobs succeed, jobs on a lost node end with it. Reads only those
+        jobs, not every running one: the others cannot have news (``_news``)."""
         observations: list[Observation] = []
-        active = Job.objects.filter(state__in=[JobState.ADMITTED, JobState.RUNNING]).only(
-            "id",
-            "attempt",
-            "state",
-            "admitted_at",
-            "started_at",
-            "runtime_s",
-            "capacity_type",
-            "checkpoint_path",
-            "restart_policy",
-        )
         live: dict[str, Reclaim | None] = {
             name: termination_notice(name, taints or [])
             for name, taints in SimNode.objects.values_list("name", "taints")
         }
-        nodes_of: dict[int, list[str]] = {}
-        for job_id, node in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", "node"):
-            nodes_of.setdefault(job_id, []).append(node)
-        for job in active:
+        # The replicas of admitted and running jobs on a node that is gone or announced its end.
+        lost_nodes_of: dict[int, list[str]] = {}
+        for job_id, node in (
+            ReplicaPlacement.objects.filter(job__state__in=OBSERVED_STATES)
+            .exclude(node__in=[name for name, notice in live.items() if notice is None])
+            .values_list("job_id", "node")
+        ):
+            lost_nodes_of.setdefault(job_id, []).append(node)
+        for job in self._news(now=now, lost=set(lost_nodes_of)):
             done = self.finish_time(job)
-            lost = next((n for n in sorted(nodes_of.get(job.pk, ())) if n not in live or live[n] is not None), None)
+            lost = min(lost_nodes_of.get(job.pk, ()), default=None)  # the first by name, as the pods list them
             if lost is not None:
                 gone = node_lost_observation(
                     job_id=job.pk,
@@ -92,6 +94,37 @@ class SimulatedCluster:
             if done <= now:
                 observations.append(Observation(job.pk, job.attempt, JobState.SUCCEEDED, done, "completed"))
         return observations
+
+    def _news(self, *, now: datetime, lost: set[int]) -> QuerySet[Job]:
+        """The admitted and running jobs that may have news at ``now``: every admitted one (it starts),
+        those on a lost node, and (PostgreSQL) the running ones due to finish by then; ``observe``
+        decides each exactly. The due test in SQL keeps a second of margin over ``finish_time``'s
+        arithmetic, so it only ever reads more jobs than that, never fewer. Elsewhere (the SQLite
+        demo) every running job is read."""
+        jobs = Job.objects.filter(state__in=OBSERVED_STATES).only(
+            "id",
+            "attempt",
+            "state",
+            "admitted_at",
+            "started_at",
+            "runtime_s",
+            "capacity_type",
+            "checkpoint_path",
+            "restart_policy",
+        )
+        if connection.vendor != "postgresql":
+            return jobs
+        table = connection.ops.quote_name(Job._meta.db_table)
+        due = RawSQL(
+            f"COALESCE({table}.started_at, {table}.admitted_at) + {table}.runtime_s * %s * interval '1 second' <= %s",
+            (1.0 / self.speedup, now + DUE_MARGIN),
+            output_field=BooleanField(),
+        )
+        return jobs.filter(Q(state=JobState.ADMITTED) | Q(pk__in=sorted(lost)) | Q(due))
+
+
+OBSERVED_STATES = (JobState.ADMITTED, JobState.RUNNING)
+DUE_MARGIN = timedelta(seconds=1)
 
 
 def _gpu_node(

@@ -436,6 +436,35 @@ def test_a_job_that_never_fits_is_refused_with_a_400_naming_the_limit(api, world
     assert JobTransition.objects.count() == 0
 
 
+def test_the_never_fits_answer_follows_every_change_of_nodes_and_quotas_between_submissions(api, world):
+    """The submit's test is kept between submissions; each change below, made in this test's one
+    transaction as an admin's would be, must show in the next answer as on a fresh read."""
+    from scheduling.models import SimNode
+
+    alice = api("alice")
+    big = {"gpu": 16, "allowed_gpu_models": ["A100-80GB"]}
+    assert submit(alice, **big).status_code == 400  # the largest A100 node has 8
+    node = SimNode.objects.filter(gpu_model=world.models["A100-80GB"]).first()
+    node.gpu_count = 16
+    node.save()
+    assert submit(alice, **big).status_code == 201
+    node.gpu_count = 8
+    node.save()
+    assert submit(alice, **big).status_code == 400
+    SimNode.objects.create(name="a100-big", gpu_model=world.models["A100-80GB"], gpu_count=16, cpu_milli=96_000,
+                           memory_mib=1024 * 1024)  # fmt: skip
+    assert submit(alice, **big).status_code == 201
+    SimNode.objects.filter(name="a100-big").delete()
+    assert submit(alice, **big).status_code == 400
+    # A quota change: the queue may hold at most 16 A100s (8 + 8 borrowed); 3 replicas of 8 never fit.
+    gang = {"gpu": 8, "replicas": 3, "allowed_gpu_models": ["A100-80GB"]}
+    assert submit(alice, **gang).json()["reason"]["details"]["limit"] == "queue_ceiling"
+    FlavorQuota.objects.filter(cluster_queue=world.cluster_queues["vision"]).update(nominal_gpus=24)
+    refused = submit(alice, **gang)
+    assert refused.status_code == 400
+    assert refused.json()["reason"]["details"]["limit"] == "cluster_total"  # now the 2 A100 nodes' 16 GPUs
+
+
 def test_a_gpu_model_no_node_has_is_named(api, world):
     from portal.jobs.models import GpuModel
 
