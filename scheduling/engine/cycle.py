@@ -51,7 +51,7 @@ from .admission import AdmissionOrder, FairShare, SortKey, sort_key
 from .capacity import Cluster, Statement
 from .collector import collector_paused
 from .cycle_plan import expected_arrivals, plan_of, waiting_jobs
-from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key, expected_runtime, run_group_key
+from .estimate import P50, P90, Arrivals, Forecast, RunKeys, Start, decision_key, expected_runtime
 from .explain import (
     gang_reason,
     placement_reason,
@@ -490,14 +490,7 @@ class _Cycle:
     def replay(self, which: int) -> Replay:
         """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
         bound = Bound(self.cluster, self.placer.shape_for)
-        reservations = tuple(self.reservations)
-
-        def runtime(job: Workload) -> float:
-            return expected_runtime(job, self.runtimes, which)
-
-        def group_key(job: Workload, cq: str) -> tuple[object, ...]:
-            return run_group_key(job, cq, reservations, runtime(job))
-
+        keys = RunKeys(self.runtimes, which, tuple(self.reservations))
         return Replay(
             self.timelines[which],
             self.clone,
@@ -505,9 +498,9 @@ class _Cycle:
             self._forecaster().models,
             self.now,
             bound,
-            reservations=reservations,
-            group_key=group_key,
-            runtime=runtime,
+            reservations=keys.reservations,
+            group_key=keys.group_key,
+            runtime=keys.runtime,
         )
 
     def _forecaster(self) -> Forecast:

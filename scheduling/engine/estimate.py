@@ -479,6 +479,22 @@ def decision_key(job: Workload, cq: str, priority: int) -> tuple[object, ...]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RunKeys:
+    """One run's (``which``: P50 or P90) expected runtime and group of a job, for the dry run's replay
+    (a plain object: the dry run's kept state is pickled)."""
+
+    runtimes: Runtimes
+    which: int
+    reservations: tuple[Reservation, ...]
+
+    def runtime(self, job: Workload) -> float:
+        return expected_runtime(job, self.runtimes, self.which)
+
+    def group_key(self, job: Workload, cq: str) -> tuple[object, ...]:
+        return run_group_key(job, cq, self.reservations, self.runtime(job))
+
+
 def run_group_key(job: Workload, cq: str, reservations: Sequence[Reservation], runtime: float) -> tuple[object, ...]:
     """A run's group of ``job`` expected to run ``runtime``: with reservations, jobs of one group must
     also leave the same reservations alone (the same runtime) and a reserved job is a group of its own."""
