@@ -22,7 +22,9 @@ Steps (each is one part of :meth:`Forecast.run`):
    last period's submissions again, each at its own time plus k periods, up to a horizon) join the
    groups when the run reaches their period; a group whose next job is not submitted yet waits for
    that job's submission time (an event like an end). They compete as submitted jobs do and get no
-   estimate themselves.
+   estimate themselves. The cycle's backfill reservations (``reservations``) stand until their jobs
+   start: a job decided while it would still run at a reservation's shadow time leaves its room alone
+   (``Holds``); groups are then also told apart by expected runtime, a reserved job is its own group.
 4. It stops when every waiting job has started (or the one asked about, ``until``), after
    ``max_steps`` steps, or once it has taken ``max_decisions`` decisions (``Policy.forecast_decisions``,
    as Slurm's backfill bounds the jobs it tests): a job not started by then has no estimate (beyond
