@@ -123,6 +123,7 @@ def replay(args: argparse.Namespace) -> None:
         forecast_decisions=args.decisions,
         arrival_period_s=known_period if args.known_arrivals else args.arrival_period,
         arrival_horizon_s=known_period if args.known_arrivals else args.arrival_horizon,
+        reserved_jobs=args.reserved_jobs,
     )
 
     pending: dict[str, Workload] = {}
@@ -243,6 +244,16 @@ def replay(args: argparse.Namespace) -> None:
         f"|predicted - actual start| / max(wait, {args.min_wait:.0f} s): median {_pct(every_median)}, "
         f"P90 {_pct(every_p90)}"
     )
+    # What the day cost: GPUs allocated over time (each job's actual runtime from its start).
+    ends = [started[w.id] + actual[w.id] for w in jobs if w.id in started]
+    makespan = max(ends) - min(w.created_at for w in jobs)
+    gpu_s = sum(actual[w.id] * _gpus(w) for w in jobs if w.id in started)
+    all_waits = np.array([started[w.id] - w.created_at for w in jobs if w.id in started])
+    print(
+        f"utilization: makespan {makespan / 3600:.2f} h, mean GPUs allocated over it {gpu_s / makespan:.1f} of {gpus} "
+        f"({gpu_s / makespan / gpus:.1%}); every job's wait: mean {all_waits.mean() / 60:.1f} min, "
+        f"median {np.median(all_waits) / 60:.1f} min; jobs started {len(started)} of {len(jobs)}"
+    )
     s = np.array(signed)
     print(
         f"P50 estimate before the actual start for {np.mean(s < 0):.0%} of jobs; signed error (predicted - actual) / "
@@ -255,6 +266,11 @@ def replay(args: argparse.Namespace) -> None:
         )
     if not errors:
         sys.exit(1)
+
+
+def _gpus(w: Workload) -> float:
+    """GPUs a job of the day holds (half a GPU for a fraction)."""
+    return (w.resources.gpu or w.resources.gpu_milli / 1000) * w.replicas
 
 
 def _percentiles(values: list[float], qs: tuple[float, ...]) -> list[float]:
@@ -281,6 +297,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--min-wait", type=float, default=300.0)
     parser.add_argument("--decisions", type=int, default=3000)
+    parser.add_argument(
+        "--reserved-jobs",
+        type=int,
+        default=Policy().reserved_jobs,
+        help="backfill reservations per cycle (Policy.reserved_jobs; 0: none, the cycle before reservations)",
+    )
     parser.add_argument("--spread", type=float, default=1.0, help="scale of each team's runtime spread (0: exact)")
     parser.add_argument(
         "--arrival-period",

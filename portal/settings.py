@@ -200,6 +200,10 @@ PLACEMENT_POLICY = env_str("PLACEMENT_POLICY", "portal")  # fragmentation-aware 
 # Decisions the forecast of estimated starts may take per run, twice a cycle (P50 and P90): pending
 # jobs it does not reach get no estimate (Slurm's bf_max_job_test). See bench/bench_dryrun.py.
 FORECAST_DECISIONS = env_int("FORECAST_DECISIONS", 3000)
+# Backfill reservations per cycle (Slurm's backfill; docs/engine.md "Backfill reservations"): the first
+# this many jobs waiting for capacity hold the room they get at their forecast start; 0 (the default)
+# turns them off.
+RESERVED_JOBS = env_int("RESERVED_JOBS", 0)
 # Dry runs (POST /api/v1/jobs/check/) answer from a kept cycle state (scheduling.selectors). Once a
 # cycle has run since (or after DRY_RUN_TTL_S), the next check is still answered from the kept state
 # while a fresh one is built in the background, up to DRY_RUN_STALE_S old; 0 builds it in the request.

@@ -46,6 +46,7 @@ def policy_from_settings() -> Policy:
     """The cycle's policy, from the settings (placement, seed, topology labels)."""
     return Policy(
         forecast_decisions=settings.FORECAST_DECISIONS,
+        reserved_jobs=settings.RESERVED_JOBS,
         placement=settings.PLACEMENT_POLICY,
         seed=settings.SCHEDULER_SEED,
         rack_label=settings.K8S_RACK_LABEL,

@@ -118,6 +118,14 @@ class FairShare:
         return share
 
 
+def sort_key(fair: FairShare | None, job: Workload, borrows: bool = False) -> SortKey:
+    """``job``'s place in the admission order as usage stands in ``fair`` (None: no fair sharing)."""
+    if fair is None:
+        return (-job.priority, borrows, 0.0, 0.0, job.created_at, job.id)
+    lq = job.local_queue
+    return (-job.priority, borrows, fair.cq_share(fair.lq_cq.get(lq, "")), fair.lq_share(lq), job.created_at, job.id)
+
+
 class AdmissionOrder:
     """Yields pending workloads in admission order, re-ranking queues as usage changes.
 
@@ -137,15 +145,13 @@ class AdmissionOrder:
         self.fair_sharing = fair_sharing
         self.borrows = borrows
         self._heap: list[tuple[SortKey, str]] = []
+        self.last_key: SortKey | None = None  # the key the job yielded last was taken with
         self.refresh()
 
     def _key(self, lq: str) -> SortKey:
         job = self.queues[lq][self.heads[lq]]
         borrows = self.borrows(job) if self.borrows is not None else False
-        if self.fair_sharing:
-            cq = self.fair.lq_cq.get(lq, "")
-            return (-job.priority, borrows, self.fair.cq_share(cq), self.fair.lq_share(lq), job.created_at, job.id)
-        return (-job.priority, borrows, 0.0, 0.0, job.created_at, job.id)
+        return sort_key(self.fair if self.fair_sharing else None, job, borrows)
 
     def refresh(self) -> None:
         self._heap = [(self._key(lq), lq) for lq in self.queues if self.heads[lq] < len(self.queues[lq])]
@@ -160,6 +166,7 @@ class AdmissionOrder:
                 continue
             job = self.queues[lq][self.heads[lq]]
             self.heads[lq] += 1
+            self.last_key = key
             yield job
             # The queue's next job is keyed after this one's decision, which may raise the queue's
             # share: a key taken before it would be stale and popped once more for nothing.

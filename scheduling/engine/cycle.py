@@ -29,6 +29,11 @@ Steps (each is one call in :meth:`_Cycle.run`):
    e. otherwise, in the first pass, a job that would have to borrow -> ``Deferred`` to the second;
       else ``NoFit`` with the reason from the first model that had quota (placement or gang), else
       quota.
+   Backfill reservations (``reservations``): the first ``Policy.reserved_jobs`` jobs whose outcome is
+   a placement or gang ``NoFit`` get a reservation, the whole GPUs they get at their shadow time (the
+   forecast of what runs now and the reservations before theirs); while a later job is decided, the
+   free part of every reservation it would still run at the shadow time of is held out of the cluster
+   (``Holds``), so it starts only in what is left (its reason says what was held).
 4. Position in its queue and estimated starts, P50 and P90 (``estimate.Forecast``: this cycle's
    decision run forward over its final state), for every workload still pending.
 
@@ -42,11 +47,11 @@ import copy
 from dataclasses import replace
 
 from . import podsets
-from .admission import AdmissionOrder, FairShare
+from .admission import AdmissionOrder, FairShare, SortKey, sort_key
 from .capacity import Cluster, Statement
 from .collector import collector_paused
 from .cycle_plan import expected_arrivals, plan_of, waiting_jobs
-from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key
+from .estimate import P50, P90, Arrivals, Forecast, RunKeys, Start, decision_key, expected_runtime
 from .explain import (
     gang_reason,
     placement_reason,
@@ -72,12 +77,15 @@ from .outcome import NOT_EXPLAINED, Deferred, Fit, Memo, Misses, NoFit, Outcome,
 from .placement import Placer
 from .preemption import Holder, Victim
 from .quota import QuotaBook, models_to_try, request_of
+from .reservations import Holds, Reservation, active, held_reason, reservable
 from .standing import capacity_totals
 from .taints import granted_snapshot
 from .timeline import Bound, Replay, Timeline
 from .verdict import Feasibility
 from .victims import CycleVictims, VictimState, preempting
 from .windows import opens_at
+
+RESERVED_KINDS = (ReasonKind.PLACEMENT, ReasonKind.GANG)  # waiting for capacity: may get a reservation
 
 
 def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
@@ -151,6 +159,11 @@ class _Cycle:
         self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
         self.timelines = (Timeline(), Timeline())  # step 4's runs, recorded for the dry run to replay
         self._forecast: Forecast | None = None  # built in step 4, after the last admission
+        # Step 3's backfill reservations (``reservations``), in the order they were made, with their
+        # jobs; while a job is decided, the reserved room it must leave alone is held out (``holds``).
+        self.reservations: list[Reservation] = []
+        self.reserved: list[tuple[Workload, str]] = []
+        self.holds = Holds(self.cluster)
         self._expected: Arrivals | None = None  # the forecast's expected submissions, built once
 
     def run(self) -> Plan:
@@ -204,10 +217,11 @@ class _Cycle:
         # pass 1 it would take the room the deferred job may preempt it for, every cycle (a loop).
         deferred: dict[str, list[Workload]] = {}
         deferred_top: dict[str, int] = {}  # per ClusterQueue: the first (highest) priority deferred
-        for job in AdmissionOrder(pending, self.fair, fair_sharing=True):
+        order = AdmissionOrder(pending, self.fair, fair_sharing=True)
+        for job in order:
             cq = self.lq_by_name[job.local_queue].cluster_queue
             if job.priority < deferred_top.get(cq, job.priority) or isinstance(
-                self._consider(job, borrow=False), Deferred
+                self._consider(job, borrow=False, at=(0, order.last_key)), Deferred
             ):
                 deferred.setdefault(job.local_queue, []).append(job)
                 deferred_top.setdefault(cq, job.priority)
@@ -215,9 +229,12 @@ class _Cycle:
                 self.considered.append(job)
         # In pass 2, of equal priority, a job that now fits its queue's nominal quota goes before one
         # that would borrow (else a borrower takes the room and the other reclaims it next cycle).
-        for job in AdmissionOrder(deferred, self.fair, fair_sharing=True, borrows=self._borrows):
+        order = AdmissionOrder(deferred, self.fair, fair_sharing=True, borrows=self._borrows)
+        for job in order:
             self.considered.append(job)
-            self._consider(job, borrow=True)
+            self._consider(job, borrow=True, at=(1, order.last_key))
+        self.holds.clear()  # the final state holds nothing back
+        self.stats["reservations"] = len(self.reservations)
 
     def _borrows(self, job: Workload) -> bool:
         """Whether every GPU model the job may use would make its queue borrow now."""
@@ -243,8 +260,10 @@ class _Cycle:
             minimums = self.memo.minimums[key] = tuple(out)
         return minimums
 
-    def _consider(self, job: Workload, borrow: bool) -> Outcome:
-        """Decide one job and record the outcome."""
+    def _consider(self, job: Workload, borrow: bool, at: tuple[int, SortKey | None]) -> Outcome:
+        """Decide one job (``at``: its pass and its key in the admission order) and record the outcome;
+        a job waiting for capacity may get a reservation."""
+        self._hold(job, len(self.reservations))
         outcome = self._decide(job, borrow)
         match outcome:
             case Fit(admission, request):
@@ -257,7 +276,31 @@ class _Cycle:
                 self._preempt(job, victims)
             case NoFit(reason):
                 self.pending[job.id] = (reason, None)
+                if len(self.reservations) < self.policy.reserved_jobs and reason.kind in RESERVED_KINDS:
+                    self._reserve(job, at)
         return outcome
+
+    def _hold(self, job: Workload, before: int) -> None:
+        """Hold out the room of the first ``before`` reservations ``job`` must leave alone: those it
+        would still run at the shadow time of (``reservations.applies``, its P50 expected runtime)."""
+        if self.reservations:
+            end = self.now + expected_runtime(job, self.runtimes, P50)
+            self.holds.set(self.reservations, active(self.reservations, end, before))
+
+    def _reserve(self, job: Workload, at: tuple[int, SortKey | None]) -> None:
+        """Reserve for ``job`` the room it gets at its shadow time: its start in the forecast of the
+        jobs running now and the reserved jobs before it (their reservations kept), those jobs alone.
+        Whole GPUs only (a fraction or MIG slice starts on the first device that frees up)."""
+        self.holds.clear()
+        cq = self.lq_by_name[job.local_queue].cluster_queue
+        forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
+        waiting = [*self.reserved, (job, cq)]
+        starts = forecast.run(waiting, self.holders, self.taken, P50, until=job.id, reservations=self.reservations)
+        start = starts.get(job.id)
+        if start is not None and reservable(start.placements):
+            order = (at[0], *(at[1] or ()))
+            self.reservations.append(Reservation(job.id, start.at, start.gpu_model, start.placements, order))
+            self.reserved.append((job, cq))
 
     def _decide(self, job: Workload, borrow: bool) -> Outcome:
         cq = self.lq_by_name[job.local_queue].cluster_queue
@@ -267,7 +310,7 @@ class _Cycle:
             message = f"budget: team {job.team} may not start new jobs" + (f": {why}" if why else "")
             return NoFit(Reason(ReasonKind.BUDGET, message, (("team", job.team), ("waits_for", "budget"))))
         # b. The same job failed already.
-        key = (borrow, *decision_key(job, cq, job.priority if self.policy.preemption else 0))
+        key = (borrow, self.holds.indices, *decision_key(job, cq, job.priority if self.policy.preemption else 0))
         cached = self.memo.failed.get(key)
         if cached is not None:
             self.stats["cache_hits"] += 1
@@ -303,6 +346,8 @@ class _Cycle:
         if not self.explaining:
             return NOT_EXPLAINED
         reason = self._reason(job, misses)
+        if self.holds.taken:
+            reason = held_reason(reason, self.holds, self.reservations)
         if misses.protected is not None:
             reason = protected_reason(reason, *misses.protected, self.now)
         return NoFit(reason)
@@ -326,7 +371,7 @@ class _Cycle:
             misses.quota.append(quota_shortfall(self.quota, cq, self.cohort_of.get(cq, ""), minimum))
             return None
         misses.fitting.append(shape)
-        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size, job.pod_sets)
+        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size, job.pod_sets, self.holds.indices)
         if pkey in self.memo.placement_failed:
             self.stats["cache_hits"] += 1
             misses.placement = misses.placement or self.memo.placement_failed[pkey]
@@ -376,7 +421,7 @@ class _Cycle:
         """The placement (or gang) reason of the first model that had quota, else the quota reason."""
         failure = misses.placement
         if misses.fitting and failure is None:
-            key = (tuple(misses.fitting), job.node_selector, job.tolerations, job.rules)
+            key = (tuple(misses.fitting), job.node_selector, job.tolerations, job.rules, self.holds.indices)
             failure = self.memo.explained.get(key)
             if failure is None:
                 explanation = self.placer.explain(job, misses.fitting)
@@ -439,12 +484,24 @@ class _Cycle:
             max_decisions=self.policy.forecast_decisions,
             recorder=recorder,
             arrivals=self._arrivals(),
+            reservations=self.reservations,
         )
 
     def replay(self, which: int) -> Replay:
         """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
         bound = Bound(self.cluster, self.placer.shape_for)
-        return Replay(self.timelines[which], self.clone, self.fair, self._forecaster().models, self.now, bound)
+        keys = RunKeys(self.runtimes, which, tuple(self.reservations))
+        return Replay(
+            self.timelines[which],
+            self.clone,
+            self.fair,
+            self._forecaster().models,
+            self.now,
+            bound,
+            reservations=keys.reservations,
+            group_key=keys.group_key,
+            runtime=keys.runtime,
+        )
 
     def _forecaster(self) -> Forecast:
         if self._forecast is None:
@@ -467,6 +524,7 @@ class _Cycle:
         memo: dict[int, object] = {id(x): x for x in shared}
         state = (self.cluster, self.placer, self.quota, self.fair, self.feasibility)
         twin.cluster, twin.placer, twin.quota, twin.fair, twin.feasibility = copy.deepcopy(state, memo)
+        twin.holds = Holds(twin.cluster)  # the final state holds nothing back
         twin.memo = Memo(requests=dict(self.memo.requests))
         twin.stats = dict(self.stats)
         twin.preemptors = dict(self.preemptors)
@@ -509,12 +567,20 @@ class _Cycle:
         saved = (dict(self.preemptors), self.keep_fits)
         self.keep_fits = False
         try:
+            # The reservations made before its place in the order (as it stands on the final state).
+            self._hold(job, self._reserved_before((0, *sort_key(self.fair, job))))
             outcome = self._decide(job, borrow=False)
             if isinstance(outcome, Deferred):
+                self._hold(job, self._reserved_before((1, *sort_key(self.fair, job, self._borrows(job)))))
                 outcome = self._decide(job, borrow=True)
         finally:
+            self.holds.clear()
             self.preemptors, self.keep_fits = saved
         return outcome
+
+    def _reserved_before(self, order: tuple[object, ...]) -> int:
+        """How many reservations the cycle had made when it reached ``order`` (pass, admission key)."""
+        return sum(1 for r in self.reservations if r.order < order)
 
 
 __all__ = ["request_of", "run_cycle"]

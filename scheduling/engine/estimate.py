@@ -22,7 +22,9 @@ Steps (each is one part of :meth:`Forecast.run`):
    last period's submissions again, each at its own time plus k periods, up to a horizon) join the
    groups when the run reaches their period; a group whose next job is not submitted yet waits for
    that job's submission time (an event like an end). They compete as submitted jobs do and get no
-   estimate themselves.
+   estimate themselves. The cycle's backfill reservations (``reservations``) stand until their jobs
+   start: a job decided while it would still run at a reservation's shadow time leaves its room alone
+   (``Holds``); groups are then also told apart by expected runtime, a reserved job is its own group.
 4. It stops when every waiting job has started (or the one asked about, ``until``), after
    ``max_steps`` steps, or once it has taken ``max_decisions`` decisions (``Policy.forecast_decisions``,
    as Slurm's backfill bounds the jobs it tests): a job not started by then has no estimate (beyond
@@ -47,6 +49,7 @@ from .model import ReplicaPlacement, Workload
 from .outcome import Fit, Outcome
 from .preemption import Holder
 from .quota import QuotaBook, models_to_try
+from .reservations import Holds, Reservation, active
 
 COALESCE_S = 1.0
 RESOLUTION = 0.01
@@ -63,6 +66,7 @@ class Host(Protocol):
     cluster: Cluster
     quota: QuotaBook
     fair: FairShare
+    holds: Holds
 
     def forecast_decide(self, job: Workload) -> Outcome: ...
 
@@ -148,6 +152,7 @@ class _End:
     cq: str = field(compare=False)
     request: dict[str, int] = field(compare=False)
     models: frozenset[str | None] = field(compare=False)
+    job_id: str = field(default="", compare=False)  # the job that started (a forecast start)
 
     def __lt__(self, other: _End) -> bool:
         """The heap's order: ``(at, seq)`` (written out: the generated tuple comparison is slower)."""
@@ -175,6 +180,8 @@ class Forecast:
         self.now = now
         self.runtimes = runtimes
         self.flavors = flavors  # ClusterQueue -> its GPU models in flavor order
+        self.reservations: Sequence[Reservation] = ()  # the run's (``reservations``)
+        self.which = P50
 
     def run(
         self,
@@ -187,12 +194,18 @@ class Forecast:
         max_decisions: int | None = None,
         recorder: Recorder | None = None,
         arrivals: Arrivals | None = None,
+        reservations: Sequence[Reservation] = (),
     ) -> dict[str, Start]:
         """When (and where) each ``(job, cluster queue)`` of ``waiting`` (in the cycle's order) starts;
         a job missing from the answer has no estimate. ``until``: stop once this job has started.
         ``recorder``: told each step's ends, each group taken off the heap, and what is left.
-        ``arrivals``: the submissions expected meanwhile (step 3), which compete as submitted jobs do."""
+        ``arrivals``: the submissions expected meanwhile (step 3), which compete as submitted jobs do.
+        ``reservations``: the cycle's (``reservations``): until its job starts, each keeps its room from
+        every job that would still run at its shadow time, but the reserved jobs before it."""
         host, cluster, quota, fair = self.host, self.host.cluster, self.host.quota, self.host.fair
+        self.reservations, self.which = reservations, which
+        reserved = {r.job_id: k for k, r in enumerate(reservations)}
+        started_reserved: set[str] = set()
         saved = host.forecast_begin()
         # Step 5 puts back the state as it is now (capacity, quota, fair share) and tells the cluster's
         # listeners of every change undone, newest first.
@@ -223,6 +236,7 @@ class Forecast:
                 # 3. Give back what ended (an expected submission's arrival gives nothing back but
                 # lets its group try).
                 t, reach, released_now = pop_step(ends, self.now)
+                host.holds.clear()  # computed on the room free before these ends
                 for ended in released_now:
                     applied.extend((p, -1) for p in ended.placements if cluster.apply(p, -1))
                     if ended.request:
@@ -264,6 +278,10 @@ class Forecast:
                     if job.created_at > reach and job.id in queue.alias:
                         continue  # expected, not submitted yet: its arrival lets the group try again
                     budget -= 1
+                    if reservations:
+                        end_at = t + expected_runtime(job, self.runtimes, which, queue.alias)
+                        indices = active(reservations, end_at, reserved.get(job.id), started_reserved)
+                        host.holds.set(reservations, indices)
                     outcome = host.forecast_decide(job)
                     if not isinstance(outcome, Fit):
                         if recorder is not None:
@@ -276,8 +294,17 @@ class Forecast:
                     runtime = expected_runtime(job, self.runtimes, which, queue.alias)
                     models = frozenset((admission.gpu_model,))
                     end = _End(
-                        t + runtime, queue.seq, admission.placements, job.local_queue, group.cq, outcome.request, models
+                        t + runtime,
+                        queue.seq,
+                        admission.placements,
+                        job.local_queue,
+                        group.cq,
+                        outcome.request,
+                        models,
+                        job.id,
                     )
+                    if job.id in reserved:
+                        started_reserved.add(job.id)
                     heapq.heappush(ends, end)
                     if recorder is not None:
                         recorder.popped(key, index, True, end)
@@ -294,6 +321,7 @@ class Forecast:
                 recorder.finish(list(ends), left, step)
         finally:
             # 5. Undo.
+            host.holds.clear()
             cluster.restore_free(before[0], applied)
             quota.restore_usage(before[1])
             fair.restore_usage(before[2])
@@ -327,6 +355,13 @@ class Forecast:
             if started + runtime > self.now:
                 return started + runtime
         return self.now + 0.1 * known[P90]
+
+    def group_key(self, job: Workload, cq: str, alias: Mapping[str, str] | None = None) -> tuple[object, ...]:
+        """The run's group of ``job``: ``group_key``, and with reservations its expected runtime (which
+        reservations it must leave alone) and, for a reserved job, its id (a group of its own)."""
+        if not self.reservations:
+            return group_key(job, cq)
+        return run_group_key(job, cq, self.reservations, expected_runtime(job, self.runtimes, self.which, alias))
 
     def models(self, job: Workload, cq: str) -> frozenset[str | None]:
         """The GPU models whose capacity coming back may let ``job`` start (``None``: CPU-only work,
@@ -366,7 +401,8 @@ class _Queue:
         self.recorder: Recorder | None = None
 
     def add(self, job: Workload, cq: str, expected: bool = False) -> _Group:
-        key = (*group_key(job, cq), EXPECTED) if expected else group_key(job, cq)
+        key = self.forecast.group_key(job, cq, self.alias)
+        key = (*key, EXPECTED) if expected else key
         group = self.by_key.get(key)
         if group is None:
             group = self.by_key[key] = _Group(len(self.groups), cq, self.forecast.models(job, cq))
@@ -445,6 +481,32 @@ def decision_key(job: Workload, cq: str, priority: int) -> tuple[object, ...]:
     )
 
 
-def group_key(job: Workload, cq: str) -> tuple[object, ...]:
-    """The forecast's groups: equal decisions, one local queue (its order within the queue)."""
-    return (job.local_queue, *decision_key(job, cq, job.priority))
+@dataclass(frozen=True, slots=True)
+class RunKeys:
+    """One run's (``which``: P50 or P90) expected runtime and group of a job, for the dry run's replay
+    (a plain object: the dry run's kept state is pickled)."""
+
+    runtimes: Runtimes
+    which: int
+    reservations: tuple[Reservation, ...]
+
+    def runtime(self, job: Workload) -> float:
+        return expected_runtime(job, self.runtimes, self.which)
+
+    def group_key(self, job: Workload, cq: str) -> tuple[object, ...]:
+        return run_group_key(job, cq, self.reservations, self.runtime(job))
+
+
+def run_group_key(job: Workload, cq: str, reservations: Sequence[Reservation], runtime: float) -> tuple[object, ...]:
+    """A run's group of ``job`` expected to run ``runtime``: with reservations, jobs of one group must
+    also leave the same reservations alone (the same runtime) and a reserved job is a group of its own."""
+    if not reservations:
+        return group_key(job, cq)
+    reserved = any(r.job_id == job.id for r in reservations)
+    return group_key(job, cq, (runtime, job.id if reserved else ""))
+
+
+def group_key(job: Workload, cq: str, extra: tuple[object, ...] = ()) -> tuple[object, ...]:
+    """The forecast's groups: equal decisions, one local queue (its order within the queue); ``extra``:
+    what else tells them apart (``Forecast.group_key``)."""
+    return (job.local_queue, *decision_key(job, cq, job.priority), *extra)

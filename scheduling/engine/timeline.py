@@ -51,6 +51,7 @@ from .fit import Shape, replica_capacity
 from .model import Workload
 from .outcome import Fit, Outcome
 from .quota import QuotaBook
+from .reservations import Holds, Reservation, active
 
 CURSORS = 3  # copies of the state parked along one record
 
@@ -86,6 +87,7 @@ class Timeline:
         self.waiting = 0
         # (end, sign): -1 gives back what an end holds, 1 takes it (a start); set by ``seal``.
         self.events: list[tuple[_End, int]] = []
+        self.started_at: dict[str, int] = {}  # job id -> the event of its start (set by ``finish``)
 
     def begin(self, groups: Mapping[tuple[object, ...], tuple[int, int]], budget: int) -> None:
         self.groups = dict(groups)
@@ -127,6 +129,7 @@ class Timeline:
             for pop in step.pops:
                 pop.before = len(self.events)
                 if pop.started is not None:
+                    self.started_at[pop.started.job_id] = len(self.events)
                     self.events.append((pop.started, 1))
             step.after = len(self.events)
 
@@ -141,6 +144,7 @@ class ReplayHost(Protocol):
     cluster: Cluster
     quota: QuotaBook
     fair: FairShare
+    holds: Holds
 
     def forecast_decide(self, job: Workload) -> Outcome: ...
 
@@ -204,8 +208,14 @@ class Replay:
         models: Callable[[Workload, str], frozenset[str | None]],
         now: float,
         bound: Bound | None = None,
+        reservations: tuple[Reservation, ...] = (),
+        group_key: Callable[[Workload, str], tuple[object, ...]] = group_key,
+        runtime: Callable[[Workload], float] | None = None,
     ) -> None:
         self.timeline = timeline
+        self.reservations = reservations  # the cycle's (``reservations``), kept by the run
+        self.group_key = group_key  # the run's groups (``estimate.Forecast.group_key``)
+        self.runtime = runtime  # a job's expected runtime in the run (needed with reservations)
         self.copy = copy
         self.fair = fair  # the cycle's, read at the final state only
         self.models = models
@@ -239,10 +249,24 @@ class Replay:
                 if start is not None:
                     return start
                 continue
-            fit = cursor.decide(job)
+            fit = self._decide(cursor, job, at, pos)
             if fit is not None:
                 return Start(at, fit.admission.gpu_model, fit.admission.placements)
         return None
+
+    def _decide(self, cursor: _Cursor, job: Workload, at: float, pos: int) -> Fit | None:
+        """The run's decision at ``pos``: the reserved room the job must leave alone held out (the
+        reservations whose job had not started by then and that apply to a job starting ``at``)."""
+        if not self.reservations or self.runtime is None:
+            return cursor.decide(job)
+        started = self.timeline.started_at
+        done = {r.job_id for r in self.reservations if started.get(r.job_id, pos) < pos}
+        holds = cursor.host.holds
+        holds.set(self.reservations, active(self.reservations, at + self.runtime(job), None, done))
+        try:
+            return cursor.decide(job)
+        finally:
+            holds.clear()
 
     def _cursor(self, pos: int) -> _Cursor:
         """The parked copy nearest ``pos`` (a new one while there are fewer than ``CURSORS``), moved
@@ -260,7 +284,7 @@ class Replay:
         stand for the steps after it (``_beyond``)."""
         timeline = self.timeline
         models = self.models(job, cq)
-        member = timeline.groups.get(group_key(job, cq))
+        member = timeline.groups.get(self.group_key(job, cq))
         # Not a recorded group's: a group of its own, after every waiting job's group (an expected
         # submissions' group sharing the index never counts: ``ahead`` is 0).
         index, ahead = member if member is not None else (len(timeline.groups), 0)
@@ -271,7 +295,8 @@ class Replay:
         tried_at = 0
         dirty = _Dirty(models)
         seen = 0  # jobs of its group started so far
-        decision = group_key(job, cq)[1:]  # the cycle's memo key (with the priority, the stricter one)
+        decision = self.group_key(job, cq)[1:]  # the cycle's memo key (with the priority, the stricter one)
+        reserved = {r.job_id for r in self.reservations}
         shapes = {i: key[1:] for key, (i, _) in timeline.groups.items()} | timeline.expected_groups
         for step_no, step in enumerate(timeline.steps, start=1):
             failed: set[tuple[object, ...]] = set()  # decisions that failed in this step so far
@@ -301,6 +326,8 @@ class Replay:
                         failed.add(shapes[pop.index])
                     continue
                 _charge(fair, cq, (pop.started,), 1)
+                if pop.started.job_id in reserved:
+                    failed.clear()  # its room is no longer held: what failed may fit now
                 if pop.index == index:
                     seen += 1
                     if seen == ahead:  # its group's last recorded job started: the job is its head now

@@ -147,7 +147,8 @@ def test_cpu_and_memory_must_fit():
             job("mem-hog", "a", gpu=1, mem=10_000, created=1),
         ],
     )
-    plan = run_cycle(snap, Policy(), NOW)
+    # Without reservations (cpu-hog's would hold the free CPU from mem-hog: test_reservations).
+    plan = run_cycle(snap, Policy(reserved_jobs=0), NOW)
     assert reason_of(plan, "cpu-hog") == (
         "placement: 0 of 1 nodes fit: 1 not enough CPU; needs 8 free CPU cores on one node; "
         "eligible nodes have at most 6 free each and 6 in all (capacity in use)"

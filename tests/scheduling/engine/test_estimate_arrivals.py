@@ -47,8 +47,10 @@ def _far_ends(second_end: float) -> list[Workload]:
 def test_ends_further_apart_than_one_percent_of_the_time_ahead_are_separate_steps():
     # +10000: n1 alone is free; the gang needs both nodes, so "single" starts on n1 and holds it until
     # +12000. +10300 (3 % of the time ahead later): n2 is free, n1 is not. +12000: the gang starts.
-    # (Taking ends 5 % apart together, as the forecast once did, started the gang at +10000.)
-    plan = run_cycle(snapshot(NODES, QUEUE, [lq("a", "q")], _far_ends(10_300)), Policy(), NOW)
+    # (Taking ends 5 % apart together, as the forecast once did, started the gang at +10000.) Without
+    # reservations: with one, "single" (2000 s, past the gang's shadow time) may not take n1
+    # (test_reservations).
+    plan = run_cycle(snapshot(NODES, QUEUE, [lq("a", "q")], _far_ends(10_300)), Policy(reserved_jobs=0), NOW)
     assert pending_info(plan, "single").estimated_start == NOW + 10_000
     assert pending_info(plan, "gang").estimated_start == NOW + 12_000
 
@@ -80,15 +82,18 @@ def test_expected_submissions_take_a_freed_node_before_a_waiting_gang():
     # "last" (8 GPUs, runs 2500 s) was submitted 1800 s ago: with a period of 3600 s the forecast expects
     # its like again at +1800. n1 is free from +1000, the gang needs both nodes, so the expected job
     # starts on n1 at +1800 and holds it until +4300; n2 frees at +3000; the gang starts at +4300.
-    # Without expected submissions the gang starts at +3000.
+    # Without expected submissions the gang starts at +3000. Without reservations: with one, the gang
+    # holds n1 from +1000 and the expected job (2500 s, past +3000) may not take it (test_reservations).
     last = job("last", "a", gpu=8, runtime_s=3600, created=NOW - 1800)
     old = job("old", "a", gpu=8, runtime_s=3600, created=NOW - 3700)  # before the period: not expected
     runtimes = (("last", 2500.0, 2500.0), ("old", 100.0, 100.0))
     snap = snapshot(NODES, QUEUE, [lq("a", "q")], [*BUSY, GANG], runtimes=runtimes, recent=(last, old))
-    expecting = run_cycle(snap, Policy(arrival_period_s=3600), NOW)
+    expecting = run_cycle(snap, Policy(arrival_period_s=3600, reserved_jobs=0), NOW)
     assert pending_info(expecting, "gang").estimated_start == NOW + 4300
     assert [p.workload_id for p in expecting.pending] == ["gang"]  # expected jobs get no estimate
-    assert pending_info(run_cycle(snap, Policy(arrival_period_s=0), NOW), "gang").estimated_start == NOW + 3000
+    assert pending_info(run_cycle(snap, Policy(arrival_period_s=0, reserved_jobs=0), NOW), "gang").estimated_start == (
+        NOW + 3000
+    )
 
 
 def test_expected_submissions_beyond_the_horizon_are_not_expected():

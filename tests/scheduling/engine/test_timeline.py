@@ -24,10 +24,14 @@ NOW = 5000.0
     picks=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from((-1, 0, 1))), min_size=1, max_size=6),
     decisions=st.sampled_from((30, 300, 3000)),
     placement=st.sampled_from(("portal", "binpack")),
+    reserved=st.sampled_from((0, 1, 4)),  # backfill reservations (the forecast keeps the cycle's)
 )
-def test_a_replayed_start_is_the_forecast_run_again_with_the_job_waiting(seed, jobs, picks, decisions, placement):
+def test_a_replayed_start_is_the_forecast_run_again_with_the_job_waiting(
+    seed, jobs, picks, decisions, placement, reserved
+):
     snap = build(48, jobs, 6, 0.6, seed)
-    dry = DryRun(snap, Policy(seed=seed, placement=placement, forecast_decisions=decisions), NOW)
+    policy = Policy(seed=seed, placement=placement, forecast_decisions=decisions, reserved_jobs=reserved)
+    dry = DryRun(snap, policy, NOW)
     cycle = dry.cycle
     pending = [w for w in snap.workloads if w.state == WorkloadState.PENDING]
     for k, (pick, shift) in enumerate(picks):
