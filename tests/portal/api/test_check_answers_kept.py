@@ -289,6 +289,9 @@ def test_behind_the_requests_the_schedulers_state_answers_until_it_hands_over_th
         kept.dry_run_state()
         time.sleep(0.05)
     assert builds == []
+    while kept._building:  # no thread left holding a database connection after the test
+        assert time.monotonic() < deadline + 30
+        time.sleep(0.05)
 
 
 def test_a_state_handed_over_for_another_backend_is_not_used(redis_cache, builds, settings):
