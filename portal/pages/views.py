@@ -175,16 +175,19 @@ def job_check(request):
     form = JobForm(request.POST, queues=list(selectors.local_queue_list(user=request.user)))
     errors: list[str] = []
     check = None
+    as_of = None
     spec = form_spec(request, form)
     if spec is not None:
         try:
-            check = check_data(services.job_check_spec(spec=spec), user=request.user)
+            result = services.job_check_spec(spec=spec)
+            check = check_data(result, user=request.user)
+            as_of = result.answer.as_of  # the state answered from: the last cycle's, at most DRY_RUN_STALE_S old
         except ServiceError as exc:
             form_error(form, exc.field, exc.message)
     for field, problems in form.errors.items():
         label = form.fields[field].label or field.replace("_", " ").capitalize() if field in form.fields else ""
         errors += [f"{label}: {p}" if label else str(p) for p in problems]
-    return render(request, "portal/_job_check.html", {"check": check, "errors": errors})
+    return render(request, "portal/_job_check.html", {"check": check, "errors": errors, "as_of": as_of})
 
 
 def _visible_job(request, pk: int):

@@ -152,6 +152,22 @@ def test_the_form_refuses_a_job_that_never_fits_and_names_the_limit(client, worl
     assert Job.objects.count() == 0
 
 
+def test_the_live_check_says_when_the_state_it_answers_from_was_read(client, world, settings):
+    """The answer comes from the last cycle's kept state, which may be up to DRY_RUN_STALE_S old: the
+    fragment names that time, not the time of the request."""
+    from scheduling.dry_run import dry_run_forget, dry_run_state
+
+    settings.CLUSTER_BACKEND = "simulated"
+    dry_run_forget()
+    _, as_of = dry_run_state()
+    client.force_login(world.users["alice"])
+    html = client.post("/jobs/new/check/", FORM).content.decode()
+    assert 'id="check-verdict"' in html
+    stamp = timezone.localtime(as_of).strftime("%Y-%m-%d %H:%M:%S")
+    assert f"On the cluster and queues as they stood at {stamp} UTC." in html
+    dry_run_forget()
+
+
 def test_another_teams_job_page_is_404(client, world):
     job = world.submit("vision")
     client.force_login(world.users["bob"])
