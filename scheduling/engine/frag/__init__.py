@@ -17,6 +17,8 @@ Modules, by concern:
 ``pressure``   portal's model pressure: the share of the demand only some GPU models can serve,
                per free GPU of each model.
 ``baselines``  DotProduct, BestFit, GpuClustering, GpuPacking node scores.
+``deltas``     what placing a pod does to candidate nodes (fgd's and portal's score, device, measures
+               after), over arrays of nodes or one node in plain numbers, and their memo rows.
 ``scorer``     ``NodeScorer``: free-capacity arrays kept current by ``bind``/``release``, the policy's
                cached node scores (``score_nodes``) and the cluster's fragmentation (``frag_milli``).
 ``placer``     ``TracePlacer(NodeScorer)``: the trace simulator's filter, tie-break and device choice

@@ -33,21 +33,19 @@ import numpy as np
 
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
+from .deltas import LEX, Delta, Memo, NodesState, devices_delta, node_delta, sharing_delta
 from .measure import (
     TypicalRows,
     frag_and_stranded,
     frag_milli,
     node_frag_and_stranded,
-    node_sigmoid_score,
-    sigmoid_score,
 )
 from .pressure import demand_share, pressure_levels
 from .scarcity import Scarcity
 from .workload import TypicalArrays, TypicalPod
 
-_LEX = 1e10  # weight of FGD's integer score in portal's lexicographic key (secondary keys stay below)
-_PRESSURE_UNIT = 200 * _LEX  # one model pressure level: above FGD's whole 0..100 range
-_SCARCITY_UNIT = 150 * _LEX  # scarcity penalty, mapped into [0, 1): above FGD's 0..100, below a pressure level
+_PRESSURE_UNIT = 200 * LEX  # one model pressure level: above FGD's whole 0..100 range
+_SCARCITY_UNIT = 150 * LEX  # scarcity penalty, mapped into [0, 1): above FGD's 0..100, below a pressure level
 _MEMO_LIMIT = 20_000  # node states per shape _memo_rows keeps before it starts over
 _DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_rows computes each distinct state once
 _FEW_STALE = 8  # up to this many nodes to rescore, _rescore works node by node (_memo_rows)
@@ -67,35 +65,6 @@ class _ScoreCache:
     @classmethod
     def empty(cls, n: int) -> _ScoreCache:
         return cls(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.full(n, np.nan))
-
-
-@dataclass(slots=True)
-class _Memo:
-    """One shape's ``_frag_delta`` rows by node state (``NodeScorer._memo_rows``): ``position`` gives a
-    state's row in ``rows`` (plain numbers, read node by node) and in ``array()`` (the same rows as one
-    float array, gathered for many nodes at once)."""
-
-    position: dict[bytes, int] = field(default_factory=dict)
-    rows: list[list[float]] = field(default_factory=list)
-    _array: np.ndarray = field(default_factory=lambda: np.empty((64, 4)))
-    _filled: int = 0
-
-    def add(self, key: bytes, row: list[float]) -> int:
-        self.position[key] = len(self.rows)
-        self.rows.append(row)
-        return len(self.rows) - 1
-
-    def array(self) -> np.ndarray:
-        """``rows`` as a (len(rows), 4) float array (new rows copied in once; room doubles as it grows)."""
-        count = len(self.rows)
-        if self._filled < count:
-            if len(self._array) < count:
-                grown = np.empty((max(count, 2 * len(self._array)), 4))
-                grown[: self._filled] = self._array[: self._filled]
-                self._array = grown
-            self._array[self._filled : count] = self.rows[self._filled :]
-            self._filled = count
-        return self._array[:count]
 
 
 @dataclass(slots=True)
@@ -129,7 +98,7 @@ class NodeScorer:
     _last: tuple[ShapeKey, _ScoreCache] | None = field(init=False)
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
     _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
-    _delta_memo: dict[ShapeKey, _Memo] = field(init=False)  # see _memo_rows
+    _delta_memo: dict[ShapeKey, Memo] = field(init=False)  # see _memo_rows
     _press_share: np.ndarray | None = field(init=False, default=None)
     _press_any: bool = field(init=False, default=True)  # whether any row has a demand share (else no term)
     _scarcity: Scarcity | None = field(init=False, default=None)
@@ -292,7 +261,7 @@ class NodeScorer:
         rows = len(self.nodes.models) + 1
         return np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
 
-    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> tuple[_Memo, list[int]]:
+    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> tuple[Memo, list[int]]:
         """``_frag_delta`` of ``idx``: the shape's memo and, per node, the position of its row (score,
         device, the policy's measure after, FGD's measure after), computed only for node states not
         met before.
@@ -304,7 +273,7 @@ class NodeScorer:
         """
         memo = self._delta_memo.get(key)
         if memo is None or len(memo.rows) > _MEMO_LIMIT:
-            memo = self._delta_memo[key] = _Memo()
+            memo = self._delta_memo[key] = Memo()
         state = np.empty((idx.size, 2 + self.gpu_free_milli.shape[1]), dtype=np.int64)
         state[:, 0] = self._model_row[idx]
         state[:, 1] = self.cpu_free_milli[idx]
@@ -336,119 +305,39 @@ class NodeScorer:
                 found[i] = memo.add(keys[i], computed[j])
         return memo, found
 
-    def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> Delta:
         """(score, device, the policy's measure after, FGD's measure after) of placing ``pod`` on each
         of ``idx``, from the decrease of the policy's measure (before - after)."""
         before = self._node_frag(idx)
-        cpu = self.cpu_free_milli[idx] - pod.cpu_milli
-        gpu = self.gpu_free_milli[idx]
+        table = self._table
+        assert table is not None
+        state = NodesState(
+            self.cpu_free_milli[idx] - pod.cpu_milli,
+            self.gpu_free_milli[idx],
+            self._model_row[idx],
+            self._metric_node[idx],
+            self._gpu_free_total[idx],
+        )
         if pod.is_sharing:
-            return self._sharing_delta(pod, idx, before, cpu, gpu)
-        return self._devices_delta(pod, idx, before, cpu, gpu)
+            return sharing_delta(pod, self.policy, table, before, state)
+        return devices_delta(pod, self.policy, table, before, state)
 
     def _frag_delta_one(self, pod: PodShape, n: int, rows: TypicalRows) -> list[float]:
         """portal's ``_frag_delta`` of node ``n`` alone, as a memo row, without arrays: the same floats
-        (``measure.node_frag_and_stranded``; ``test_one_node_scores_equal_the_array_pass``)."""
+        (``deltas.node_delta``; ``test_one_node_scores_equal_the_array_pass``)."""
         cache = self._frag_cache
         assert cache is not None
         row = int(self._model_row[n])
         cpu_now = int(self.cpu_free_milli[n])
-        gpu = self.gpu_free_milli[n].tolist()
         if cache.version[n] != self._version[n]:  # _node_frag of one node
-            frag, stranded = node_frag_and_stranded(cpu_now, gpu, row, rows)
+            frag, stranded = node_frag_and_stranded(cpu_now, self.gpu_free_milli[n].tolist(), row, rows)
             cache.score[n] = stranded
             cache.version[n] = self._version[n]
             self._metric_total += float(frag - self._metric_node[n])
             self._metric_node[n] = frag
             self._metric_fresh[n] = True
-        before = float(cache.score[n])
-        metric = float(self._metric_node[n])
-        cpu = cpu_now - pod.cpu_milli
-        if pod.is_sharing:
-            # Every fitting device, the first best one; devices with the same free share leave the same
-            # node state (up to device order, which the measures do not see): measured once.
-            best, device, best_after, best_primary = -np.inf, 0, 0.0, np.nan
-            measured: dict[int, tuple[float, float]] = {}
-            for d, free in enumerate(gpu):
-                if free < pod.gpu_milli:
-                    continue
-                pair = measured.get(free)
-                if pair is None:
-                    cand = gpu.copy()
-                    cand[d] = free - pod.gpu_milli
-                    pair = measured[free] = node_frag_and_stranded(cpu, cand, row, rows)
-                primary_after, after = pair
-                score = -float(free - pod.gpu_milli) + _LEX * node_sigmoid_score(metric - primary_after)
-                if score > best:
-                    best, device, best_after, best_primary = score, d, after, primary_after
-            return [best, float(device), best_after, best_primary]
-        if pod.gpu_count > 0:
-            left = pod.gpu_count
-            for d, free in enumerate(gpu):
-                if left and free >= MILLI:
-                    gpu[d] = free - pod.gpu_milli
-                    left -= 1
-        primary_after, after = node_frag_and_stranded(cpu, gpu, row, rows)
-        if pod.gpu_count == 0:
-            delta = -1e4 * int(self._gpu_free_total[n]) - 0.05 * cpu
-        else:
-            delta = before - after
-        delta = delta + _LEX * node_sigmoid_score(metric - primary_after)
-        return [delta, 0.0, after, primary_after]
-
-    def _sharing_delta(
-        self, pod: PodShape, idx: np.ndarray, before: np.ndarray, cpu: np.ndarray, gpu: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """A sharing pod tries every fitting device of each node; the node takes its first best one."""
-        k, d = gpu.shape
-        ni, di = np.nonzero(gpu >= pod.gpu_milli)  # one candidate state per (node, fitting device)
-        cand = gpu[ni]
-        cand[np.arange(ni.size), di] -= pod.gpu_milli
-        after, primary_after = self._after(cpu[ni], cand, self._model_row[idx][ni])
-        if primary_after is not None:  # portal: FGD's score first, then the tightest device
-            score = -(gpu[ni, di] - pod.gpu_milli).astype(np.float64)
-            score = score + _LEX * sigmoid_score(self._metric_node[idx][ni] - primary_after)
-        else:
-            score = sigmoid_score(before[ni] - after)
-        delta = np.full((k, d), -np.inf)
-        delta[ni, di] = score
-        after_kd = np.zeros((k, d))
-        after_kd[ni, di] = after
-        primary_kd = np.full((k, d), np.nan)
-        if primary_after is not None:
-            primary_kd[ni, di] = primary_after
-        device = np.argmax(delta, axis=1)  # first best device
-        rows = np.arange(k)
-        return delta[rows, device], device, after_kd[rows, device], primary_kd[rows, device]
-
-    def _devices_delta(
-        self, pod: PodShape, idx: np.ndarray, before: np.ndarray, cpu: np.ndarray, gpu: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Whole-GPU pods take the lowest-indexed fully free devices; CPU-only pods take none."""
-        k = len(idx)
-        if pod.gpu_count > 0:
-            whole = gpu >= MILLI
-            take = whole & (np.cumsum(whole, axis=1) <= pod.gpu_count)
-            gpu = gpu - take * pod.gpu_milli
-        after, primary_after = self._after(cpu, gpu, self._model_row[idx])
-        if primary_after is None:  # fgd
-            return sigmoid_score(before - after), np.zeros(k, dtype=np.int64), after, np.full(k, np.nan)
-        if pod.gpu_count == 0:
-            # CPU-only: the least free GPU, then the least free CPU (0.05 * cpu < 1e4: CPU only breaks ties).
-            delta = -1e4 * self._gpu_free_total[idx] - 0.05 * cpu
-        else:
-            delta = before - after
-        delta = delta + _LEX * sigmoid_score(self._metric_node[idx] - primary_after)
-        return delta, np.zeros(k, dtype=np.int64), after, primary_after
-
-    def _after(self, cpu: np.ndarray, gpu: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """The policy's measure of candidate states, and FGD's (portal's primary key) for portal."""
-        table = self._table
-        assert table is not None
-        if self.policy == "portal":
-            frag_after, stranded_after = frag_and_stranded(cpu, gpu, rows, table)
-            return stranded_after, frag_after
-        return frag_milli(cpu, gpu, rows, table), None
+        state = (cpu_now, self.gpu_free_milli[n].tolist(), row, int(self._gpu_free_total[n]))
+        return node_delta(pod, float(cache.score[n]), float(self._metric_node[n]), state, rows)
 
     def _node_frag(self, idx: np.ndarray) -> np.ndarray:
         """The policy's measure of nodes ``idx`` as they are now (cached per node version)."""
