@@ -53,7 +53,7 @@ def job_transition(
     fields = ["state", "updated_at", "message"]
     job.message = reason[:500]
     if to_state == JobState.ADMITTED:
-        queued_at = _wait_began(job)
+        queued_at = _waits_began([job])[job.pk]
         job.admitted_at = at
         job.started_at = None
         job.attempt += 1
@@ -154,13 +154,12 @@ def jobs_admitted(
         return
     for job, *_ in admits:
         check_transition(job.state, JobState.ADMITTED)
-    # When each wait began (``_wait_began``): a requeued job's last attempt's end, read in one query.
-    ended = _attempts_ended([job for job, *_ in admits if job.attempt])
+    waits_began = _waits_began([job for job, *_ in admits])
     now = timezone.now()  # the rows' updated_at, as save() stamps it
     history, live, attempts = [], [], []
     params: list = []
     for job, at, reason, detail, placements in admits:
-        queued_at = ended.get((job.pk, job.attempt)) or job.created_at
+        queued_at = waits_began[job.pk]
         history.append(
             JobTransition(
                 job=job, from_state=job.state, to_state=JobState.ADMITTED, at=at, reason=reason[:500], actor=actor,
@@ -188,27 +187,16 @@ def jobs_admitted(
     JobAttempt.objects.bulk_create(attempts)
 
 
-def _attempts_ended(jobs: Sequence[Job]) -> dict[tuple[int, int], datetime]:
-    """``(job id, attempt number) -> ended_at`` of the jobs' current attempts that ended."""
-    if not jobs:
-        return {}
-    wanted = {(job.pk, job.attempt) for job in jobs}
-    rows = JobAttempt.objects.filter(job_id__in=[job.pk for job in jobs], ended_at__isnull=False)
-    return {
-        (job_id, number): ended
-        for job_id, number, ended in rows.values_list("job_id", "number", "ended_at")
-        if (job_id, number) in wanted and ended is not None
-    }
-
-
-def _wait_began(job: Job) -> datetime:
-    """When the wait that ends in this admission began: the previous attempt's end (a requeue) or
-    the submission."""
-    if job.attempt:
-        previous = JobAttempt.objects.filter(job=job, number=job.attempt).values_list("ended_at", flat=True).first()
-        if previous is not None:
-            return previous
-    return job.created_at
+def _waits_began(jobs: Sequence[Job]) -> dict[int, datetime]:
+    """When the wait that ends in each job's admission began, by job id: its previous attempt's end (a
+    requeue) or its submission; the attempts read in one query."""
+    began = {job.pk: job.created_at for job in jobs}
+    current = {(job.pk, job.attempt) for job in jobs if job.attempt}
+    if current:
+        rows = JobAttempt.objects.filter(job_id__in=[pk for pk, _ in current], ended_at__isnull=False)
+        ends = rows.values_list("job_id", "number", "ended_at")
+        began.update({job_id: ended for job_id, number, ended in ends if (job_id, number) in current and ended})
+    return began
 
 
 def _attempt_open(
