@@ -191,18 +191,19 @@ def _feasibility(backend: ClusterBackend) -> Feasibility | None:
     node_tables = getattr(backend, "node_tables", None)
     nodes = None if node_tables is not None else cluster_nodes(backend=backend)
     version = orm.rows_version(*orm.CONFIGURATION_TABLES, *(node_tables or ()))
+    levels = topology_level_labels()
     key = (
         settings.CLUSTER_BACKEND,
         getattr(backend, "name", type(backend).__name__),
         version,
         None if nodes is None else tuple(nodes),
-        tuple(sorted(topology_level_labels().items())),
+        tuple(sorted(levels.items())),
     )
     kept = _feasibility_kept[0] if _feasibility_kept else None
     if version is not None and kept is not None and kept[0] == key:
         return kept[1]
     nodes = cluster_nodes(backend=backend) if nodes is None else nodes
-    feasibility = Feasibility.of(cluster_configuration(nodes=nodes), topology_level_labels()) if nodes else None
+    feasibility = Feasibility.of(cluster_configuration(nodes=nodes), levels) if nodes else None
     _feasibility_kept[:] = [(key, feasibility)]
     return feasibility
 
