@@ -49,18 +49,21 @@ class AttemptCost:
     number: int
     run_s: float
     so_far: Figures
-    estimated_total_usd: Decimal
+    estimated_total_usd: Decimal | None  # None while a job that runs until stopped runs (no end to price)
 
 
 @dataclass(frozen=True, slots=True)
 class JobCost:
     """A job's figures over all its attempts. ``estimated_total_usd`` is None while it waits for an
-    admission (the model it will run on is not known yet)."""
+    admission (the model it will run on is not known yet) and while a job that runs until stopped
+    (``Job.runs_until_stopped``) runs: it has no expected end; ``usd_per_hour`` is then what its
+    running attempt costs an hour at today's prices."""
 
     run_s: float
     so_far: Figures
     estimated_total_usd: Decimal | None
     attempts: dict[int, AttemptCost]
+    usd_per_hour: Decimal | None = None
 
     @property
     def gpu_hours(self) -> Decimal:
@@ -78,6 +81,9 @@ def _lookup(attempts: Iterable[JobAttempt], hour_from: int, hour_to: int) -> Pri
 
 def _rates(attempt: JobAttempt) -> tuple[int, int, int]:
     return (attempt.gpu_share_7000ths, attempt.cpu_milli, attempt.memory_mib)
+
+
+_HOUR = timedelta(hours=1)
 
 
 def _expected_end(attempt: JobAttempt, *, runtime_s: int, speedup: float, now: datetime) -> datetime:
@@ -100,8 +106,11 @@ def job_costs(
     for attempt in sorted(attempts_read, key=lambda a: (a.job_id, a.number)):
         attempts[attempt.job_id].append(attempt)
     flat = [a for rows in attempts.values() for a in rows]
+    # An open attempt of a job that runs until stopped is priced over the next hour (its rate), not to an end.
     expected = {
-        a.pk: _expected_end(a, runtime_s=job.runtime_s, speedup=speedup, now=now)
+        a.pk: (now + _HOUR)
+        if job.runs_until_stopped
+        else _expected_end(a, runtime_s=job.runtime_s, speedup=speedup, now=now)
         for job in jobs
         for a in attempts[job.pk]
         if a.ended_at is None
@@ -120,27 +129,37 @@ def _job_cost(
     per_attempt: dict[int, AttemptCost] = {}
     run_s = 0.0
     estimate: Decimal | None = Decimal(0)
+    rate: Decimal | None = None
     for attempt in attempts:
         so_far = UsageSums()
         if attempt.started_at is not None:
             end = attempt.ended_at or now
             so_far = _priced(attempt, attempt.started_at, max(end, attempt.started_at), prices)
         figures = figures_exact(so_far)
-        attempt_estimate = figures.total_cost
-        if attempt.ended_at is None:
+        attempt_estimate: Decimal | None = figures.total_cost
+        if attempt.ended_at is None and job.runs_until_stopped:
+            rate = figures_exact(_priced(attempt, now, expected[attempt.pk], prices)).total_cost
+            attempt_estimate = None
+        elif attempt.ended_at is None:
             start = attempt.started_at or now
             attempt_estimate = figures_exact(_priced(attempt, start, expected[attempt.pk], prices)).total_cost
         per_attempt[attempt.number] = AttemptCost(attempt.number, attempt.run_s(now), figures, attempt_estimate)
         total.add(so_far)
         run_s += attempt.run_s(now)
-        estimate = (estimate or Decimal(0)) + attempt_estimate
+        estimate = None if estimate is None or attempt_estimate is None else estimate + attempt_estimate
     figures = figures_exact(total)
     if job.state == JobState.PENDING or (job.state not in ACTIVE_STATES and not _finished(job)):
         estimate = None
     elif _finished(job):
         # What it cost, rounded once from the exact sum (a sum of rounded attempts can be 10^-6 off).
         estimate = figures.total_cost
-    return JobCost(run_s=run_s, so_far=figures, estimated_total_usd=estimate, attempts=per_attempt)
+    return JobCost(
+        run_s=run_s,
+        so_far=figures,
+        estimated_total_usd=estimate,
+        attempts=per_attempt,
+        usd_per_hour=rate if job.state in ACTIVE_STATES else None,
+    )
 
 
 def _finished(job: Job) -> bool:
@@ -175,7 +194,7 @@ class AttemptRun:
     gpu_usd_per_hour: Decimal  # the price book's GPU price at the start of the run
     run_s: float
     figures: Figures
-    estimated_total_usd: Decimal
+    estimated_total_usd: Decimal | None
 
 
 @dataclass(frozen=True, slots=True)

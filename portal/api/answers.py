@@ -12,11 +12,13 @@ from portal.tenants.selectors import team_list_for_user
 from scheduling.engine.codec import reason_to_json
 
 
-def _exact(source: str | None, help_text: str) -> serializers.DecimalField:
+def _exact(source: str | None, help_text: str, *, allow_null: bool = False) -> serializers.DecimalField:
     """An exact amount (hours or USD), rounded once to 6 places, as a decimal string."""
     if source is None:  # the attribute of the field's own name (DRF refuses a redundant source)
-        return serializers.DecimalField(max_digits=20, decimal_places=6, help_text=help_text)
-    return serializers.DecimalField(max_digits=20, decimal_places=6, source=source, help_text=help_text)
+        return serializers.DecimalField(max_digits=20, decimal_places=6, help_text=help_text, allow_null=allow_null)
+    return serializers.DecimalField(
+        max_digits=20, decimal_places=6, source=source, help_text=help_text, allow_null=allow_null
+    )
 
 
 class CostFiguresSerializer(serializers.Serializer):
@@ -45,7 +47,12 @@ class RunCostSerializer(CostFiguresSerializer):
     gpus = _exact(None, "Billed GPUs held, all replicas together.")
     price_per_gpu_hour = _exact("gpu_usd_per_hour", "GPU price (USD per GPU-hour) at the start of the run.")
     run_s = serializers.FloatField()
-    estimated_total_usd = _exact(None, "Its cost up to its expected end (what it cost, once it ended).")
+    estimated_total_usd = _exact(
+        None,
+        "Its cost up to its expected end (what it cost, once it ended); null while a job that runs until "
+        "stopped (an inference service's replica) runs.",
+        allow_null=True,
+    )
 
     def get_running(self, obj) -> bool:
         return obj.end is None
@@ -59,7 +66,10 @@ class JobCostSerializer(CostFiguresSerializer):
     currency = serializers.SerializerMethodField()
     run_s = serializers.FloatField()
     estimated_total_usd = serializers.DecimalField(
-        max_digits=20, decimal_places=6, allow_null=True, help_text="Null while it waits for an admission."
+        max_digits=20,
+        decimal_places=6,
+        allow_null=True,
+        help_text="Null while it waits for an admission, and while a job that runs until stopped runs.",
     )
     runs = RunCostSerializer(many=True)
 

@@ -242,6 +242,17 @@ class Job(models.Model):
     def holds_capacity(self) -> bool:
         return self.state in ACTIVE_STATES
 
+    @staticmethod
+    def kind_runs_until_stopped(kind: str) -> bool:
+        """Whether a job of ``kind`` runs until it is stopped, with no expected end: an inference
+        service's replica (its ``runtime_s`` is only the longest a job may ask for; the forecast, the
+        cost estimate and the pages never read it as an end)."""
+        return kind == Job.Kind.INFERENCE
+
+    @property
+    def runs_until_stopped(self) -> bool:
+        return self.kind_runs_until_stopped(self.kind)
+
     @property
     def gang_size(self) -> int:
         return self.min_available or self.replicas

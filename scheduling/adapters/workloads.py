@@ -67,6 +67,7 @@ class JobSpecPart:
     preferred_labels: tuple[tuple[str, str, int], ...] = ()
     pod_sets: tuple[m.PodSet, ...] = ()  # a Ray job's worker groups
     kind: str = ""  # the job's kind ("" for batch): the serving preemption rule reads it
+    until_stopped: bool = False  # ``Job.runs_until_stopped``: the forecast gives it no end
 
 
 # The job columns ``spec_part`` reads besides the placement rules, in its arguments' order.
@@ -111,6 +112,7 @@ def spec_part(
         preferred_labels=((settings.CAPACITY_TYPE_LABEL, SPOT, 100),) if spot else (),
         pod_sets=sets or (),
         kind="" if kind == Job.Kind.BATCH else kind,
+        until_stopped=Job.kind_runs_until_stopped(kind),
     )
 
 
@@ -154,6 +156,7 @@ def workload_from_row(
         started_at=_ts(started_at or admitted_at),
         pod_sets=spec.pod_sets,
         kind=spec.kind,
+        until_stopped=spec.until_stopped,
     )
 
 

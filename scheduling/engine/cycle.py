@@ -51,7 +51,7 @@ from .admission import AdmissionOrder, FairShare, SortKey, sort_key
 from .capacity import Cluster, Statement
 from .collector import collector_paused
 from .cycle_plan import expected_arrivals, plan_of, waiting_jobs
-from .estimate import P50, P90, Arrivals, Forecast, RunKeys, Start, decision_key, expected_runtime
+from .estimate import P50, P90, Arrivals, Forecast, RunKeys, Start, decision_key, ends_at, expected_runtime
 from .explain import (
     gang_reason,
     placement_reason,
@@ -284,7 +284,7 @@ class _Cycle:
         """Hold out the room of the first ``before`` reservations ``job`` must leave alone: those it
         would still run at the shadow time of (``reservations.applies``, its P50 expected runtime)."""
         if self.reservations:
-            end = self.now + expected_runtime(job, self.runtimes, P50)
+            end = ends_at(job, self.now, expected_runtime(job, self.runtimes, P50))
             self.holds.set(self.reservations, active(self.reservations, end, before))
 
     def _reserve(self, job: Workload, at: tuple[int, SortKey | None]) -> None:

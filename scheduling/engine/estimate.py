@@ -6,7 +6,8 @@ Steps (each is one part of :meth:`Forecast.run`):
    fragmentation counts), quota in use, the placer and its scorers.
 2. Every running or just-admitted job ends at ``started_at`` plus its expected runtime in the
    cluster's own seconds (``Snapshot.runtimes``; its requested ``runtime_s`` without one); one past its
-   P50 at its P90, one past that a tenth of its P90 from now; a preemption victim ends now.
+   P50 at its P90, one past that a tenth of its P90 from now; a preemption victim ends now; a job that
+   runs until stopped (an inference service's replica, ``Workload.until_stopped``) never ends.
 3. Time advances from end to end; ends close to the first are taken together (within ``COALESCE_S``
    or ``RESOLUTION`` of the time ahead of now, whichever is longer: a start an hour ahead is told to
    within 36 seconds; at 5 %, ends far ahead taken together freed their nodes at once where the cycles
@@ -51,6 +52,9 @@ from .preemption import Holder
 from .quota import QuotaBook, models_to_try
 from .reservations import Holds, Reservation, active
 
+NO_END = float("inf")
+"""The expected end of a job that runs until stopped (``Workload.until_stopped``): it never gives its
+capacity or quota back in the forward run."""
 COALESCE_S = 1.0
 RESOLUTION = 0.01
 MAX_STEPS = 2000
@@ -143,6 +147,12 @@ def expected_runtime(job: Workload, runtimes: Runtimes, which: int, alias: Mappi
     return known[which] if known is not None else job.runtime_s
 
 
+def ends_at(job: Workload, start: float, runtime: float) -> float:
+    """When ``job``, started at ``start``, is expected to end: after ``runtime``; never (``NO_END``) if it
+    runs until stopped."""
+    return NO_END if job.until_stopped else start + runtime
+
+
 @dataclass(slots=True)
 class _End:
     at: float
@@ -230,8 +240,8 @@ class Forecast:
             while left and step < max_steps and budget > 0 and (until is None or until not in starts):
                 if expected is not None:
                     expected.due(ends, queue)
-                if not ends:
-                    break
+                if not ends or ends[0].at == NO_END:
+                    break  # nothing left ends (what runs until stopped holds its room for good)
                 step += 1
                 # 3. Give back what ended (an expected submission's arrival gives nothing back but
                 # lets its group try).
@@ -279,7 +289,7 @@ class Forecast:
                         continue  # expected, not submitted yet: its arrival lets the group try again
                     budget -= 1
                     if reservations:
-                        end_at = t + expected_runtime(job, self.runtimes, which, queue.alias)
+                        end_at = ends_at(job, t, expected_runtime(job, self.runtimes, which, queue.alias))
                         indices = active(reservations, end_at, reserved.get(job.id), started_reserved)
                         host.holds.set(reservations, indices)
                     outcome = host.forecast_decide(job)
@@ -294,7 +304,7 @@ class Forecast:
                     runtime = expected_runtime(job, self.runtimes, which, queue.alias)
                     models = frozenset((admission.gpu_model,))
                     end = _End(
-                        t + runtime,
+                        ends_at(job, t, runtime),
                         queue.seq,
                         admission.placements,
                         job.local_queue,
@@ -349,6 +359,8 @@ class Forecast:
     def _end(self, w: Workload, which: int) -> float:
         """When a running job is expected to end: its start plus its expected runtime; one already past
         its P50 is expected to end at its P90, one past that soon (a tenth of its P90 from now)."""
+        if w.until_stopped:
+            return NO_END
         started = w.started_at if w.started_at is not None else self.now
         known = self.runtimes.get(w.id, (w.runtime_s, w.runtime_s))
         for runtime in known[which:]:

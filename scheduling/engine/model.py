@@ -259,6 +259,8 @@ class Workload:
     started_at: float | None = None  # admitted/running
     pod_sets: tuple[PodSet, ...] = ()
     kind: str = ""  # the job's kind: "" (batch), "training", "inference", "ray"
+    # Runs until stopped (an inference service's replica): no expected end, whatever ``runtime_s`` says.
+    until_stopped: bool = False
 
     @property
     def gang_size(self) -> int:

@@ -46,7 +46,7 @@ import numpy as np
 
 from .admission import FairShare
 from .capacity import FULL, Cluster
-from .estimate import MAX_STEPS, Start, _End, group_key, order_key, pop_step
+from .estimate import MAX_STEPS, NO_END, Start, _End, ends_at, group_key, order_key, pop_step
 from .fit import Shape, replica_capacity
 from .model import Workload
 from .outcome import Fit, Outcome
@@ -262,7 +262,7 @@ class Replay:
         started = self.timeline.started_at
         done = {r.job_id for r in self.reservations if started.get(r.job_id, pos) < pos}
         holds = cursor.host.holds
-        holds.set(self.reservations, active(self.reservations, at + self.runtime(job), None, done))
+        holds.set(self.reservations, active(self.reservations, ends_at(job, at, self.runtime(job)), None, done))
         try:
             return cursor.decide(job)
         finally:
@@ -339,7 +339,7 @@ class Replay:
         ends = list(timeline.ends)
         step_no = len(timeline.steps)
         past = len(timeline.events)
-        while ends and step_no < MAX_STEPS and used < timeline.budget:
+        while ends and ends[0].at != NO_END and step_no < MAX_STEPS and used < timeline.budget:
             step_no += 1
             t, _, taken = pop_step(ends, self.now)
             came_back: set[str | None] = set()

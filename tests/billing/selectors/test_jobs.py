@@ -185,3 +185,32 @@ def test_the_report_of_a_running_job_runs_up_to_now_and_one_that_never_ran_is_em
     empty = job_cost_report(job=never, now=now)
     assert empty.runs == []
     assert empty.figures.total_cost == 0
+
+
+@pytest.mark.django_db
+def test_a_job_that_runs_until_stopped_has_no_estimated_total_but_its_hourly_rate(world):
+    # An inference service's replica runs until stopped: its runtime_s (the longest a job may ask for) is
+    # no end, so no total is estimated from it; the page shows what it costs an hour instead: one GPU,
+    # its CPU and memory at the price book's on-demand prices.
+    from billing.services import price_book_seed_defaults
+    from tests.billing.conftest import Run, run_job
+
+    price_book_seed_defaults()
+    now = datetime.now(UTC).replace(microsecond=0)
+    replica = run_job(
+        world, gpu=1, cpu_milli=4000, memory_mib=8192, kind=Job.Kind.INFERENCE, runtime_s=90 * 24 * 3600,
+        runs=[Run(now - timedelta(minutes=30), None)],
+    )  # fmt: skip
+    batch = run_job(world, gpu=1, cpu_milli=4000, memory_mib=8192, runs=[Run(now - timedelta(minutes=30), None)])
+    costs = job_costs(jobs=[replica.job, batch.job], now=now)
+    hourly = _book_price("gpu", "A100-80GB") + 4 * _book_price("cpu") + 8 * _book_price("memory")
+    served = costs[replica.job.pk]
+    assert replica.job.runs_until_stopped
+    assert not batch.job.runs_until_stopped
+    assert served.estimated_total_usd is None
+    assert served.attempts[1].estimated_total_usd is None
+    assert served.usd_per_hour == _six(hourly)
+    assert served.cost_usd == _six(hourly / 2)  # half an hour so far
+    # A batch job is estimated to its requested end (3600 s by default: another half hour) and has no rate.
+    assert costs[batch.job.pk].estimated_total_usd == _six(hourly)
+    assert costs[batch.job.pk].usd_per_hour is None

@@ -652,3 +652,35 @@ def test_the_dashboard_says_each_teams_gpu_hours_with_two_decimals(client, world
     client.force_login(world.users["admin"])
     html = client.get("/dashboard/").content.decode()
     assert "GPU-hours, last 14 days: <strong>nlp</strong> 2.00 · <strong>vision</strong> 1.30</div>" in html
+
+
+@pytest.mark.django_db
+def test_an_inference_replica_page_says_it_runs_until_stopped_and_shows_its_hourly_rate(client, world):
+    # Its runtime_s is the 90-day ceiling, not a request: the page must not offer it as the requested
+    # runtime or price a total from it. The rate: one A100 + 4 CPU + 8 GiB at the seeded on-demand prices.
+    from decimal import Decimal
+
+    from billing.models import PriceBookEntry
+    from billing.services import price_book_seed_defaults
+    from tests.billing.conftest import Run, run_job
+
+    price_book_seed_defaults()
+    now = timezone.now()
+    replica = run_job(
+        world, gpu=1, cpu_milli=4000, memory_mib=8192, kind=Job.Kind.INFERENCE, runtime_s=90 * 24 * 3600,
+        runs=[Run(now - timedelta(minutes=30), None)],
+    ).job  # fmt: skip
+    price = {
+        r: PriceBookEntry.objects.get(
+            resource=r, gpu_model="A100-80GB" if r == "gpu" else "", capacity_type="on-demand"
+        )
+        for r in ("gpu", "cpu", "memory")
+    }
+    hourly = price["gpu"].usd_per_hour + 4 * price["cpu"].usd_per_hour + 8 * price["memory"].usd_per_hour
+    client.force_login(world.users["alice"])
+    html = client.get(f"/jobs/{replica.pk}/").content.decode()
+    assert "until stopped" in html
+    assert "90 d" not in html
+    assert "if this attempt runs its requested time" not in html
+    assert f"${hourly.quantize(Decimal('0.01')):,}" in html
+    assert "an hour while it runs" in html

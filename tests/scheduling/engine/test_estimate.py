@@ -112,3 +112,44 @@ def test_a_replica_larger_than_any_node_has_no_estimated_start():
         "placement: never fits as configured: one replica needs 8 A100-80GB GPUs and the largest A100-80GB node has 4"
     )
     assert info.estimated_start is None
+
+
+def test_a_job_that_runs_until_stopped_never_gives_its_room_back_in_the_forecast():
+    # n1: an inference replica (runs until stopped) whose requested runtime would end it at +100; n2: a
+    # batch job that ends at +500. "needs-n1" wants two 8-GPU nodes (so it needs n1 too): it has no
+    # estimate, whatever the replica's runtime_s says. "fits-n2" (one node) starts when n2 frees, at +500.
+    snap = snapshot(
+        [node("n1", gpus=8), node("n2", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [
+            running(
+                "serve", "a", [("n1", tuple(range(8)))], started=NOW, runtime=100, kind="inference", until_stopped=True
+            ),
+            running("batch", "a", [("n2", tuple(range(8)))], started=NOW, runtime=500),
+            job("needs-n1", "a", gpu=8, replicas=2, runtime_s=60, created=1),
+            job("fits-n2", "a", gpu=8, runtime_s=60, created=2),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert pending_info(plan, "needs-n1").estimated_start is None
+    assert pending_info(plan, "fits-n2").estimated_start == NOW + 500
+
+
+def test_a_waiting_job_that_runs_until_stopped_holds_its_room_for_good_once_the_forecast_starts_it():
+    # One 8-GPU node, busy until +100. First in line: an inference replica (8 GPUs, until stopped); then a
+    # batch job of 8 GPUs. The replica starts at +100 and never ends, so the batch job gets no estimate
+    # (with a 60 s runtime_s read as its end it would have been told +160).
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [
+            running("busy", "a", [("n1", tuple(range(8)))], started=NOW, runtime=100),
+            job("replica", "a", gpu=8, runtime_s=60, created=1, kind="inference", until_stopped=True),
+            job("after", "a", gpu=8, runtime_s=60, created=2),
+        ],
+    )
+    plan = run_cycle(snap, Policy(), NOW)
+    assert pending_info(plan, "replica").estimated_start == NOW + 100
+    assert pending_info(plan, "after").estimated_start is None
