@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from portal.chart_layout import chart_layout
+from portal.chart_layout import TIME_AXIS, chart_layout
 
 LAYOUT = chart_layout(380)
 
@@ -52,6 +52,7 @@ def allocation_figure(times: list[datetime], series: dict[str, list[float]], cap
             )
         )  # fmt: skip
     fig.update_layout(title="Cluster GPU allocation (average GPUs per bucket, by model)", yaxis_title="GPUs", **LAYOUT)
+    fig.update_xaxes(**TIME_AXIS)
     return fig
 
 
@@ -91,6 +92,7 @@ def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> dict:
     layout = {
         "title": {"text": f"{name}: use and pending demand vs quota (hourly)"},
         "yaxis": {"title": {"text": "GPUs"}},
+        "xaxis": TIME_AXIS,
     }
     return {"data": data, "layout": {**layout, **LAYOUT}}
 
@@ -114,4 +116,5 @@ def service_figure(name: str, samples: list[dict], *, target: float, metric: str
     asked.line.dash = "dot"
     fig.add_trace(asked)
     fig.update_layout(title=f"{name}: replicas against load", yaxis_title="replicas", **LAYOUT)
+    fig.update_xaxes(**TIME_AXIS)
     return fig
