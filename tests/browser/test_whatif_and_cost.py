@@ -5,6 +5,7 @@ forecast, charts and breakdowns. No chart or table leaves its card."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -88,9 +89,11 @@ def test_a_chart_in_a_row_of_cards_fits_its_card_without_any_resize_of_the_windo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_weeks_charts_keep_their_legends_off_the_two_line_date_labels(page, world, tmp_path):
-    """A week of daily steps labels the x axis in two lines (hour, then date); plotly's default legend
-    place sat on the second line. The check runs at both widths (``assert_nothing_overflows``)."""
+def test_a_weeks_charts_label_days_flat_and_keep_their_legends_off_them(page, world, tmp_path):
+    """A week of daily steps: plotly's default labels were two lines (hour, then "Nov 23, 2026") and its
+    default legend place sat on the second line. Ticks a day or more apart are now the day alone, never
+    turned (``portal.chart_layout.TIME_AXIS``); the legend check runs at both widths
+    (``assert_nothing_overflows``)."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -107,5 +110,12 @@ def test_a_weeks_charts_keep_their_legends_off_the_two_line_date_labels(page, wo
     login(page, "admin")
     page.goto("/cost/?window=7d")
     page.wait_for_selector(".js-plotly-plot g.legend", state="attached")
-    assert page.locator(".js-plotly-plot g.xtick text tspan.line").count() > 0  # two-line date labels
+    labels = page.evaluate(
+        """() => [...document.querySelectorAll('.js-plotly-plot')]
+            .filter(chart => chart._fullLayout.xaxis.type === 'date')
+            .flatMap(chart => [...chart.querySelectorAll('g.xtick text')].map(t => t.textContent))"""
+    )
+    assert labels  # the time charts (the per-model and per-namespace bars are categories)
+    odd = [label for label in labels if not re.fullmatch(r"[A-Z][a-z]{2} \d{1,2}", label)]
+    assert odd == []
     at_each_width(page, "cost-week", tmp_path, ".js-plotly-plot .main-svg")
