@@ -32,6 +32,7 @@ from ..scorers import (
 )
 from .arrays import Choice, NodeArrays, PodShape
 from .scorer import NodeScorer
+from .states import DeviceOf
 from .workload import Shape4, typical_pods
 
 # Policies that score without the workload mix (computing it costs a pass over all jobs).
@@ -124,7 +125,7 @@ class FragPlugin:
         self._dirty: list[int] = []  # nodes changed since the scorer last saw them
         self._width = 0
         self._exists = np.zeros((0, 0), dtype=bool)
-        self._device: np.ndarray | None = None
+        self._device: DeviceOf | None = None
         self._device_key: tuple[int, int, int] | None = None
         self._counts: list[int] = []
         self._caps: list[int] = []
