@@ -179,27 +179,6 @@ class NodeScorer:
                 score += pressure
         return score, device
 
-    def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, NodeDevices]:
-        """FGD/portal: :meth:`score_nodes` of the nodes ``lo:hi`` where ``ok`` holds, over the whole
-        range (entries outside ``ok`` are not to be read) and the device per node."""
-        key, table, ids = self._table_of(pod)
-        here = ids[lo:hi]
-        unknown = np.greater(ok, table.known[here])  # feasible, in a state this shape has not met
-        if unknown.any():
-            pos = np.flatnonzero(unknown)
-            self._fill(pod, table, pos + lo, here[pos])
-        score = table.values[here, 0]  # a new array
-        device = table.devices(ids)
-        self._last = (key, table)
-        if self.policy == "portal":
-            # Without a workload the scarcity term is 0 everywhere: nothing to add.
-            if self._scarcity is not None:
-                ok_idx = np.flatnonzero(ok) + lo
-                score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, device)
-            if pod.gpu_count > 0 and (pressure := self._pressure_term(slice(lo, hi))) is not None:
-                score = score + pressure
-        return score, device
-
     def _table_of(self, pod: PodShape) -> tuple[ShapeKey, ShapeTable, np.ndarray]:
         """The shape's key and table (with room for every state id) and every node's state id now."""
         key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
