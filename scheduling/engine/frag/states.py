@@ -33,7 +33,7 @@ class StateIndex:
         self.ids = np.full(n, -1, dtype=np.int64)  # -1: stale, interned when next read
         self._position: dict[bytes, int] = {}
         self._stale: set[int] = set(range(n))
-        self._pack = struct.Struct(f"={2 + width}q").pack  # the bytes of one int64 state row
+        self._format = f"={2 + width}q"  # one int64 state row as bytes (a format string: the state pickles)
         self.epoch = 0  # bumped by ``reset``: ids of an older epoch mean nothing
 
     def __len__(self) -> int:
@@ -41,7 +41,7 @@ class StateIndex:
 
     def set_one(self, n: int, row: int, cpu: int, gpu: list[int]) -> None:
         """Node ``n`` is now in this state (``gpu``: free milli per device, -1 padded to the width)."""
-        key = self._pack(row, cpu, *gpu)
+        key = struct.pack(self._format, row, cpu, *gpu)
         sid = self._position.get(key)
         if sid is None:
             sid = self._position[key] = len(self._position)
