@@ -33,12 +33,13 @@ def _fresh(scorer: NodeScorer, policy: str) -> NodeScorer:
 
 def _feasible(scorer: NodeScorer, pod: PodShape) -> np.ndarray:
     gpu = scorer.gpu_free_milli
+    ok: np.ndarray
     if pod.gpu_count == 0:
         ok = np.ones(len(ROWS), dtype=bool)
     elif pod.is_sharing:
-        ok = (gpu >= pod.gpu_milli).any(axis=1)
+        ok = np.asarray((gpu >= pod.gpu_milli).any(axis=1))
     else:
-        ok = (gpu >= 1000).sum(axis=1) >= pod.gpu_count
+        ok = np.asarray((gpu >= 1000).sum(axis=1) >= pod.gpu_count)
     return np.flatnonzero(ok & (scorer.cpu_free_milli >= pod.cpu_milli))
 
 
@@ -58,6 +59,7 @@ def test_scores_after_any_changes_equal_those_of_a_scorer_that_only_saw_the_fina
                 scores, device = scorer.score_nodes(pod, idx)
                 n = int(idx[int(np.argmax(scores))])
                 if pod.is_sharing:
+                    assert device is not None
                     devices = (int(device[n]),)
                 else:
                     devices = tuple(np.flatnonzero(scorer.gpu_free_milli[n] >= 1000)[: pod.gpu_count].tolist())
@@ -84,6 +86,7 @@ def test_scores_after_any_changes_equal_those_of_a_scorer_that_only_saw_the_fina
             expected, expected_device = fresh.score_nodes(pod, idx)
             np.testing.assert_array_equal(scores, expected)
             if pod.is_sharing:
+                assert device is not None and expected_device is not None
                 np.testing.assert_array_equal(device[idx], expected_device[idx])
 
 
