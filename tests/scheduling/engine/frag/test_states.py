@@ -86,7 +86,8 @@ def test_scores_after_any_changes_equal_those_of_a_scorer_that_only_saw_the_fina
             expected, expected_device = fresh.score_nodes(pod, idx)
             np.testing.assert_array_equal(scores, expected)
             if pod.is_sharing:
-                assert device is not None and expected_device is not None
+                assert device is not None
+                assert expected_device is not None
                 np.testing.assert_array_equal(device[idx], expected_device[idx])
 
 
