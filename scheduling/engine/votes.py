@@ -139,7 +139,7 @@ class Votes:
         node. ``False`` when the plugin cannot score them."""
         if len(mask) == 0:
             return None
-        pos = np.flatnonzero(fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask))
+        pos = fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask).nonzero()[0]
         if len(pos) <= 1:  # as the scored path: no scoring for one candidate
             return lo + int(pos[0]) if len(pos) else None
         nodes = pos + lo
@@ -154,7 +154,7 @@ class Votes:
                 scores -= self.gpu_avoid[nodes]
             if shape.gpus > 1:
                 scores += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
-        return int(nodes[int(np.argmax(scores))])  # the first best; all -inf: the first candidate
+        return int(nodes[scores.argmax()])  # the first best; all -inf: the first candidate
 
     def score(
         self,

@@ -193,9 +193,10 @@ class NodeScorer:
         """Compute the rows of the states of nodes ``idx`` (their ids ``node_ids``) that ``table`` does
         not know yet: each distinct state once, on the first node in it. A row depends only on the
         shape and the state (``_frag_delta``), so where it is computed does not matter."""
-        unknown = ~table.known[node_ids]
-        if not unknown.any():
+        known = table.known[node_ids]
+        if known.all():
             return
+        unknown = ~known
         nodes, sids = idx[unknown], node_ids[unknown]
         if nodes.size <= _FEW_MISSING and self._rows is not None:
             # A few states not met before (the usual case within a cycle): one node at a time, no arrays.
@@ -240,7 +241,7 @@ class NodeScorer:
         levels = pressure_levels(self._press_share, self._row_free)
         if not levels.any():
             return None
-        return -_PRESSURE_UNIT * levels[self._model_row[nodes]]
+        return (-_PRESSURE_UNIT * levels)[self._model_row[nodes]]  # per row, then per node: the same floats
 
     def _rows_free(self) -> np.ndarray:
         """Free GPU milli per model row (``_row_free``, which the state changes keep in step: sums of
