@@ -23,7 +23,7 @@ change during a cycle and are cached in ``filters``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,6 +48,19 @@ class Shape:
     mig: MigGeometry | None = None
     cpu_milli: int = 0
     memory_mib: int = 0
+    # Derived from the fields above once (read for every node choice): "mig", "whole", "fraction", "cpu".
+    kind: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mig is not None:
+            kind = "mig"
+        elif self.gpus:
+            kind = "whole"
+        elif self.milli:
+            kind = "fraction"
+        else:
+            kind = "cpu"
+        object.__setattr__(self, "kind", kind)
 
     @property
     def quota_milli(self) -> int:
@@ -55,16 +68,6 @@ class Shape:
         if self.mig is not None:
             return self.mig.gpu_milli
         return self.gpus * FULL + self.milli
-
-    @property
-    def kind(self) -> str:
-        if self.mig is not None:
-            return "mig"
-        if self.gpus:
-            return "whole"
-        if self.milli:
-            return "fraction"
-        return "cpu"
 
 
 def shape_of(

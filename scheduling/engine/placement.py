@@ -131,7 +131,7 @@ class Placer:
     def _feasible_in(self, shape: Shape, mask: np.ndarray, lo: int) -> np.ndarray:
         """Feasible nodes among the model's block ``lo:lo+len(mask)`` where ``mask`` (the static
         filters) holds: the fit rule on array views, no gathering."""
-        return np.flatnonzero(fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask)) + lo
+        return fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask).nonzero()[0] + lo
 
     # -- placing ----------------------------------------------------------------------------------
 

@@ -8,10 +8,11 @@ replica the tightest domain that holds the whole gang) and a contiguous block of
 multi-GPU replicas. The votes combine here and only here (:meth:`Votes.score`); highest wins, ties go
 to the first node in node order.
 
-When only the placement policy votes on a single replica, two fast paths read the policy's scores over
-the GPU model's block of nodes instead of gathering candidates: :meth:`Votes.fast_pick` (binpack,
-spread) and :meth:`Votes.block_pick` (a plugin that scores a block in place: fgd, portal). Both pick
-the node the scored path picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``).
+When only the placement policy votes on a single replica, two fast paths test the fit rule on the GPU
+model's block of nodes in place and skip the general scoring: :meth:`Votes.fast_pick` (binpack,
+spread: a masked argmax over the block) and :meth:`Votes.block_pick` (a plugin that scores nodes
+directly, fgd and portal: its scores of the feasible nodes only). Both pick the node the scored path
+picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``).
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ class Votes:
         single = self.scorer_names == [policy.placement]
         self.unit_scale = single and policy.placement in _UNIT_SCALE_POLICIES
         self.fast = self.unit_scale and fast_path
-        # A single plugin that scores a block of nodes in place (fgd, portal): see :meth:`block_pick`.
+        # A single plugin that scores nodes without a ScoreContext (fgd, portal): see :meth:`block_pick`.
         block = self.plugins[0] if single and fast_path else None
-        self.block: ScorerPlugin | None = block if hasattr(block, "score_block") else None
+        self.block: ScorerPlugin | None = block if hasattr(block, "score_at") else None
 
     def pool_scorers(self) -> tuple[list[str], np.ndarray]:
         """The scorer names in use and, per node, the index of its pool's scorer among them."""
@@ -132,32 +133,28 @@ class Votes:
         return lo + best if ok[best] else None
 
     def block_pick(self, plugin: ScorerPlugin, shape: Shape, mask: np.ndarray, lo: int) -> int | bool | None:
-        """The scored path's choice for one replica (not MIG) under a single block-scoring plugin (fgd,
-        portal): its scores read over the GPU model's block of nodes, masked by the fit rule, no
-        gathering, with the votes :meth:`score` adds for it; the same first-best node. ``False`` when
-        the plugin cannot score the block."""
+        """The scored path's choice for one replica (not MIG) under a single plugin that scores nodes
+        without a ``ScoreContext`` (fgd, portal): the fit rule over the GPU model's block of nodes, its
+        scores of the feasible ones only, with the votes :meth:`score` adds for it; the same first-best
+        node. ``False`` when the plugin cannot score them."""
         if len(mask) == 0:
             return None
-        ok = fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask)
-        count = int(np.count_nonzero(ok))
-        if count <= 1:  # as the scored path: no scoring for one candidate
-            return lo + int(np.argmax(ok)) if count else None
-        scores = plugin.score_block(shape, lo, ok)  # type: ignore[attr-defined]
+        pos = fit.fits(self.cluster, shape, slice(lo, lo + len(mask)), within=mask).nonzero()[0]
+        if len(pos) <= 1:  # as the scored path: no scoring for one candidate
+            return lo + int(pos[0]) if len(pos) else None
+        nodes = pos + lo
+        scores = plugin.score_at(shape, nodes)  # type: ignore[attr-defined]
         if scores is None:
             return False
         if shape.kind == "cpu" or shape.gpus > 1:
             # As :meth:`score` for these: the policy's scores scaled over the candidates, then the
             # side votes a single replica still gets (GPU avoidance, contiguity).
-            nodes = slice(lo, lo + len(ok))
-            scores = _unit_within(scores, ok)
+            scores = _unit(scores)
             if shape.kind == "cpu":
                 scores -= self.gpu_avoid[nodes]
             if shape.gpus > 1:
                 scores += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
-        best = int(np.argmax(np.where(ok, scores, -np.inf)))
-        if ok[best]:
-            return lo + best
-        return lo + int(np.argmax(ok))  # every feasible node scored -inf: the scored path takes the first
+        return int(nodes[scores.argmax()])  # the first best; all -inf: the first candidate
 
     def score(
         self,
@@ -257,19 +254,6 @@ def _among(values: np.ndarray, wanted: set[int], size: int) -> np.ndarray:
     table = np.zeros(size + 1, dtype=bool)  # shifted by one: -1 reads the first entry, never set
     table[[value + 1 for value in wanted]] = True
     return table[values + 1]
-
-
-def _unit_within(raw: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """:func:`_unit` of ``raw[ok]`` computed in place over all of ``raw`` (entries outside ``ok`` are
-    not to be read): the same value for every entry of ``ok``."""
-    within = raw[ok]
-    if len(within) == 0:
-        return np.zeros_like(raw)
-    low = within.min()
-    span = within.max() - low
-    if span <= 0 or not np.isfinite(span):
-        return np.zeros_like(raw)
-    return (raw - low) / span
 
 
 def _unit(raw: np.ndarray) -> np.ndarray:

@@ -18,7 +18,9 @@ Modules, by concern:
                per free GPU of each model.
 ``baselines``  DotProduct, BestFit, GpuClustering, GpuPacking node scores.
 ``deltas``     what placing a pod does to candidate nodes (fgd's and portal's score, device, measures
-               after), over arrays of nodes or one node in plain numbers, and their memo rows.
+               after), over arrays of nodes or one node in plain numbers.
+``states``     every node's state id, kept current by each change, and each shape's delta rows per
+               state id (what ``NodeScorer`` caches).
 ``scorer``     ``NodeScorer``: free-capacity arrays kept current by ``bind``/``release``, the policy's
                cached node scores (``score_nodes``) and the cluster's fragmentation (``frag_milli``).
 ``placer``     ``TracePlacer(NodeScorer)``: the trace simulator's filter, tie-break and device choice

@@ -10,7 +10,6 @@ stranded GPU (``measure.stranded_milli``) for other pods. The array functions sc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -39,35 +38,6 @@ class NodesState(NamedTuple):
     rows: np.ndarray  # (K,) model row
     metric: np.ndarray  # (K,) FGD's fragmentation of each node now
     free_total: np.ndarray  # (K,) free GPU milli summed over devices now
-
-
-@dataclass(slots=True)
-class Memo:
-    """One shape's delta rows by node state (``NodeScorer._memo_rows``): ``position`` gives a state's
-    row in ``rows`` (plain numbers, read node by node) and in ``array()`` (the same rows as one float
-    array, gathered for many nodes at once)."""
-
-    position: dict[bytes, int] = field(default_factory=dict)
-    rows: list[list[float]] = field(default_factory=list)
-    _array: np.ndarray = field(default_factory=lambda: np.empty((64, 4)))
-    _filled: int = 0
-
-    def add(self, key: bytes, row: list[float]) -> int:
-        self.position[key] = len(self.rows)
-        self.rows.append(row)
-        return len(self.rows) - 1
-
-    def array(self) -> np.ndarray:
-        """``rows`` as a (len(rows), 4) float array (new rows copied in once; room doubles as it grows)."""
-        count = len(self.rows)
-        if self._filled < count:
-            if len(self._array) < count:
-                grown = np.empty((max(count, 2 * len(self._array)), 4))
-                grown[: self._filled] = self._array[: self._filled]
-                self._array = grown
-            self._array[self._filled : count] = self.rows[self._filled :]
-            self._filled = count
-        return self._array[:count]
 
 
 def after(

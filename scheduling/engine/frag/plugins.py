@@ -32,6 +32,7 @@ from ..scorers import (
 )
 from .arrays import Choice, NodeArrays, PodShape
 from .scorer import NodeScorer
+from .states import DeviceOf
 from .workload import Shape4, typical_pods
 
 # Policies that score without the workload mix (computing it costs a pass over all jobs).
@@ -124,10 +125,11 @@ class FragPlugin:
         self._dirty: list[int] = []  # nodes changed since the scorer last saw them
         self._width = 0
         self._exists = np.zeros((0, 0), dtype=bool)
-        self._device: np.ndarray | None = None
+        self._device: DeviceOf | None = None
         self._device_key: tuple[int, int, int] | None = None
         self._counts: list[int] = []
         self._caps: list[int] = []
+        self._pods: dict[Shape, PodShape] = {}
 
     def _ready(self) -> NodeScorer | None:
         """The scorer, built on first use from the cluster's free capacity as it is then (one
@@ -196,7 +198,7 @@ class FragPlugin:
         scorer = self._ready()
         if scorer is None or ctx.shape.kind == "mig":
             return score_binpack(ctx)
-        pod = _pod_of(ctx.shape)
+        pod = self._pod(ctx.shape)
         if self.frag_policy == "packing" and pod.gpu_milli <= 0:
             return np.zeros(len(ctx.idx))
         scores, device = scorer.score_nodes(pod, ctx.idx)
@@ -205,16 +207,23 @@ class FragPlugin:
             self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
         return np.asarray(scores, dtype=np.float64)
 
-    def score_block(self, shape: Shape, lo: int, ok: np.ndarray) -> np.ndarray | None:
-        """``score`` of the nodes ``lo:lo+len(ok)`` where ``ok`` holds (the rest are not to be read), for
-        one replica (not MIG) under fgd or portal; ``None`` where only ``score`` answers."""
+    def score_at(self, shape: Shape, nodes: np.ndarray) -> np.ndarray | None:
+        """``score`` of the (feasible) ``nodes`` for one replica (not MIG) under fgd or portal, without a
+        ``ScoreContext``; ``None`` where only ``score`` answers."""
         scorer = self._ready()
         if scorer is None or self.frag_policy not in ("fgd", "portal") or shape.kind == "mig":
             return None
-        pod = _pod_of(shape)
-        scores, self._device = scorer.score_range(pod, lo, lo + len(ok), ok)
+        pod = self._pod(shape)
+        scores, self._device = scorer.score_nodes(pod, nodes)
         self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
         return scores
+
+    def _pod(self, shape: Shape) -> PodShape:
+        """``_pod_of(shape)``, built once per shape."""
+        pod = self._pods.get(shape)
+        if pod is None:
+            pod = self._pods[shape] = _pod_of(shape)
+        return pod
 
     def pick(self, cluster: Cluster, i: int, shape: Shape, workload_id: str) -> DevicePick | None:
         if (

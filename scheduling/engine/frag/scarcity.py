@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .arrays import MILLI, PodShape
+from .states import DeviceOf
 from .workload import TypicalArrays
 
 SCARCITY_SLACK = 0.1  # measured: 0 / 0.1 / 0.2 / 0.3 / 0.4 / 0.5 on the generated variants (docs/simulator.md)
@@ -84,7 +85,7 @@ class Scarcity:
         self,
         pod: PodShape,
         idx: np.ndarray,
-        device: np.ndarray,
+        device: DeviceOf,
         state: tuple[np.ndarray, np.ndarray, np.ndarray],
         weight: np.ndarray,
     ) -> np.ndarray:

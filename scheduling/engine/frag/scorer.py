@@ -17,23 +17,22 @@ Per pod shape, the score of every candidate node (higher wins; ties are the call
   including the alternatives that did not work.
 * the baselines (``baselines``); ``random`` scores all nodes equal.
 
-Scores are cached per pod shape and recomputed only for nodes whose state changed since (a version
-per node, bumped by every ``bind``/``release``); a bind after a scoring pass reuses the measured state
-of the chosen node. The cluster fragmentation (FGD's measure, whatever the policy) is kept current for
-``frag_milli()``.
+Scores are cached per pod shape and node state (``states``: every node's state id is kept current by
+every ``bind``/``release``/``sync``; a shape computes each state once); a bind after a scoring pass
+reuses the measured state of the chosen node. The cluster fragmentation (FGD's measure, whatever the
+policy) is kept current for ``frag_milli()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
-from .deltas import LEX, Delta, Memo, NodesState, devices_delta, node_delta, sharing_delta
+from .deltas import LEX, Delta, NodesState, devices_delta, node_delta, sharing_delta
 from .measure import (
     TypicalRows,
     frag_and_stranded,
@@ -42,29 +41,26 @@ from .measure import (
 )
 from .pressure import demand_share, pressure_levels
 from .scarcity import Scarcity
+from .states import DeviceOf, NodeDevices, ShapeTable, StateIndex
 from .workload import TypicalArrays, TypicalPod
 
 _PRESSURE_UNIT = 200 * LEX  # one model pressure level: above FGD's whole 0..100 range
 _SCARCITY_UNIT = 150 * LEX  # scarcity penalty, mapped into [0, 1): above FGD's 0..100, below a pressure level
-_MEMO_LIMIT = 20_000  # node states per shape _memo_rows keeps before it starts over
-_DISTINCT_FROM = 64  # beyond this many nodes to compute, _memo_rows computes each distinct state once
-_FEW_STALE = 8  # up to this many nodes to rescore, _rescore works node by node (_memo_rows)
 _FEW_MISSING = 4  # portal: up to this many node states not met before are computed without arrays
 
 ShapeKey = tuple[int, int, int]  # (cpu_milli, gpu_milli, gpu_count): what a node's score depends on
 
 
 @dataclass(slots=True)
-class _ScoreCache:
+class _NodeMeasure:
+    """The policy's measure of each node as it is now (fgd: FGD's fragmentation; portal: stranded GPU)."""
+
     version: np.ndarray  # (N,) node version each entry was computed at (-1 = never)
     score: np.ndarray  # (N,) float
-    device: np.ndarray  # (N,) int, sharing pods only
-    after: np.ndarray  # (N,) the policy's measure of the node after the best placement
-    after_primary: np.ndarray  # (N,) FGD's measure after it (portal only; NaN otherwise)
 
     @classmethod
-    def empty(cls, n: int) -> _ScoreCache:
-        return cls(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.full(n, np.nan))
+    def empty(cls, n: int) -> _NodeMeasure:
+        return cls(np.full(n, -1, np.int64), np.zeros(n))
 
 
 @dataclass(slots=True)
@@ -87,7 +83,7 @@ class NodeScorer:
     _model_row: np.ndarray = field(init=False)
     _table: TypicalArrays | None = field(init=False)  # the typical pods as arrays (FGD's table)
     _rows: TypicalRows | None = field(init=False)  # the same as plain numbers (portal's one-node path)
-    _frag_cache: _ScoreCache | None = field(init=False)  # fgd/portal: the policy's measure per node now
+    _frag_cache: _NodeMeasure | None = field(init=False)  # fgd/portal: the policy's measure per node now
     _metric_node: np.ndarray = field(init=False)  # (N,) FGD fragmentation per node where _metric_fresh
     _metric_fresh: np.ndarray = field(init=False)  # (N,) bool; stale entries are measured when read
     _metric_total: float = field(init=False)
@@ -95,10 +91,11 @@ class NodeScorer:
     _row_free: np.ndarray = field(init=False)  # _gpu_free_total summed per model row, kept in step
     _gpu_max: np.ndarray = field(init=False)  # (N,) largest free milli on one device
     _gpu_full: np.ndarray = field(init=False)  # (N,) fully free devices
-    _last: tuple[ShapeKey, _ScoreCache] | None = field(init=False)
+    _last: tuple[ShapeKey, ShapeTable] | None = field(init=False)
     _metric_memo: dict[tuple[int, int, bytes], float] = field(init=False)
-    _score_caches: dict[ShapeKey, _ScoreCache] = field(init=False)
-    _delta_memo: dict[ShapeKey, Memo] = field(init=False)  # see _memo_rows
+    _states: StateIndex = field(init=False)  # every node's state id, kept current
+    _row_of: list[int] = field(init=False)  # _model_row as plain numbers
+    _tables: dict[ShapeKey, ShapeTable] = field(init=False)  # fgd/portal: each shape's rows per state
     _press_share: np.ndarray | None = field(init=False, default=None)
     _press_any: bool = field(init=False, default=True)  # whether any row has a demand share (else no term)
     _scarcity: Scarcity | None = field(init=False, default=None)
@@ -116,8 +113,9 @@ class NodeScorer:
         self._affinity = np.zeros((n, AFFINITY_TAGS), dtype=np.int64)
         self._version = np.zeros(n, dtype=np.int64)
         self._model_row = np.where(self.nodes.model_ids >= 0, self.nodes.model_ids, len(self.nodes.models))
-        self._score_caches = {}
-        self._delta_memo = {}
+        self._states = StateIndex(n, d)
+        self._row_of = self._model_row.tolist()
+        self._tables = {}
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
         self._row_free = self._rows_free()
         self._gpu_max = self.gpu_free_milli.max(axis=1)
@@ -134,13 +132,13 @@ class NodeScorer:
             self._metric_node = frag_milli(self.cpu_free_milli, self.gpu_free_milli, self._model_row, self._table)
             self._metric_total = float(self._metric_node.sum())
             if self.policy in ("fgd", "portal"):
-                self._frag_cache = _ScoreCache.empty(n)
+                self._frag_cache = _NodeMeasure.empty(n)
             if self.policy == "portal" and self.workload:
                 shapes = TypicalArrays.build(self.workload, self.nodes.models)
                 self._scarcity = Scarcity.build(shapes, n)
 
     # -------------------------------------------------------------------------------------- scores
-    def score_nodes(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def score_nodes(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, NodeDevices | None]:
         """The policy's scores for the (feasible) nodes ``idx``; higher is better.
 
         Returns ``(scores, device)``; ``device`` (indexed by node, not by position in ``idx``) is the
@@ -165,64 +163,54 @@ class NodeScorer:
             return packing(pod, self.gpu_free_milli[idx], self.nodes.gpu_count[idx])
         raise AssertionError(self.policy)
 
-    def _frag_scores(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """FGD/portal score of each feasible node (and the device for sharing pods), cached per shape."""
-        key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
-        cache = self._score_caches.get(key)
-        if cache is None:
-            cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
-        stale = idx[cache.version[idx] != self._version[idx]]
-        self._rescore(pod, key, cache, stale)
-        score = cache.score[idx]  # a copy (fancy indexing)
+    def _frag_scores(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, NodeDevices]:
+        """FGD/portal score of each feasible node (and the device for sharing pods), cached per shape
+        and node state."""
+        key, table, ids = self._table_of(pod)
+        node_ids = ids[idx]
+        self._fill(pod, table, idx, node_ids)
+        score = table.values[node_ids, 0]  # a copy (fancy indexing)
+        device = table.devices(ids)
+        self._last = (key, table)
         if self.policy == "portal":
             if self._scarcity is not None:  # else the scarcity term is 0 everywhere
-                score += self._scarcity_term(pod, idx, cache.device)
+                score += self._scarcity_term(pod, idx, device)
             if pod.gpu_count > 0 and (pressure := self._pressure_term(idx)) is not None:
                 score += pressure
-        return score, cache.device
+        return score, device
 
-    def score_range(self, pod: PodShape, lo: int, hi: int, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """FGD/portal: :meth:`score_nodes` of the nodes ``lo:hi`` where ``ok`` holds, as a view over the
-        whole range (entries outside ``ok`` are stale: not to be read) and the device per node."""
+    def _table_of(self, pod: PodShape) -> tuple[ShapeKey, ShapeTable, np.ndarray]:
+        """The shape's key and table (with room for every state id) and every node's state id now."""
         key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
-        cache = self._score_caches.get(key)
-        if cache is None:
-            cache = self._score_caches[key] = _ScoreCache.empty(len(self.nodes))
-        stale = np.flatnonzero(ok & (cache.version[lo:hi] != self._version[lo:hi])) + lo
-        self._rescore(pod, key, cache, stale)
-        score = cache.score[lo:hi]
-        if self.policy == "portal":
-            # Without a workload the scarcity term is 0 everywhere: nothing to add (nor to copy for).
-            if self._scarcity is not None:
-                score = score.copy()
-                ok_idx = np.flatnonzero(ok) + lo
-                score[ok_idx - lo] += self._scarcity_term(pod, ok_idx, cache.device)
-            if pod.gpu_count > 0 and (pressure := self._pressure_term(slice(lo, hi))) is not None:
-                score = score + pressure
-        return score, cache.device
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = ShapeTable()
+        ids = self._states.current(self._model_row, self.cpu_free_milli, self.gpu_free_milli)
+        table.fit(len(self._states), self._states.epoch)
+        return key, table, ids
 
-    def _rescore(self, pod: PodShape, key: ShapeKey, cache: _ScoreCache, stale: np.ndarray) -> None:
-        if 0 < stale.size <= _FEW_STALE:
-            # A few nodes changed since this shape last scored (the usual case within a cycle): the
-            # same memo, read and written node by node (array calls cost more than the work here).
-            nodes = stale.tolist()
-            versions = self._version[stale].tolist()
-            memo, positions = self._memo_rows(pod, key, stale)
-            rows = memo.rows
-            for n, version, position in zip(nodes, versions, positions, strict=True):
-                cache.score[n], cache.device[n], cache.after[n], cache.after_primary[n] = rows[position]
-                cache.version[n] = version
-        elif stale.size:
-            memo, positions = self._memo_rows(pod, key, stale)
-            out = memo.array()[positions]
-            cache.score[stale] = out[:, 0]
-            cache.device[stale] = out[:, 1]
-            cache.after[stale] = out[:, 2]
-            cache.after_primary[stale] = out[:, 3]
-            cache.version[stale] = self._version[stale]
-        self._last = (key, cache)
+    def _fill(self, pod: PodShape, table: ShapeTable, idx: np.ndarray, node_ids: np.ndarray) -> None:
+        """Compute the rows of the states of nodes ``idx`` (their ids ``node_ids``) that ``table`` does
+        not know yet: each distinct state once, on the first node in it. A row depends only on the
+        shape and the state (``_frag_delta``), so where it is computed does not matter."""
+        known = table.known[node_ids]
+        if known.all():
+            return
+        unknown = ~known
+        nodes, sids = idx[unknown], node_ids[unknown]
+        if nodes.size <= _FEW_MISSING and self._rows is not None:
+            # A few states not met before (the usual case within a cycle): one node at a time, no arrays.
+            values, known = table.values, table.known
+            for n, sid in zip(nodes.tolist(), sids.tolist(), strict=True):
+                if not known[sid]:
+                    values[sid] = self._frag_delta_one(pod, n, self._rows)
+                    known[sid] = True
+            return
+        distinct, first = np.unique(sids, return_index=True)
+        table.values[distinct] = np.column_stack(self._frag_delta(pod, nodes[first]))
+        table.known[distinct] = True
 
-    def _scarcity_term(self, pod: PodShape, idx: np.ndarray, device: np.ndarray) -> np.ndarray:
+    def _scarcity_term(self, pod: PodShape, idx: np.ndarray, device: DeviceOf) -> np.ndarray:
         """portal's key after model pressure and before FGD's score: minus the scarcity penalty of
         placing ``pod`` on each node (``scarcity``), mapped into less than one pressure level."""
         scarcity = self._scarcity
@@ -253,57 +241,13 @@ class NodeScorer:
         levels = pressure_levels(self._press_share, self._row_free)
         if not levels.any():
             return None
-        return -_PRESSURE_UNIT * levels[self._model_row[nodes]]
+        return (-_PRESSURE_UNIT * levels)[self._model_row[nodes]]  # per row, then per node: the same floats
 
     def _rows_free(self) -> np.ndarray:
         """Free GPU milli per model row (``_row_free``, which the state changes keep in step: sums of
         whole numbers, so the same floats in any order)."""
         rows = len(self.nodes.models) + 1
         return np.bincount(self._model_row, weights=self._gpu_free_total.astype(np.float64), minlength=rows)
-
-    def _memo_rows(self, pod: PodShape, key: ShapeKey, idx: np.ndarray) -> tuple[Memo, list[int]]:
-        """``_frag_delta`` of ``idx``: the shape's memo and, per node, the position of its row (score,
-        device, the policy's measure after, FGD's measure after), computed only for node states not
-        met before.
-
-        A node's result depends only on the pod's shape and the node's state (GPU model, free CPU, free
-        milli per device in device order), and states repeat a lot (nodes of one model with the same
-        jobs): a placement changes one node, and without this every shape scored afterwards would
-        recompute that node with a whole vectorised pass of its own.
-        """
-        memo = self._delta_memo.get(key)
-        if memo is None or len(memo.rows) > _MEMO_LIMIT:
-            memo = self._delta_memo[key] = Memo()
-        state = np.empty((idx.size, 2 + self.gpu_free_milli.shape[1]), dtype=np.int64)
-        state[:, 0] = self._model_row[idx]
-        state[:, 1] = self.cpu_free_milli[idx]
-        state[:, 2:] = self.gpu_free_milli[idx]
-        # One bytes key per node: the row of (model, CPU, devices) as raw memory.
-        keys = cast(list[bytes], state.view(np.dtype((np.void, state.itemsize * state.shape[1]))).ravel().tolist())
-        get = memo.position.get
-        found = [get(k, -1) for k in keys]
-        missing = [i for i, f in enumerate(found) if f < 0]
-        if len(missing) > _DISTINCT_FROM:
-            # Many nodes not met before (a shape's first score, capacity given back): each distinct
-            # state once, on the first node that has it.
-            first: dict[bytes, int] = {}
-            for i in missing:
-                first.setdefault(keys[i], i)
-            todo = list(first.values())
-            computed = np.column_stack(self._frag_delta(pod, idx[todo])).tolist()
-            for j, i in enumerate(todo):
-                memo.add(keys[i], computed[j])
-            for i in missing:
-                found[i] = memo.position[keys[i]]
-        elif missing and len(missing) <= _FEW_MISSING and self._rows is not None:
-            nodes = idx.tolist()
-            for i in missing:
-                found[i] = memo.add(keys[i], self._frag_delta_one(pod, nodes[i], self._rows))
-        elif missing:
-            computed = np.column_stack(self._frag_delta(pod, idx[missing])).tolist()
-            for j, i in enumerate(missing):
-                found[i] = memo.add(keys[i], computed[j])
-        return memo, found
 
     def _frag_delta(self, pod: PodShape, idx: np.ndarray) -> Delta:
         """(score, device, the policy's measure after, FGD's measure after) of placing ``pod`` on each
@@ -376,7 +320,8 @@ class NodeScorer:
 
     def invalidate(self) -> None:
         """Forget every cached score (call after changing the free-capacity arrays directly)."""
-        self._score_caches.clear()
+        self._tables.clear()
+        self._states.mark(range(len(self.nodes)))
         self._last = None
         if self._frag_cache is not None:
             self._frag_cache.version[:] = -1
@@ -421,6 +366,7 @@ class NodeScorer:
         self._gpu_max[nodes] = gpu.max(axis=1)
         self._gpu_full[nodes] = np.count_nonzero(gpu == MILLI, axis=1)
         self._version[nodes] += 1
+        self._states.mark(nodes.tolist())
         self._last = None
         if self._table is not None:
             self._metric_fresh[nodes] = False
@@ -442,6 +388,7 @@ class NodeScorer:
         self._gpu_max[n] = max(gpu)
         self._gpu_full[n] = gpu.count(MILLI)
         self._version[n] += 1
+        self._states.set_one(n, self._row_of[n], cpu, gpu)
         self._last = None
         if self._table is not None:
             self._metric_fresh[n] = False
@@ -470,6 +417,7 @@ class NodeScorer:
             self._gpu_full[n] = np.count_nonzero(devices == MILLI)
         known = self._known_after(pod, choice, sign)
         self._version[n] += 1
+        self._states.set_one(n, self._row_of[n], int(self.cpu_free_milli[n]), self.gpu_free_milli[n].tolist())
         if known is not None and self._frag_cache is not None:
             # The scoring pass already measured this exact state: reuse it instead of recomputing.
             self._frag_cache.score[n] = known[0]
@@ -491,15 +439,16 @@ class NodeScorer:
         last, self._last = self._last, None
         if sign > 0 or last is None or self._frag_cache is None:
             return None
-        key, cache = last
-        n = choice.node
+        key, table = last
         if key != (pod.cpu_milli, pod.gpu_milli, pod.gpu_count):
             return None
-        if cache.version[n] != self._version[n]:
+        sid = self._states.known_id(choice.node)  # its state before this change (ids move after)
+        if sid is None or table.epoch != self._states.epoch or sid >= len(table.known) or not table.known[sid]:
             return None
-        if pod.is_sharing and choice.gpu_indices != (int(cache.device[n]),):
+        row = table.values[sid]
+        if pod.is_sharing and choice.gpu_indices != (int(row[1]),):
             return None
-        return float(cache.after[n]), float(cache.after_primary[n])
+        return float(row[2]), float(row[3])
 
     def _metric_after(self, known: tuple[float, float] | None) -> float | None:
         """The node's FGD fragmentation after a change, if the last scoring pass measured it."""

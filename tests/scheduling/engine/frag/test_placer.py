@@ -185,6 +185,6 @@ def test_frag_module_imports_only_stdlib_numpy_and_the_engine():
             roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             roots.add(node.module if node.module.startswith("scheduling.engine") else node.module.split(".")[0])
-    assert roots <= {"__future__", "math", "collections", "dataclasses", "typing", "numpy"} | {
+    assert roots <= {"__future__", "math", "collections", "dataclasses", "struct", "typing", "numpy"} | {
         r for r in roots if r.startswith("scheduling.engine")
     }
