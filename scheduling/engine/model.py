@@ -145,6 +145,12 @@ class PlacementRules:
             object.__setattr__(self, "_hash", cached)
         return cached
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the cached hash: another process hashes strings differently (the dry run's
+        state is handed from the scheduler to the web processes pickled), and a stale hash there would
+        make equal rules miss each other in every dict and set."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def dynamic(self) -> bool:
         """Whether a replica's room depends on where the job's other replicas went."""

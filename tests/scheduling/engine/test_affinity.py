@@ -233,3 +233,32 @@ def test_preferred_terms_pick_among_nodes_that_fit():
     assert [p.node for a in plan.admissions if a.workload_id == "j" for p in a.placements] == ["n2"]
     plain = cycle(nodes, [busy, job("j", "a", gpu=1)])
     assert [p.node for p in plain.admissions[0].placements] == ["n1"]
+
+
+def test_rules_unpickled_in_another_process_hash_as_that_process_hashes_them():
+    # The dry run's state goes from the scheduler to the web processes pickled; each process hashes
+    # strings with its own seed. Rules hashed before pickling must not carry that hash along, or equal
+    # rules would miss each other in the other process's dicts and sets.
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rules = affine(NodeSelectorTerm((Requirement("gpu-type", "In", ("A100", "H100")),)))
+    hash(rules)
+    blob = pickle.dumps(rules)
+    probe = (
+        "import pickle, sys\n"
+        "from scheduling.engine.model import NodeSelectorTerm, PlacementRules, Requirement\n"
+        "got = pickle.loads(sys.stdin.buffer.read())\n"
+        "term = NodeSelectorTerm((Requirement('gpu-type', 'In', ('A100', 'H100')),))\n"
+        "fresh = PlacementRules(required_terms=(term,))\n"
+        "print(got == fresh, hash(got) == hash(fresh), fresh in {got})\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", probe], input=blob, capture_output=True, check=True, cwd=root,
+            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        assert out.stdout.decode().split() == ["True", "True", "True"]
