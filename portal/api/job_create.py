@@ -275,7 +275,7 @@ class JobCreateSerializer(serializers.Serializer):
             # answer must not reveal other teams' queue names.
             raise serializers.ValidationError({"queue": [f"team {team.slug!r} has no queue {queue_name!r}"]})
         names = attrs.get("allowed_gpu_models") or []
-        models = list(GpuModel.objects.filter(name__in=names))
+        models = list(GpuModel.objects.filter(name__in=names)) if names else []
         unknown = sorted(set(names) - {m.name for m in models})
         if unknown:
             known = ", ".join(GpuModel.objects.values_list("name", flat=True))

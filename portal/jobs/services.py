@@ -100,7 +100,12 @@ def job_submit_recorded(
             job.created_at = at
         if spec.allowed_gpu_models:
             job.allowed_gpu_models.set(spec.allowed_gpu_models)
-        if not settings.QUEUE_NEVER_FITTING_JOBS and (never := job_never_fits(job=job)) is not None:
+        if not settings.QUEUE_NEVER_FITTING_JOBS:
+            models = tuple(m.name for m in spec.allowed_gpu_models)
+            never = job_never_fits(job=job, allowed_gpu_models=models)
+        else:
+            never = None
+        if never is not None:
             raise never_fits_error(never, spec)  # rolls the job back
         transition = JobTransition.objects.create(
             job=job,

@@ -13,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from billing.services import price_book_seed_defaults
+from portal.jobs.models import Job
 from portal.tenants.models import TolerationGrant
 from scheduling.dry_run import dry_run_forget
+from scheduling.selectors import job_never_fits
 
 pytestmark = pytest.mark.django_db
 
@@ -78,3 +80,25 @@ def test_the_submit_answer_reads_no_row_of_the_job_back(api, world):
         assert not any(f'FROM "{table}"' in sql for sql in reads), table
     # The price book is read once, for the check's estimated cost: the new job has no attempt to price.
     assert sum('FROM "billing_pricebookentry"' in sql for sql in reads) == 1
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {"gpu": 1},
+        {"gpu": 9},  # more than any node has
+        {"gpu": 8, "allowed": ("T4",)},  # T4 nodes have 4
+        {"gpu": 2, "allowed": ("T4", "A100-80GB")},
+        {"gpu": 0, "gpu_milli": 500, "allowed": ("A100-80GB",)},
+        {"gpu": 1, "memory_mib": 4 * 1024 * 1024},  # more memory than any node
+    ],
+)
+def test_the_never_fits_test_answers_the_same_with_the_models_given_as_read_back(world, settings, shape):
+    settings.QUEUE_NEVER_FITTING_JOBS = True  # the job is saved whatever the verdict
+    shape = dict(shape)
+    models = shape.pop("allowed", ())
+    job = world.submit(allowed_gpu_models=tuple(world.models[name] for name in models), **shape)
+    read_back = job_never_fits(job=Job.objects.get(pk=job.pk))
+    assert job_never_fits(job=job, allowed_gpu_models=tuple(models)) == read_back
+    expected_never = shape.get("gpu", 0) > 8 or (models == ("T4",) and shape["gpu"] > 4) or "memory_mib" in shape
+    assert (read_back is not None) == expected_never
