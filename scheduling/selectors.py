@@ -178,9 +178,7 @@ def job_never_fits(
     if allowed_gpu_models is None:
         workload = workload_from_job(job, [])
     else:  # the same workload, without reading back the models just set
-        workload = workload_from_request(
-            job, pk=str(job.pk), now=job.created_at, allowed_gpu_models=allowed_gpu_models
-        )
+        workload = workload_from_request(job, pk=str(job.pk), now=job.created_at, allowed_gpu_models=allowed_gpu_models)
     return podsets.never_fits(workload, feasibility.never_fits)
 
 
