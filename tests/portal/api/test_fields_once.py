@@ -23,7 +23,9 @@ class DeepCopied(JobCreateSerializer):
         return serializers.Serializer.get_fields(self)
 
 
-_ANY = st.one_of(st.none(), st.integers(-5, 10), st.text(max_size=5), st.booleans(), st.lists(st.integers(), max_size=2))
+_ANY = st.one_of(
+    st.none(), st.integers(-5, 10), st.text(max_size=5), st.booleans(), st.lists(st.integers(), max_size=2)
+)
 _TOLERATION = st.fixed_dictionaries(
     {},
     optional={
