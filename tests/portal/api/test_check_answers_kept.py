@@ -120,7 +120,7 @@ def redis_cache(settings):
     prefix = f"dry-run-test-{uuid.uuid4().hex}"
     settings.CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "portal.cache.RedisCache",
             "LOCATION": settings.REDIS_URL,
             "KEY_PREFIX": prefix,
         }
