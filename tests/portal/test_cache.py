@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-
-import pytest
 from django.core.cache import cache, caches
 
 from portal.cache import RedisCache
 
 
-def test_the_redis_cache_reuses_its_client_and_still_reads_what_it_wrote(settings):
-    if not settings.REDIS_URL:
-        pytest.skip("needs REDIS_URL")
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "portal.cache.RedisCache",
-            "LOCATION": settings.REDIS_URL,
-            "KEY_PREFIX": f"cache-test-{uuid.uuid4().hex}",
-        }
-    }
+def test_the_redis_cache_reuses_its_client_and_still_reads_what_it_wrote(redis_cache):
     backend = caches["default"]
     assert isinstance(backend, RedisCache)
     assert backend._cache.get_client(write=True) is backend._cache.get_client(write=True)
