@@ -4,7 +4,8 @@ Usage: ``DATABASE_URL=... REDIS_URL=... python bench/profile_api.py [--seed] [--
 
 In-process (Django's test client through every middleware, no HTTP server), one request at a time,
 against ``DATABASE_URL``: ``--seed`` first fills it as ``bench/bench_load.py`` does (an empty,
-migrated database; smaller by default). For each endpoint of the load scenario it prints the median
+migrated database; smaller by default; the seeded users and tokens are kept in ``PROFILE_API_DATA``,
+default /tmp/profile_api_users.json). For each endpoint of the load scenario it prints the median
 CPU time (``time.process_time``, fair on a loaded machine; median and mean) and wall time per request and the number
 of queries; ``--profile NAME`` prints cProfile's top functions for that endpoint. Run it on two
 checkouts against the same database to compare them side by side.
