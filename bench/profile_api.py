@@ -4,7 +4,8 @@ Usage: ``DATABASE_URL=... REDIS_URL=... python bench/profile_api.py [--seed] [--
 
 In-process (Django's test client through every middleware, no HTTP server), one request at a time,
 against ``DATABASE_URL``: ``--seed`` first fills it as ``bench/bench_load.py`` does (an empty,
-migrated database; smaller by default). For each endpoint of the load scenario it prints the median
+migrated database; smaller by default; the seeded users and tokens are kept in ``PROFILE_API_DATA``,
+default /tmp/profile_api_users.json). For each endpoint of the load scenario it prints the median
 CPU time (``time.process_time``, fair on a loaded machine; median and mean) and wall time per request and the number
 of queries; ``--profile NAME`` prints cProfile's top functions for that endpoint. Run it on two
 checkouts against the same database to compare them side by side.
@@ -31,7 +32,7 @@ os.environ.setdefault("API_THROTTLE_IP", "1000000/min")
 os.environ.setdefault("API_THROTTLE_USER", "1000000/min")
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "0")
 
-DATA_FILE = Path("/tmp/profile_api_users.json")
+DATA_FILE = Path(os.environ.get("PROFILE_API_DATA", "/tmp/profile_api_users.json"))
 
 
 def endpoints(job_id: int) -> dict[str, tuple[str, str, dict | None]]:
@@ -89,7 +90,7 @@ def main() -> int:
             response = call(path, **kwargs)
             assert response.status_code < 300, (name, response.status_code, response.content[:300])
         cpu, wall, queries = [], [], []
-        profiler = cProfile.Profile() if name == args.profile else None
+        profiler = cProfile.Profile(time.process_time) if name == args.profile else None  # CPU, not wall
         for n in range(args.requests):
             if args.cycle_every and n % args.cycle_every == 0:
                 CycleRun.objects.create(started_at=timezone.now(), duration_ms=0.0)

@@ -450,7 +450,7 @@ REST_FRAMEWORK["NUM_PROXIES"] = API_NUM_PROXIES
 # Throttle counters live in the cache: Redis when REDIS_URL is set (shared by every web process).
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "gpu-portal"}
+        {"BACKEND": "portal.cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "gpu-portal"}
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )

@@ -27,7 +27,7 @@ from scheduling.adapters.k8s.namespaces import NamespaceObjects, cpu_quantity, m
 from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
 from scheduling.adapters.orm import queues_load
-from scheduling.adapters.workloads import workload_from_job
+from scheduling.adapters.workloads import workload_from_job, workload_from_request
 from scheduling.engine import podsets
 from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.filters import topology_levels
@@ -157,9 +157,12 @@ def cluster_configuration(*, backend: ClusterBackend | None = None, nodes: list[
     )
 
 
-def job_never_fits(*, job: Job, backend: ClusterBackend | None = None) -> Reason | None:
+def job_never_fits(
+    *, job: Job, backend: ClusterBackend | None = None, allowed_gpu_models: tuple[str, ...] | None = None
+) -> Reason | None:
     """Why ``job`` (saved, its allowed GPU models set) can never run on the cluster as configured, or
     ``None`` when waiting can let it start: the engine's own test (``scheduling.engine.verdict``).
+    ``allowed_gpu_models``: their names when the caller has just set them (else they are read).
 
     ``None`` too when the cluster cannot tell: its API does not answer, or it reports no node at all
     (a cluster being set up, or scaled to zero); the cycle then explains the job as it waits.
@@ -172,7 +175,11 @@ def job_never_fits(*, job: Job, backend: ClusterBackend | None = None) -> Reason
     if feasibility is None:
         return None
     # A Ray job's worker groups must each fit too (``podsets``): the first that never does is named.
-    return podsets.never_fits(workload_from_job(job, []), feasibility.never_fits)
+    if allowed_gpu_models is None:
+        workload = workload_from_job(job, [])
+    else:  # the same workload, without reading back the models just set
+        workload = workload_from_request(job, pk=str(job.pk), now=job.created_at, allowed_gpu_models=allowed_gpu_models)
+    return podsets.never_fits(workload, feasibility.never_fits)
 
 
 # The last configuration's test, with its answers per job signature, kept in the process between

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
+from django.core.cache import caches
 from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
@@ -73,3 +75,22 @@ def api(world):
         return client
 
     return client_for
+
+
+@pytest.fixture
+def redis_cache(settings):
+    """The web processes' shared cache (the tests' default is a local one)."""
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL")
+    prefix = f"cache-test-{uuid.uuid4().hex}"
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "portal.cache.RedisCache",
+            "LOCATION": settings.REDIS_URL,
+            "KEY_PREFIX": prefix,
+        }
+    }
+    yield
+    client = caches["default"]._cache.get_client(write=True)  # its own keys only: the broker shares the db
+    for key in client.scan_iter(f"{prefix}:*"):
+        client.delete(key)

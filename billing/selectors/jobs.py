@@ -74,7 +74,11 @@ class JobCost:
         return self.so_far.total_cost
 
 
-def _lookup(attempts: Iterable[JobAttempt], hour_from: int, hour_to: int) -> PriceLookup:
+def _lookup(attempts: Sequence[JobAttempt], hour_from: int, hour_to: int) -> PriceLookup:
+    """The prices of the attempts' models over the hours; none read when there is no attempt to price
+    (jobs that never ran: a submission's answer, a page of pending jobs)."""
+    if not attempts:
+        return PriceLookup(())
     models = {a.gpu_model for a in attempts}
     return PriceLookup(price_segments(price_list(), models, hour_from, hour_to))
 

@@ -8,10 +8,9 @@ from portal.jobs.models import GpuModel
 
 
 def price_list() -> list[Price]:
-    return [
-        Price(e.resource, e.gpu_model, e.capacity_type, e.effective_from, e.usd_per_hour)
-        for e in PriceBookEntry.objects.all()
-    ]
+    """The price book's entries (in its order), read as plain rows: no model instance per entry."""
+    columns = ("resource", "gpu_model", "capacity_type", "effective_from", "usd_per_hour")
+    return [Price(*row) for row in PriceBookEntry.objects.values_list(*columns)]
 
 
 def cost_rollup_current(prices: list[Price] | None = None) -> bool:

@@ -3,6 +3,7 @@ request turned into a ``JobSpec`` (``job_spec_from_body``) and the priority clas
 
 from __future__ import annotations
 
+import copy
 import shlex
 from types import SimpleNamespace
 
@@ -130,7 +131,27 @@ class RayField(serializers.DictField):
     """A Ray job's spec; the service checks it (400 naming the path, e.g. ray.worker_groups.0.gpu)."""
 
 
-class JobCreateSerializer(serializers.Serializer):
+class FieldsOnce:
+    """A serializer whose declared fields are deep-copied once per class, not per instance.
+
+    DRF deep-copies every declared field for each serializer instance (a copy re-instantiates the
+    field from its arguments: ~30 fields and their validators, the largest share of a job request's
+    validation). Here the deep copy is made once, and each instance binds shallow copies of it: its
+    own top-level fields (``bind`` sets their name and parent), sharing what validating does not
+    change (validators, a list's or a dict's child field, a nested serializer's child)."""
+
+    _declared_fields: dict[str, serializers.Field]
+    _fields_copied: dict[type, dict[str, serializers.Field]] = {}
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        cls = type(self)
+        copied = FieldsOnce._fields_copied.get(cls)
+        if copied is None:
+            copied = FieldsOnce._fields_copied[cls] = copy.deepcopy(self._declared_fields)
+        return {name: copy.copy(field) for name, field in copied.items()}
+
+
+class JobCreateSerializer(FieldsOnce, serializers.Serializer):
     """A job submission. Unknown fields are refused (400 naming them), never silently dropped."""
 
     name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
@@ -275,7 +296,7 @@ class JobCreateSerializer(serializers.Serializer):
             # answer must not reveal other teams' queue names.
             raise serializers.ValidationError({"queue": [f"team {team.slug!r} has no queue {queue_name!r}"]})
         names = attrs.get("allowed_gpu_models") or []
-        models = list(GpuModel.objects.filter(name__in=names))
+        models = list(GpuModel.objects.filter(name__in=names)) if names else []
         unknown = sorted(set(names) - {m.name for m in models})
         if unknown:
             known = ", ".join(GpuModel.objects.values_list("name", flat=True))

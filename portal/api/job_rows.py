@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -110,29 +111,80 @@ def job_page_rows(jobs: QuerySet[Job]) -> QuerySet:
     return jobs.values(*JOB_VALUES)
 
 
-def jobs_render(rows: Sequence[dict[str, Any]], *, now: datetime, speedup: float) -> list[dict[str, Any]]:
-    """The API shape of each job row (from ``job_page_rows``), in the rows' order."""
-    shapes = _get_shapes()
-    ids = [row["id"] for row in rows]
-    # 1. The relations, one query each (ordered as the models' Meta.ordering orders the prefetches).
-    allowed: dict[int, list[str]] = defaultdict(list)
-    through = Job.allowed_gpu_models.through.objects.filter(job_id__in=ids)
-    for job_id, name in through.order_by("gpumodel__name").values_list("job_id", "gpumodel__name"):
-        allowed[job_id].append(name)
+@dataclass(frozen=True, slots=True)
+class Relations:
+    """The rows of each relation of some jobs, by job id (step 1 of ``jobs_render``)."""
+
+    allowed: dict[int, list[str]]  # GPU model names, in the name order the prefetch reads them
+    placements: dict[int, list[dict]]  # live placements, by replica
+    transitions: dict[int, list[dict]]  # by time
+    attempt_rows: list[JobAttempt]  # instances: ``job_costs`` reads them too
+
+
+def relations_read(ids: Sequence[int]) -> Relations:
+    """The relations of the jobs ``ids``, one query each (ordered as the models' Meta.ordering orders
+    the prefetches)."""
     placements: dict[int, list[dict]] = defaultdict(list)
     for placement in ReplicaPlacement.objects.filter(job_id__in=ids).order_by("job_id", "replica").values():
         placements[placement["job_id"]].append(dict(placement))
     transitions: dict[int, list[dict]] = defaultdict(list)
     for transition in JobTransition.objects.filter(job_id__in=ids).order_by("at", "id").values():
         transitions[transition["job_id"]].append(dict(transition))
-    # Instances: ``job_costs`` reads the same rows (one query for both).
     attempt_rows = list(JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number"))
+    return Relations(_allowed_read(ids), placements, transitions, attempt_rows)
+
+
+def _allowed_read(ids: Sequence[int]) -> dict[int, list[str]]:
+    allowed: dict[int, list[str]] = defaultdict(list)
+    through = Job.allowed_gpu_models.through.objects.filter(job_id__in=ids)
+    for job_id, name in through.order_by("gpumodel__name").values_list("job_id", "gpumodel__name"):
+        allowed[job_id].append(name)
+    return allowed
+
+
+def submitted_rows(
+    job: Job, transition: JobTransition, allowed_gpu_models: Sequence[str]
+) -> tuple[list[dict[str, Any]], Relations]:
+    """The row and relations of a job ``job_submit`` has just created (``transition``: its first;
+    ``allowed_gpu_models``: the names it set), as ``job_page_rows`` and ``relations_read`` would read
+    them back, without reading: it has no placement and no attempt yet. Its allowed GPU models are
+    read only when there are several (their order is the database's collation)."""
+    row = {name: _path_value(job, name) for name in JOB_VALUES}
+    if len(allowed_gpu_models) <= 1:
+        allowed = {job.pk: list(allowed_gpu_models)}
+    else:
+        allowed = _allowed_read([job.pk])
+    values = {f.attname: getattr(transition, f.attname) for f in JobTransition._meta.concrete_fields}
+    return [row], Relations(allowed, {}, {job.pk: [values]}, [])
+
+
+def _path_value(instance: Any, path: str) -> Any:
+    """The value a ``values()`` path (``team__slug``) reads, from loaded instances (None across a null
+    relation)."""
+    value = instance
+    for name in path.split("__"):
+        if value is None:
+            return None
+        value = getattr(value, name)
+    return value
+
+
+def jobs_render(
+    rows: Sequence[dict[str, Any]], *, now: datetime, speedup: float, relations: Relations | None = None
+) -> list[dict[str, Any]]:
+    """The API shape of each job row (from ``job_page_rows``), in the rows' order; ``relations``: the
+    rows' relations when the caller has them (else read)."""
+    shapes = _get_shapes()
+    # 1. The relations, one query each.
+    if relations is None:
+        relations = relations_read([row["id"] for row in rows])
+    allowed, placements, transitions = relations.allowed, relations.placements, relations.transitions
     attempts: dict[int, list[dict]] = defaultdict(list)
-    for instance in attempt_rows:
+    for instance in relations.attempt_rows:
         attempts[instance.job_id].append({name: getattr(instance, name) for name in _ATTEMPT_VALUES})
     # 2. Costs, from unsaved jobs carrying the fields ``job_costs`` reads.
     cost_jobs = [Job(**{name: row[name] for name in _COST_FIELDS}) for row in rows]
-    costs = job_costs(jobs=cost_jobs, now=now, speedup=speedup, attempts_read=attempt_rows)
+    costs = job_costs(jobs=cost_jobs, now=now, speedup=speedup, attempts_read=relations.attempt_rows)
     # 3. Render.
     out = []
     for row in rows:

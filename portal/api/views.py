@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from billing.selectors import JOB_SORTS, job_cost_report, job_list_costed, job_ordering
 from portal.api.answers import JobCostSerializer, check_data
 from portal.api.job_create import JobCreateSerializer
-from portal.api.job_rows import job_page_rows, jobs_render
+from portal.api.job_rows import job_page_rows, jobs_render, submitted_rows
 from portal.api.serializers import (
     GpuModelSerializer,
     JobSerializer,
@@ -31,7 +31,13 @@ from portal.api.serializers import (
 )
 from portal.jobs.models import ClusterQueue, GpuModel, Job, LocalQueue, PriorityClass
 from portal.jobs.selectors import cluster_queue_list, job_list, local_queue_list
-from portal.jobs.services import idempotent_submit, job_cancel, job_check_spec, job_submit, queue_quota_update
+from portal.jobs.services import (
+    idempotent_submit,
+    job_cancel,
+    job_check_spec,
+    job_submit_recorded,
+    queue_quota_update,
+)
 from portal.jobs.states import JobState
 from portal.ops.selectors import cluster_view, queue_overview, queue_standings_now
 from portal.ops.selectors.governance import below_use_warnings
@@ -140,8 +146,11 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         # The dry run of the spec just before it is queued (what the check endpoint answers then);
         # a spec the check refuses is refused by the submission too, with the same 400.
         check = job_check_spec(spec=spec)
-        job = job_submit(owner=request.user, spec=spec)
-        body = self.job_one(job.pk)
+        job, transition = job_submit_recorded(owner=request.user, spec=spec)
+        # Rendered from what the submission wrote (``job_one`` would read the same back: the
+        # agreement is tested in tests/portal/api/test_submit_answer.py).
+        rows, relations = submitted_rows(job, transition, [m.name for m in spec.allowed_gpu_models])
+        body = jobs_render(rows, now=timezone.now(), speedup=runtime_speedup(), relations=relations)[0]
         body["check"] = check_data(check, user=request.user)
         return status.HTTP_201_CREATED, body
 

@@ -63,7 +63,16 @@ logger = logging.getLogger(__name__)
 
 
 def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycle: bool = True) -> Job:
-    """Create a Pending job, enforcing the local queue's max pending jobs, and schedule a cycle.
+    """Create a Pending job, enforcing the local queue's max pending jobs, and schedule a cycle
+    (``job_submit_recorded``, without its transition)."""
+    return job_submit_recorded(owner=owner, spec=spec, at=at, request_cycle=request_cycle)[0]
+
+
+def job_submit_recorded(
+    *, owner, spec: JobSpec, at: datetime | None = None, request_cycle: bool = True
+) -> tuple[Job, JobTransition]:
+    """Create a Pending job, enforcing the local queue's max pending jobs, and schedule a cycle; the
+    job and its first transition (what the submit answer shows without reading them back).
 
     A job that never fits the cluster as configured (``scheduling.engine.verdict``) is refused with a
     400 naming the limit, unless ``QUEUE_NEVER_FITTING_JOBS`` lets it queue (clusters that autoscale).
@@ -91,9 +100,14 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
             job.created_at = at
         if spec.allowed_gpu_models:
             job.allowed_gpu_models.set(spec.allowed_gpu_models)
-        if not settings.QUEUE_NEVER_FITTING_JOBS and (never := job_never_fits(job=job)) is not None:
+        if not settings.QUEUE_NEVER_FITTING_JOBS:
+            models = tuple(m.name for m in spec.allowed_gpu_models)
+            never = job_never_fits(job=job, allowed_gpu_models=models)
+        else:
+            never = None
+        if never is not None:
             raise never_fits_error(never, spec)  # rolls the job back
-        JobTransition.objects.create(
+        transition = JobTransition.objects.create(
             job=job,
             from_state="",
             to_state=JobState.PENDING,
@@ -103,7 +117,7 @@ def job_submit(*, owner, spec: JobSpec, at: datetime | None = None, request_cycl
         )
         if request_cycle:
             transaction.on_commit(_request_cycle)
-    return job
+    return job, transition
 
 
 def _request_cycle() -> None:
@@ -386,7 +400,9 @@ def job_check_spec(*, spec: JobSpec, now: datetime | None = None) -> SpecCheck:
     cost = None
     if answer.check.verdict != "never":
         cost = _check_cost(spec, workload, answer, now)
-    victims = tuple(Job.objects.filter(pk__in=[int(v) for v in answer.check.preempts]).select_related("team"))
+    victims: tuple[Job, ...] = ()
+    if answer.check.preempts:
+        victims = tuple(Job.objects.filter(pk__in=[int(v) for v in answer.check.preempts]).select_related("team"))
     changes = tuple(_spec_change(dict(s.change)) for s in answer.suggestions)
     return SpecCheck(answer, cost, victims, changes)
 

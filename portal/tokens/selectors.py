@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from portal.tokens.models import ApiToken
@@ -18,12 +18,13 @@ def api_token_for_key(*, key: str) -> ApiToken | None:
     """The active token of an active user whose key this is; None for unknown, expired or revoked keys."""
     if not key or len(key) > 200:
         return None
-    return (
-        ApiToken.objects.select_related("user")
-        .filter(key_hash=key_hash(key), revoked_at__isnull=True, user__is_active=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-        .first()
-    )
+    # The one token of this hash (the column is unique), judged by the token's own rule (``state``):
+    # a plain lookup by a unique column costs the ORM a fraction of a filtered one, on every request.
+    rows = ApiToken.objects.select_related("user").filter(key_hash=key_hash(key)).order_by()
+    token = next(iter(rows[:1]), None)
+    if token is None or not token.user.is_active or token.state(timezone.now()) != "active":
+        return None
+    return token
 
 
 def api_token_list(*, user) -> QuerySet[ApiToken]:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.core.cache import cache, caches
+from django.core.cache import cache
 
 from billing.services import price_book_seed_defaults
 from scheduling import dry_run as kept
@@ -110,25 +109,6 @@ def test_a_new_cycle_drops_the_remembered_answers(api, engine_checks):
     cycle_run(backend=SimulatedCluster(speedup=SPEEDUP))
     api("alice").post("/api/v1/jobs/check/", BODY, format="json")
     assert len(engine_checks) == 2
-
-
-@pytest.fixture
-def redis_cache(settings):
-    """The web processes' shared cache (the tests' default is a local one)."""
-    if not settings.REDIS_URL:
-        pytest.skip("needs REDIS_URL")
-    prefix = f"dry-run-test-{uuid.uuid4().hex}"
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": settings.REDIS_URL,
-            "KEY_PREFIX": prefix,
-        }
-    }
-    yield
-    client = caches["default"]._cache.get_client(write=True)  # its own keys only: the broker shares the db
-    for key in client.scan_iter(f"{prefix}:*"):
-        client.delete(key)
 
 
 def test_another_process_answers_from_the_shared_state_as_the_one_that_built_it(api, engine_checks, redis_cache):

@@ -21,7 +21,7 @@ def empty_log(request, settings):
             pytest.skip("needs REDIS_URL")
         settings.CACHES = {
             "default": {
-                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "BACKEND": "portal.cache.RedisCache",
                 "LOCATION": settings.REDIS_URL,
                 "KEY_PREFIX": f"throttle-test-{uuid.uuid4().hex}",
             }
