@@ -190,6 +190,23 @@ def test_a_change_to_a_joined_table_or_another_server_reads_everything(world):
     assert kept.read(since=None).whole
 
 
+def test_while_a_stamping_trigger_is_disabled_nothing_is_kept(world):
+    kept = KeptJobs()
+    job = world.submit("vision", gpu=1)
+    kept.read(since=None)
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE jobs_replicaplacement DISABLE TRIGGER jobs_replicaplacement_touch_update_new")
+    try:
+        assert not kept.read(since=None).whole  # this read finds it disabled, so keeps nothing for the next
+        assert kept.read(since=None).whole
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE jobs_replicaplacement ENABLE TRIGGER jobs_replicaplacement_touch_update_new")
+    kept.read(since=None)
+    assert not kept.read(since=None).whole
+    assert job.pk in kept.read(since=None).jobs
+
+
 def test_inside_a_transaction_of_its_own_every_job_is_read(world):
     kept = KeptJobs()
     kept.read(since=None)
