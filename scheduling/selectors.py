@@ -21,8 +21,10 @@ from portal.jobs.states import JobState
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_holds, team_list_for_user
 from scheduling.adapters import orm
+from scheduling.adapters.changes import rows_version
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
+from scheduling.adapters.job_rows import cycle_jobs
 from scheduling.adapters.k8s.namespaces import NamespaceObjects, cpu_quantity, memory_quantity
 from scheduling.adapters.k8s.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
@@ -193,11 +195,11 @@ def _feasibility(backend: ClusterBackend) -> Feasibility | None:
 
     Kept while the rows of the configuration's tables (``orm.CONFIGURATION_TABLES``) and of the tables
     the backend's nodes come from (its ``node_tables``, when it has them; else the nodes themselves
-    are compared) are what they were (``orm.rows_version``, one query): any change to a node, queue,
+    are compared) are what they were (``changes.rows_version``, one query): any change to a node, queue,
     quota, GPU model or pool builds it again, so it answers as one built from a fresh read would."""
     node_tables = getattr(backend, "node_tables", None)
     nodes = None if node_tables is not None else cluster_nodes(backend=backend)
-    version = orm.rows_version(*orm.CONFIGURATION_TABLES, *(node_tables or ()))
+    version = rows_version(*orm.CONFIGURATION_TABLES, *(node_tables or ()))
     levels = topology_level_labels()
     key = (
         settings.CLUSTER_BACKEND,
@@ -271,15 +273,21 @@ def expected_runtimes(workloads: Iterable[Workload], *, speedup: float) -> tuple
 
 def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
     """The snapshot a cycle plans from: rows, nodes, team holds, the jobs submitted within the last
-    arrival period (the forecast expects their like again) and the expected runtimes of all of them."""
-    snapshot = orm.snapshot_load(backend=backend, teams_blocked=team_holds(), now=now)
+    arrival period (the forecast expects their like again) and the expected runtimes of all of them.
+    The jobs are the process's last read brought up to date (``job_rows.cycle_jobs``)."""
     period = policy_from_settings().arrival_period_s
-    recent = orm.recent_load(since=now - timedelta(seconds=period)) if period > 0 else ()
+    snapshot = orm.snapshot_load(
+        backend=backend,
+        teams_blocked=team_holds(),
+        now=now,
+        recent_since=now - timedelta(seconds=period) if period > 0 else None,
+        kept=cycle_jobs,
+    )
     live = {w.id for w in snapshot.workloads}
     runtimes = expected_runtimes(
-        [*snapshot.workloads, *(w for w in recent if w.id not in live)], speedup=runtime_speedup()
+        [*snapshot.workloads, *(w for w in snapshot.recent if w.id not in live)], speedup=runtime_speedup()
     )
-    return replace(snapshot, recent=recent, runtimes=runtimes)
+    return replace(snapshot, runtimes=runtimes)
 
 
 def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

@@ -228,6 +228,10 @@ class Job(models.Model):
         default=0.0, help_text="Seconds quota and devices were held by admissions whose pods never ran."
     )
 
+    # PostgreSQL also keeps a column Django never writes, ``change_xid``: the id of the last transaction
+    # that changed the row, its placements or its allowed GPU models (triggers of migration 0013), from
+    # which the scheduler re-reads only the jobs changed since its last snapshot (scheduling.adapters.job_rows).
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["team", "state"]), models.Index(fields=["local_queue", "state"])]

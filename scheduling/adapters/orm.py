@@ -9,8 +9,7 @@ import logging
 from collections import defaultdict
 from datetime import datetime
 
-from django.db import connection
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Model
 from django.utils.timezone import now as django_now
 
 from portal.jobs.models import ClusterQueue, FlavorQuota, GpuModel, Job, LocalQueue, ReplicaPlacement
@@ -22,37 +21,13 @@ from scheduling.adapters.contract import (
     ClusterView,
     spot_toleration,
 )
+from scheduling.adapters.job_rows import KeptJobs
 from scheduling.adapters.k8s.ray import pod_sets as ray_pod_sets
-from scheduling.adapters.workloads import (
-    ENGINE_STATE,
-    WORKLOAD_COLUMNS,
-    jobs_spec_parts,
-    local_queue_key,
-    workload_from_row,
-)
+from scheduling.adapters.workloads import ENGINE_STATE, local_queue_key
 from scheduling.engine import model as m
 from scheduling.models import NodePool
 
 logger = logging.getLogger(__name__)
-
-
-def rows_version(*models: type[Model]) -> str | None:
-    """A token that changes whenever a row of ``models``' tables is inserted, updated or deleted, read
-    in one query: PostgreSQL's location (``ctid``) and creating transaction (``xmin``) of every row
-    version, hashed. An update writes a new row version at a new location, also within the
-    transaction that inserted the row, and committed versions keep their ``xmin``. ``None`` on another
-    database (the SQLite demo): then nothing may be kept on it."""
-    if connection.vendor != "postgresql":
-        return None
-    quote = connection.ops.quote_name
-    parts = [
-        f"(SELECT coalesce(md5(string_agg(ctid::text || ':' || xmin::text, ',' ORDER BY ctid)), '') "
-        f"FROM {quote(model._meta.db_table)})"
-        for model in models
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT concat_ws('|', {', '.join(parts)})")
-        return str(cursor.fetchone()[0])
 
 
 # Every table ``queues_load``, ``pools_load`` and GPU models' memory and MIG profiles read: what a
@@ -84,80 +59,36 @@ def toleration_grants_load() -> tuple[tuple[str, tuple[m.TolerationGrant, ...]],
     return tuple((slug, (*(as_grant(g) for g in grants), spot)) for slug, grants in team_toleration_allowlist().items())
 
 
-def allowed_models_of(jobs: QuerySet[Job]) -> dict[int, list[str]]:
-    """Job id -> the GPU models it allows (sorted), by a join on ``jobs``' filter."""
-    allowed: dict[int, list[str]] = defaultdict(list)
-    through = Job.allowed_gpu_models.through.objects.filter(job__in=jobs.values("pk"))
-    for job_id, name in through.order_by("job_id", "gpumodel__name").values_list("job_id", "gpumodel__name"):
-        allowed[job_id].append(name)
-    return allowed
-
-
-def recent_load(*, since: datetime) -> tuple[m.Workload, ...]:
-    """The jobs submitted after ``since``, in any state, as pending workloads: the forecast expects
-    their like again (``Snapshot.recent``)."""
-    jobs = Job.objects.filter(created_at__gt=since)
-    rows = list(jobs.order_by("id").values_list(*WORKLOAD_COLUMNS))
-    allowed = allowed_models_of(jobs)
-    specs = jobs_spec_parts([(row[0], row[-1]) for row in rows])
-    state = WORKLOAD_COLUMNS.index("state")
-    return tuple(
-        workload_from_row(
-            (*row[:state], JobState.PENDING, None, None, None, row[-1]),
-            allowed_gpu_models=tuple(allowed.get(row[0], ())),
-            spec=specs[row[0]],
-            placements=(),
-        )
-        for row in rows
-    )
-
-
 def snapshot_load(
-    *, backend: ClusterView, teams_blocked: tuple[tuple[str, str], ...] = (), now: datetime | None = None
+    *,
+    backend: ClusterView,
+    teams_blocked: tuple[tuple[str, str], ...] = (),
+    now: datetime | None = None,
+    recent_since: datetime | None = None,
+    kept: KeptJobs | None = None,
 ) -> m.Snapshot:
     """Read queues and live jobs from the database and nodes from the cluster backend.
 
     A pending job still in its back-off after a failed start (``not_before`` after ``now``) is left
-    out: the engine does not consider it until the back-off is over."""
-    in_backoff = Q(state=JobState.PENDING, not_before__gt=now or django_now())
-    live = Job.objects.filter(state__in=[JobState.PENDING, *ACTIVE_STATES]).exclude(in_backoff)
-    # Plain rows, not model instances (a cycle reads thousands of jobs every few seconds), and only
-    # the columns the engine reads: a tenant's long command and labels never slow a cycle down. The
-    # spec's lists (tolerations, node selector, placement rules) are read once per job (``jobs_spec_parts``).
-    rows = list(live.order_by("id").values_list(*WORKLOAD_COLUMNS))
-    # The related rows by a join on the same filter, not an IN list of every id (which costs more to
-    # send and plan than to run).
-    allowed = allowed_models_of(live)
-    placements: dict[int, list[m.ReplicaPlacement]] = defaultdict(list)
-    placement_rows = (
-        ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES)
-        .order_by("job_id", "replica")
-        .values_list("job_id", "node", "gpu_indices", "gpu_milli", "mig_profile", "mig_slot", "cpu_milli", "memory_mib")
-    )
-    for job_id, *values in placement_rows:
-        placements[job_id].append(ReplicaPlacement.engine_placement_of(*values))
-    specs = jobs_spec_parts([(row[0], row[-1]) for row in rows])
+    out: the engine does not consider it until the back-off is over. With ``recent_since``, the jobs
+    submitted after it, in any state, are the snapshot's ``recent`` (as pending workloads: the
+    forecast expects their like again). ``kept``: the jobs of the last read, re-read only where they
+    changed (``job_rows``); without it every job is read."""
+    read = (kept or KeptJobs()).read(since=recent_since)
     cluster_queues, local_queues = queues_load()
     gpu_models = list(GpuModel.objects.all())
     return m.Snapshot(
         nodes=tuple(backend.nodes()),
         cluster_queues=cluster_queues,
         local_queues=local_queues,
-        workloads=tuple(
-            workload_from_row(
-                row,
-                allowed_gpu_models=tuple(allowed.get(row[0], ())),
-                spec=specs[row[0]],
-                placements=tuple(placements.get(row[0], ())),
-            )
-            for row in rows
-        ),
+        workloads=read.live(now=now or django_now()),
         foreign=tuple(backend.foreign_usage()),
         teams_blocked=teams_blocked,
         mig_profiles=tuple((g.name, tuple(g.mig_profiles or ())) for g in gpu_models),
         gpu_memory_gib=tuple((g.name, g.memory_gib) for g in gpu_models),
         pools=pools_load(),
         toleration_grants=toleration_grants_load(),
+        recent=read.recent(since=recent_since) if recent_since is not None else (),
     )
 
 

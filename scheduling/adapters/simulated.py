@@ -25,7 +25,7 @@ from scheduling.models import SimNode
 
 class SimulatedCluster:
     name = "simulated"
-    # The tables ``nodes()`` reads: while their rows are unchanged (``orm.rows_version``), so are the nodes.
+    # The tables ``nodes()`` reads: while their rows are unchanged (``changes.rows_version``), so are the nodes.
     node_tables = (SimNode, GpuModel)
 
     def __init__(self, *, speedup: float = 60.0) -> None:
