@@ -29,12 +29,12 @@ from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
 from scheduling.adapters.orm import queues_load
 from scheduling.adapters.workloads import workload_from_job
 from scheduling.engine import podsets
-from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.filters import topology_levels
 from scheduling.engine.mig import mig_geometry
 from scheduling.engine.model import GpuNode, Policy, Reason, Snapshot, Workload
 from scheduling.engine.pools import pool_index, share_capacity_milli
 from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
+from scheduling.engine.runtimes import Runs, runtime_model
 from scheduling.engine.verdict import Feasibility
 from scheduling.models import NamespaceObject
 from scheduling.sim.history import ReplayTiming
@@ -232,14 +232,25 @@ def runtime_speedup() -> float:
 HISTORY_RUNS = 200  # a team's latest finished runs that count
 
 
-def expected_runtimes(workloads: Iterable[Workload], *, speedup: float) -> tuple[tuple[str, float, float], ...]:
+def expected_runtimes(
+    workloads: Iterable[Workload],
+    *,
+    speedup: float,
+    running_at: float | None = None,
+    going: Iterable[Workload] = (),
+) -> tuple[tuple[tuple[str, float, float], ...], tuple[tuple[str, float, float], ...]]:
     """(id, P50, P90) expected runtime of each workload in the cluster's seconds, from its team's latest
-    ``HISTORY_RUNS`` succeeded runs (``estimate.runtime_from_history``: runs of the same requested
-    runtime, else the team's ratio of run to request, else the request). One query."""
+    ``HISTORY_RUNS`` succeeded runs (``runtimes.runtime_model``: runs of the same requested runtime,
+    else the team's ratio of run to request, else the request). One query.
+
+    With ``running_at`` (a POSIX time): the team's runs still going then (the started ones of
+    ``workloads`` and of ``going``) count as lasting at least as long as they have run (censored), and
+    the second tuple holds the runtime of each started workload given how long it has run
+    (``Snapshot.running_runtimes``); empty without ``running_at``."""
     workloads = list(workloads)
     teams = {w.team for w in workloads}
     if not teams:
-        return ()
+        return (), ()
     rows = (
         JobAttempt.objects.filter(
             outcome=JobState.SUCCEEDED, job__team__slug__in=teams, started_at__isnull=False, ended_at__isnull=False
@@ -251,28 +262,43 @@ def expected_runtimes(workloads: Iterable[Workload], *, speedup: float) -> tuple
     for team, asked, started, ended in rows:
         if len(runs[team]) < HISTORY_RUNS and started is not None and ended is not None:
             runs[team].append((float(asked), max(0.0, (ended - started).total_seconds())))
-    memo: dict[tuple[str, float], tuple[float, float]] = {}
+    censored: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    if running_at is not None:
+        going_now = {w.id: w for w in (*workloads, *going) if w.started_at is not None and w.team in teams}
+        for w in going_now.values():
+            censored[w.team].append((w.runtime_s, max(0.0, running_at - (w.started_at or running_at))))
+    models: dict[tuple[str, float], Runs | None] = {}
     out: list[tuple[str, float, float]] = []
+    running: list[tuple[str, float, float]] = []
     for w in workloads:
         key = (w.team, w.runtime_s)
-        if key not in memo:
-            memo[key] = runtime_from_history(w.runtime_s, runs.get(w.team, ()), speedup)
-        p50, p90 = memo[key]
+        if key not in models:
+            models[key] = runtime_model(w.runtime_s, runs.get(w.team, ()), speedup, censored.get(w.team, ()))
+        model = models[key]
+        request_s = w.runtime_s / speedup
+        p50, p90 = model.quantiles() if model is not None else (request_s, request_s)
         out.append((w.id, p50, max(p50, p90)))
-    return tuple(out)
+        if running_at is not None and w.started_at is not None:
+            elapsed = max(0.0, running_at - w.started_at)
+            p50, p90 = model.quantiles(elapsed) if model is not None else (request_s, request_s)
+            running.append((w.id, p50, max(p50, p90)))
+    return tuple(out), tuple(running)
 
 
 def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
     """The snapshot a cycle plans from: rows, nodes, team holds, the jobs submitted within the last
-    arrival period (the forecast expects their like again) and the expected runtimes of all of them."""
+    arrival period (the forecast expects their like again) and the expected runtimes of all of them
+    (of the running ones also given how long they have run)."""
     snapshot = orm.snapshot_load(backend=backend, teams_blocked=team_holds(), now=now)
     period = policy_from_settings().arrival_period_s
     recent = orm.recent_load(since=now - timedelta(seconds=period)) if period > 0 else ()
     live = {w.id for w in snapshot.workloads}
-    runtimes = expected_runtimes(
-        [*snapshot.workloads, *(w for w in recent if w.id not in live)], speedup=runtime_speedup()
+    runtimes, running = expected_runtimes(
+        [*snapshot.workloads, *(w for w in recent if w.id not in live)],
+        speedup=runtime_speedup(),
+        running_at=now.timestamp(),
     )
-    return replace(snapshot, recent=recent, runtimes=runtimes)
+    return replace(snapshot, recent=recent, runtimes=runtimes, running_runtimes=running)
 
 
 def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from portal.jobs.models import Job
+from portal.jobs.models import Job, JobAttempt
 from portal.jobs.states import JobState
 from portal.tenants.models import TolerationGrant
 from scheduling.adapters import orm, workloads
@@ -161,3 +161,30 @@ def test_the_cycle_snapshot_carries_the_last_periods_submissions_in_any_state_wi
     assert recent[str(done.pk)].resources.gpu == 2
     assert {w.state.value for w in recent.values()} == {"pending"}
     assert {str(done.pk), str(waiting.pk)} <= {wid for wid, _, _ in snapshot.runtimes}
+
+
+def test_the_cycle_snapshot_carries_a_running_jobs_runtime_given_how_long_it_has_run(world):
+    # Five finished runs of the team that asked for 3600 s ran 1000 ... 5000 s; a job asking for 3600 s
+    # has run 2500 s (still going: it lasts at least that long). Kaplan-Meier: six runs at risk, 1000
+    # and 2000 take 1/6 each, the going one leaves, 3000, 4000, 5000 take (4/6) / 3 = 2/9 each. Mass
+    # midpoints 1/12, 1/4, 4/9, 2/3, 8/9, scaled to 0 .. 1: 0, 6/29, 13/29, 21/29, 1. Plain P50 at
+    # 14.5/29: 3000 + 1.5/8 * 1000 = 3187.5; P90 at 26.1/29: 4000 + 5.1/8 * 1000 = 4637.5. Given the
+    # 2500 s it ran (F = 9.5/29): P50 at 9.5/29 + 0.5 * 19.5/29 = 19.25/29: 3000 + 6.25/8 * 1000 =
+    # 3781.25; P90 at 9.5/29 + 0.9 * 19.5/29 = 27.05/29: 4000 + 6.05/8 * 1000 = 4756.25.
+    now = timezone.now()
+    for k, ran in enumerate((1000, 2000, 3000, 4000, 5000)):
+        done = world.submit(gpu=1, runtime_s=3600)
+        start = now - timedelta(days=1, seconds=k * 10_000)
+        Job.objects.filter(pk=done.pk).update(state=JobState.SUCCEEDED)
+        JobAttempt.objects.create(
+            job=done, number=1, queued_at=start, admitted_at=start, started_at=start,
+            ended_at=start + timedelta(seconds=ran), outcome=JobState.SUCCEEDED,
+        )  # fmt: skip
+    job = world.submit(gpu=1, runtime_s=3600)
+    cycle_run(backend=SimulatedCluster())
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, started_at=now - timedelta(seconds=2500))
+    snapshot = snapshot_for_cycle(backend=SimulatedCluster(), now=now)
+    running = {wid: (p50, p90) for wid, p50, p90 in snapshot.running_runtimes}
+    plain = {wid: (p50, p90) for wid, p50, p90 in snapshot.runtimes}
+    assert running[str(job.pk)] == pytest.approx((3781.25, 4756.25))
+    assert plain[str(job.pk)] == pytest.approx((3187.5, 4637.5))
