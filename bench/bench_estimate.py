@@ -361,10 +361,9 @@ def main() -> None:
         help="the P90 run expects the last period's submissions, not their P90 count (the method before)",
     )
     parser.add_argument(
-        "--no-censored",
-        dest="censored",
-        action="store_false",
-        help="expected runtimes from the runs that ended only, not also those still going (the method before)",
+        "--censored",
+        action="store_true",
+        help="evaluated, not adopted: count the team's runs still going as censored (Kaplan-Meier, runtimes.Runs.of)",
     )
     parser.add_argument(
         "--no-aged-runtimes",

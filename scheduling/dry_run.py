@@ -289,10 +289,7 @@ def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> J
     shape on the kept state (step 3 of the module docstring)."""
     kept = _kept_state(backend)
     state = kept.state
-    # As the cycle figures it: the team's runs going when the state was read count (censored).
-    going = [w for w in state.dry_run.snapshot.workloads if w.started_at is not None]
-    figured = expected_runtimes([workload], speedup=runtime_speedup(), running_at=state.as_of.timestamp(), going=going)
-    runtimes = {i: (a, b) for i, a, b in figured[0]}
+    runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())[0]}
     runtime = runtimes.get(workload.id)
     shape = None
     if workload.created_at > state.newest_created_at:

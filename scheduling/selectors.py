@@ -233,20 +233,14 @@ HISTORY_RUNS = 200  # a team's latest finished runs that count
 
 
 def expected_runtimes(
-    workloads: Iterable[Workload],
-    *,
-    speedup: float,
-    running_at: float | None = None,
-    going: Iterable[Workload] = (),
+    workloads: Iterable[Workload], *, speedup: float, running_at: float | None = None
 ) -> tuple[tuple[tuple[str, float, float], ...], tuple[tuple[str, float, float], ...]]:
     """(id, P50, P90) expected runtime of each workload in the cluster's seconds, from its team's latest
     ``HISTORY_RUNS`` succeeded runs (``runtimes.runtime_model``: runs of the same requested runtime,
     else the team's ratio of run to request, else the request). One query.
 
-    With ``running_at`` (a POSIX time): the team's runs still going then (the started ones of
-    ``workloads`` and of ``going``) count as lasting at least as long as they have run (censored), and
-    the second tuple holds the runtime of each started workload given how long it has run
-    (``Snapshot.running_runtimes``); empty without ``running_at``."""
+    With ``running_at`` (a POSIX time), the second tuple holds the runtime of each started workload
+    given how long it has run by then (``Snapshot.running_runtimes``); empty without it."""
     workloads = list(workloads)
     teams = {w.team for w in workloads}
     if not teams:
@@ -262,18 +256,13 @@ def expected_runtimes(
     for team, asked, started, ended in rows:
         if len(runs[team]) < HISTORY_RUNS and started is not None and ended is not None:
             runs[team].append((float(asked), max(0.0, (ended - started).total_seconds())))
-    censored: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    if running_at is not None:
-        going_now = {w.id: w for w in (*workloads, *going) if w.started_at is not None and w.team in teams}
-        for w in going_now.values():
-            censored[w.team].append((w.runtime_s, max(0.0, running_at - (w.started_at or running_at))))
     models: dict[tuple[str, float], Runs | None] = {}
     out: list[tuple[str, float, float]] = []
     running: list[tuple[str, float, float]] = []
     for w in workloads:
         key = (w.team, w.runtime_s)
         if key not in models:
-            models[key] = runtime_model(w.runtime_s, runs.get(w.team, ()), speedup, censored.get(w.team, ()))
+            models[key] = runtime_model(w.runtime_s, runs.get(w.team, ()), speedup)
         model = models[key]
         request_s = w.runtime_s / speedup
         p50, p90 = model.quantiles() if model is not None else (request_s, request_s)

@@ -165,12 +165,9 @@ def test_the_cycle_snapshot_carries_the_last_periods_submissions_in_any_state_wi
 
 def test_the_cycle_snapshot_carries_a_running_jobs_runtime_given_how_long_it_has_run(world):
     # Five finished runs of the team that asked for 3600 s ran 1000 ... 5000 s; a job asking for 3600 s
-    # has run 2500 s (still going: it lasts at least that long). Kaplan-Meier: six runs at risk, 1000
-    # and 2000 take 1/6 each, the going one leaves, 3000, 4000, 5000 take (4/6) / 3 = 2/9 each. Mass
-    # midpoints 1/12, 1/4, 4/9, 2/3, 8/9, scaled to 0 .. 1: 0, 6/29, 13/29, 21/29, 1. Plain P50 at
-    # 14.5/29: 3000 + 1.5/8 * 1000 = 3187.5; P90 at 26.1/29: 4000 + 5.1/8 * 1000 = 4637.5. Given the
-    # 2500 s it ran (F = 9.5/29): P50 at 9.5/29 + 0.5 * 19.5/29 = 19.25/29: 3000 + 6.25/8 * 1000 =
-    # 3781.25; P90 at 9.5/29 + 0.9 * 19.5/29 = 27.05/29: 4000 + 6.05/8 * 1000 = 4756.25.
+    # has run 2500 s. Plain (runtimes): P50 3000, P90 4000 + 0.6 * 1000 = 4600. Given the 2500 s it ran
+    # (halfway between the 2nd and 3rd of five runs: F = 1.5 / 4 = 0.375): P50 at F 0.375 + 0.5 * 0.625
+    # = 0.6875 (2.75 of 4 steps: 3750), P90 at F 0.375 + 0.9 * 0.625 = 0.9375 (3.75 steps: 4750).
     now = timezone.now()
     for k, ran in enumerate((1000, 2000, 3000, 4000, 5000)):
         done = world.submit(gpu=1, runtime_s=3600)
@@ -186,5 +183,5 @@ def test_the_cycle_snapshot_carries_a_running_jobs_runtime_given_how_long_it_has
     snapshot = snapshot_for_cycle(backend=SimulatedCluster(), now=now)
     running = {wid: (p50, p90) for wid, p50, p90 in snapshot.running_runtimes}
     plain = {wid: (p50, p90) for wid, p50, p90 in snapshot.runtimes}
-    assert running[str(job.pk)] == pytest.approx((3781.25, 4756.25))
-    assert plain[str(job.pk)] == pytest.approx((3187.5, 4637.5))
+    assert running[str(job.pk)] == pytest.approx((3750, 4750))
+    assert plain[str(job.pk)] == pytest.approx((3000, 4600))
