@@ -355,15 +355,9 @@ def main() -> None:
         help="diagnostic, not a forecast: hand the cycle each job's actual runtime instead of its history estimate",
     )
     parser.add_argument(
-        "--no-arrival-upper",
-        dest="arrival_upper",
-        action="store_false",
-        help="the P90 run expects the last period's submissions, not their P90 count (the method before)",
-    )
-    parser.add_argument(
-        "--censored",
+        "--arrival-upper",
         action="store_true",
-        help="evaluated, not adopted: count the team's runs still going as censored (Kaplan-Meier, runtimes.Runs.of)",
+        help="evaluated, not adopted: the P90 run expects each queue's P90 count of submissions (Policy.arrival_upper_p90)",
     )
     parser.add_argument(
         "--no-aged-runtimes",

@@ -216,7 +216,7 @@ def test_the_p90_run_expects_the_p90_count_of_a_queues_submissions():
     like = job("x", "b", gpu=8, runtime_s=3600, created=NOW - 3000)
     runtimes = (("x", 1000.0, 1000.0), ("r1", 1200.0, 1200.0), ("wait", 500.0, 500.0), ("r2", 1e5, 1e5))
     snap = snapshot(NODES, queues, [lq("a", "qa"), lq("b", "qb")], [*busy, waiting], runtimes=runtimes, recent=(like,))
-    info = pending_info(run_cycle(snap, Policy(arrival_period_s=3600), NOW), "wait")
+    info = pending_info(run_cycle(snap, Policy(arrival_period_s=3600, arrival_upper_p90=True), NOW), "wait")
     assert (info.estimated_start, info.estimated_start_p90) == (NOW + 2000, NOW + 4000)
     same = pending_info(run_cycle(snap, Policy(arrival_period_s=3600, arrival_upper_p90=False), NOW), "wait")
     assert (same.estimated_start, same.estimated_start_p90) == (NOW + 2000, NOW + 2000)
