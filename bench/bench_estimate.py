@@ -357,7 +357,7 @@ def main() -> None:
     parser.add_argument(
         "--arrival-upper",
         action="store_true",
-        help="evaluated, not adopted: the P90 run expects each queue's P90 count of submissions (Policy.arrival_upper_p90)",
+        help="evaluated, not adopted: the P90 run expects each queue's P90 count (Policy.arrival_upper_p90)",
     )
     parser.add_argument(
         "--no-aged-runtimes",
