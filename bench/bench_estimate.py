@@ -8,7 +8,7 @@ submitting ``--jobs`` jobs at random times over ``--hours`` (busier in the middl
 1, 2, 4 or 8 GPUs (some gangs of two 8-GPU replicas, some half GPUs), asking for 30 min to 4 h. Each
 team's jobs run for a share of what they ask (a team-specific spread: some run close to their
 request, some stop early), so a job's request is not its runtime and the forecast has to learn from
-the team's history, as the portal does (``estimate.runtime_from_history`` over the team's finished
+the team's history, as the portal does (``runtimes.runtime_from_history`` over the team's finished
 runs). ``--spread 0`` makes every team's share exact (the forecast's own error alone). Two diagnostics
 (not forecasts: they tell the forecast what it cannot know) split the error by its source:
 ``--known-arrivals`` hands it the day's actual later submissions (each once, at its own time, through
@@ -47,7 +47,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling.engine.cycle import run_cycle
-from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.model import (
     ClusterQueue,
     FlavorQuota,
@@ -59,6 +58,7 @@ from scheduling.engine.model import (
     Workload,
     WorkloadState,
 )
+from scheduling.engine.runtimes import Runs, runtime_model
 
 TEAMS = {"vision": (0.85, 0.08), "nlp": (0.55, 0.2), "speech": (0.35, 0.15), "robotics": (0.7, 0.25)}
 """team -> (mean, spread) of the share of its requested runtime a job actually runs."""
@@ -124,6 +124,7 @@ def replay(args: argparse.Namespace) -> None:
         arrival_period_s=known_period if args.known_arrivals else args.arrival_period,
         arrival_horizon_s=known_period if args.known_arrivals else args.arrival_horizon,
         reserved_jobs=args.reserved_jobs,
+        arrival_upper_p90=args.arrival_upper,
     )
 
     pending: dict[str, Workload] = {}
@@ -155,18 +156,30 @@ def replay(args: argparse.Namespace) -> None:
             recent = tuple(replace(w, created_at=w.created_at - known_period) for w in jobs[submitted:])
         else:
             recent = tuple(w for w in jobs[:submitted] if w.created_at > now - args.arrival_period)
-        runtimes = []
-        for w in {w.id: w for w in (*pending.values(), *running.values(), *recent)}.values():
-            p50, p90 = runtime_from_history(w.runtime_s, history[w.team][-200:])
-            if args.known_runtimes:
-                p50 = p90 = actual[w.id]
-            runtimes.append((w.id, p50, p90))
+        # The team's runs still going count as lasting at least as long as they have run (censored).
+        going: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        if args.censored:
+            for w in running.values():
+                going[w.team].append((w.runtime_s, now - (w.started_at if w.started_at is not None else now)))
+        models: dict[tuple[str, float], Runs | None] = {}
+        for team, asked in {(w.team, w.runtime_s) for w in (*pending.values(), *running.values(), *recent)}:
+            models[team, asked] = runtime_model(asked, history[team][-200:], 1.0, going[team])
+
+        known = args.known_runtimes
+        live = {w.id: w for w in (*pending.values(), *running.values(), *recent)}
+        runtimes = [(w.id, *_expected(w, models, actual, known)) for w in live.values()]
+        # A running job's runtime given how long it has run (what the portal hands in, ``expected_runtimes``).
+        running_runtimes = [
+            (w.id, *_expected(w, models, actual, known, now - (w.started_at if w.started_at is not None else now)))
+            for w in running.values()
+        ]
         snapshot = Snapshot(
             nodes=nodes,
             cluster_queues=queues,
             local_queues=local_queues,
             workloads=(*running.values(), *pending.values()),
             runtimes=tuple(runtimes),
+            running_runtimes=tuple(running_runtimes) if args.aged_runtimes else (),
             recent=recent if args.arrival_period > 0 or args.known_arrivals else (),
         )
         # Only a cycle with a job not told yet needs the forecast (it changes no decision: it runs after
@@ -268,6 +281,21 @@ def replay(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
+def _expected(
+    w: Workload,
+    models: dict[tuple[str, float], Runs | None],
+    actual: dict[str, float],
+    known: bool,
+    elapsed: float = 0.0,
+) -> tuple[float, float]:
+    """``w``'s (P50, P90) expected runtime as the portal figures it (``runtimes.runtime_model`` of its
+    team and request), given ``elapsed`` s run; its actual runtime when ``known`` (``--known-runtimes``)."""
+    if known:
+        return actual[w.id], actual[w.id]
+    model = models[w.team, w.runtime_s]
+    return (w.runtime_s, w.runtime_s) if model is None else model.quantiles(elapsed)
+
+
 def _gpus(w: Workload) -> float:
     """GPUs a job of the day holds (half a GPU for a fraction)."""
     return (w.resources.gpu or w.resources.gpu_milli / 1000) * w.replicas
@@ -325,6 +353,17 @@ def main() -> None:
         "--known-runtimes",
         action="store_true",
         help="diagnostic, not a forecast: hand the cycle each job's actual runtime instead of its history estimate",
+    )
+    parser.add_argument(
+        "--arrival-upper",
+        action="store_true",
+        help="evaluated, not adopted: the P90 run expects each queue's P90 count (Policy.arrival_upper_p90)",
+    )
+    parser.add_argument(
+        "--no-aged-runtimes",
+        dest="aged_runtimes",
+        action="store_false",
+        help="running jobs end at their plain expected runtime, not given how long they have run (the method before)",
     )
     parser.add_argument("--dump", default="", help="write each job's estimates and actual start to this CSV file")
     replay(parser.parse_args())

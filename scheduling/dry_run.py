@@ -289,7 +289,7 @@ def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> J
     shape on the kept state (step 3 of the module docstring)."""
     kept = _kept_state(backend)
     state = kept.state
-    runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())}
+    runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())[0]}
     runtime = runtimes.get(workload.id)
     shape = None
     if workload.created_at > state.newest_created_at:

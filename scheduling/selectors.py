@@ -31,12 +31,12 @@ from scheduling.adapters.k8s.training import procs_per_node, rendezvous_env
 from scheduling.adapters.orm import queues_load
 from scheduling.adapters.workloads import workload_from_job, workload_from_request
 from scheduling.engine import podsets
-from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.filters import topology_levels
 from scheduling.engine.mig import mig_geometry
 from scheduling.engine.model import GpuNode, Policy, Reason, Snapshot, Workload
 from scheduling.engine.pools import pool_index, share_capacity_milli
 from scheduling.engine.quota import CPU, MEMORY, QuotaBook, gpu_key
+from scheduling.engine.runtimes import Runs, runtime_model
 from scheduling.engine.verdict import Feasibility
 from scheduling.models import NamespaceObject
 from scheduling.sim.history import ReplayTiming
@@ -241,14 +241,19 @@ def runtime_speedup() -> float:
 HISTORY_RUNS = 200  # a team's latest finished runs that count
 
 
-def expected_runtimes(workloads: Iterable[Workload], *, speedup: float) -> tuple[tuple[str, float, float], ...]:
+def expected_runtimes(
+    workloads: Iterable[Workload], *, speedup: float, running_at: float | None = None
+) -> tuple[tuple[tuple[str, float, float], ...], tuple[tuple[str, float, float], ...]]:
     """(id, P50, P90) expected runtime of each workload in the cluster's seconds, from its team's latest
-    ``HISTORY_RUNS`` succeeded runs (``estimate.runtime_from_history``: runs of the same requested
-    runtime, else the team's ratio of run to request, else the request). One query."""
+    ``HISTORY_RUNS`` succeeded runs (``runtimes.runtime_model``: runs of the same requested runtime,
+    else the team's ratio of run to request, else the request). One query.
+
+    With ``running_at`` (a POSIX time), the second tuple holds the runtime of each started workload
+    given how long it has run by then (``Snapshot.running_runtimes``); empty without it."""
     workloads = list(workloads)
     teams = {w.team for w in workloads}
     if not teams:
-        return ()
+        return (), ()
     rows = (
         JobAttempt.objects.filter(
             outcome=JobState.SUCCEEDED, job__team__slug__in=teams, started_at__isnull=False, ended_at__isnull=False
@@ -260,21 +265,29 @@ def expected_runtimes(workloads: Iterable[Workload], *, speedup: float) -> tuple
     for team, asked, started, ended in rows:
         if len(runs[team]) < HISTORY_RUNS and started is not None and ended is not None:
             runs[team].append((float(asked), max(0.0, (ended - started).total_seconds())))
-    memo: dict[tuple[str, float], tuple[float, float]] = {}
+    models: dict[tuple[str, float], Runs | None] = {}
     out: list[tuple[str, float, float]] = []
+    running: list[tuple[str, float, float]] = []
     for w in workloads:
         key = (w.team, w.runtime_s)
-        if key not in memo:
-            memo[key] = runtime_from_history(w.runtime_s, runs.get(w.team, ()), speedup)
-        p50, p90 = memo[key]
+        if key not in models:
+            models[key] = runtime_model(w.runtime_s, runs.get(w.team, ()), speedup)
+        model = models[key]
+        request_s = w.runtime_s / speedup
+        p50, p90 = model.quantiles() if model is not None else (request_s, request_s)
         out.append((w.id, p50, max(p50, p90)))
-    return tuple(out)
+        if running_at is not None and w.started_at is not None:
+            elapsed = max(0.0, running_at - w.started_at)
+            p50, p90 = model.quantiles(elapsed) if model is not None else (request_s, request_s)
+            running.append((w.id, p50, max(p50, p90)))
+    return tuple(out), tuple(running)
 
 
 def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
     """The snapshot a cycle plans from: rows, nodes, team holds, the jobs submitted within the last
-    arrival period (the forecast expects their like again) and the expected runtimes of all of them.
-    The jobs are the process's last read brought up to date (``job_rows.cycle_jobs``)."""
+    arrival period (the forecast expects their like again) and the expected runtimes of all of them
+    (of the running ones also given how long they have run). The jobs are the process's last read
+    brought up to date (``job_rows.cycle_jobs``)."""
     period = policy_from_settings().arrival_period_s
     snapshot = orm.snapshot_load(
         backend=backend,
@@ -284,10 +297,12 @@ def snapshot_for_cycle(*, backend: ClusterBackend, now: datetime) -> Snapshot:
         kept=cycle_jobs,
     )
     live = {w.id for w in snapshot.workloads}
-    runtimes = expected_runtimes(
-        [*snapshot.workloads, *(w for w in snapshot.recent if w.id not in live)], speedup=runtime_speedup()
+    runtimes, running = expected_runtimes(
+        [*snapshot.workloads, *(w for w in snapshot.recent if w.id not in live)],
+        speedup=runtime_speedup(),
+        running_at=now.timestamp(),
     )
-    return replace(snapshot, runtimes=runtimes)
+    return replace(snapshot, runtimes=runtimes, running_runtimes=running)
 
 
 def _pairs(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

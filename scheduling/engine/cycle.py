@@ -155,6 +155,7 @@ class _Cycle:
         self.keep_fits = True
         self.explaining = True  # the forecast needs only fit or not: no reasons
         self.runtimes = {wid: (p50, p90) for wid, p50, p90 in snapshot.runtimes}
+        self.running_runtimes = {wid: (p50, p90) for wid, p50, p90 in snapshot.running_runtimes}
         self.waiting: list[tuple[Workload, str]] = []  # step 4's jobs, in the cycle's order
         self.forecasts: tuple[dict[str, Start], dict[str, Start]] = ({}, {})  # step 4's, P50 and P90
         self.timelines = (Timeline(), Timeline())  # step 4's runs, recorded for the dry run to replay
@@ -293,7 +294,7 @@ class _Cycle:
         Whole GPUs only (a fraction or MIG slice starts on the first device that frees up)."""
         self.holds.clear()
         cq = self.lq_by_name[job.local_queue].cluster_queue
-        forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
+        forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors, self.running_runtimes)
         waiting = [*self.reserved, (job, cq)]
         starts = forecast.run(waiting, self.holders, self.taken, P50, until=job.id, reservations=self.reservations)
         start = starts.get(job.id)
@@ -451,9 +452,11 @@ class _Cycle:
     def _plan(self) -> Plan:
         self.waiting = waiting_jobs(self.considered, self.pending, self.lq_by_name)
         p50 = self.forecast(self.waiting, P50, recorder=self.timelines[P50])
-        if self._same_runtimes():
-            # Every expected runtime is its P50 and its P90 at once: the P90 run would take the same
-            # decisions on the same state, so its starts and its record are the P50 run's.
+        arrivals = self._arrivals()
+        if self._same_runtimes() and (arrivals is None or not arrivals.upper_p90):
+            # Every expected runtime is its P50 and its P90 at once, and the P90 run expects the same
+            # submissions: it would take the same decisions on the same state, so its starts and its
+            # record are the P50 run's.
             self.timelines = (self.timelines[P50], self.timelines[P50])
             self.forecasts = (p50, p50)
         else:
@@ -464,8 +467,8 @@ class _Cycle:
     def _same_runtimes(self) -> bool:
         """Whether no job's P90 expected runtime differs from its P50 one (``Snapshot.runtimes``; a job
         without an entry runs its requested ``runtime_s`` in both): then the two forecast runs are one.
-        Teams with fewer than three finished runs have no spread (``estimate.runtime_from_history``)."""
-        return all(p50 == p90 for p50, p90 in self.runtimes.values())
+        Teams with fewer than three finished runs have no spread (``runtimes.runtime_from_history``)."""
+        return all(p50 == p90 for runtimes in (self.runtimes, self.running_runtimes) for p50, p90 in runtimes.values())
 
     def forecast(
         self,
@@ -505,7 +508,7 @@ class _Cycle:
 
     def _forecaster(self) -> Forecast:
         if self._forecast is None:
-            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors)
+            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors, self.running_runtimes)
         return self._forecast
 
     def release(self) -> None:

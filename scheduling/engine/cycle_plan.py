@@ -117,4 +117,4 @@ def expected_arrivals(
         job = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
         if feasibility.never_fits(job) is None:
             jobs.append((job, lq.cluster_queue))
-    return Arrivals(tuple(jobs), period, horizon)
+    return Arrivals(tuple(jobs), period, horizon, policy.arrival_upper_p90)

@@ -5,9 +5,10 @@ Steps (each is one part of :meth:`Forecast.run`):
 1. Start from a cycle's final state: free capacity after its admissions (device by device, so
    fragmentation counts), quota in use, the placer and its scorers.
 2. Every running or just-admitted job ends at ``started_at`` plus its expected runtime in the
-   cluster's own seconds (``Snapshot.runtimes``; its requested ``runtime_s`` without one); one past its
-   P50 at its P90, one past that a tenth of its P90 from now; a preemption victim ends now; a job that
-   runs until stopped (an inference service's replica, ``Workload.until_stopped``) never ends.
+   cluster's own seconds, given how long it has run (``Snapshot.running_runtimes``; else
+   ``Snapshot.runtimes``; its requested ``runtime_s`` without one); one past its P50 at its P90, one
+   past that a tenth of its P90 from now; a preemption victim ends now; a job that runs until stopped
+   (an inference service's replica, ``Workload.until_stopped``) never ends.
 3. Time advances from end to end; ends close to the first are taken together (within ``COALESCE_S``
    or ``RESOLUTION`` of the time ahead of now, whichever is longer: a start an hour ahead is told to
    within 36 seconds; at 5 %, ends far ahead taken together freed their nodes at once where the cycles
@@ -40,6 +41,7 @@ cycle does not hand them in).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -51,6 +53,7 @@ from .outcome import Fit, Outcome
 from .preemption import Holder
 from .quota import QuotaBook, models_to_try
 from .reservations import Holds, Reservation, active
+from .runtimes import upper_count
 
 NO_END = float("inf")
 """The expected end of a job that runs until stopped (``Workload.until_stopped``): it never gives its
@@ -104,42 +107,6 @@ class Start:
     placements: tuple[ReplicaPlacement, ...]
 
 
-SIMILAR_RUNS = 3  # runs needed before history decides
-
-
-def _quantiles(values: Sequence[float]) -> tuple[float, float]:
-    """P50 and P90 by linear interpolation between the values seen (never beyond them)."""
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        pos = q * (len(ordered) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(ordered) - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-    return at(0.5), at(0.9)
-
-
-def runtime_from_history(
-    requested_s: float, history: Sequence[tuple[float, float]], speedup: float = 1.0
-) -> tuple[float, float]:
-    """(P50, P90) expected runtime, in the cluster's seconds, of a job asking for ``requested_s``
-    (its ``runtime_s``), given its team's finished runs ``(requested_s, ran_s)`` (``ran_s`` in the
-    cluster's seconds; ``speedup``: how much faster than requested the cluster runs jobs).
-
-    With at least ``SIMILAR_RUNS`` runs that asked for the same runtime: what they ran. Else, with that
-    many runs at all: the request scaled by what runs took of theirs. Else the request."""
-    asked = requested_s / speedup
-    same = [ran for req, ran in history if req == requested_s]
-    if len(same) >= SIMILAR_RUNS:
-        return _quantiles(same)
-    ratios = [ran / (req / speedup) for req, ran in history if req > 0]
-    if len(ratios) >= SIMILAR_RUNS:
-        p50, p90 = _quantiles(ratios)
-        return asked * p50, asked * p90
-    return asked, asked
-
-
 def expected_runtime(job: Workload, runtimes: Runtimes, which: int, alias: Mapping[str, str] | None = None) -> float:
     """``job``'s expected runtime (``which``: P50 or P90); an expected submission (``alias``: its id ->
     the submission it repeats) runs as the submission it repeats."""
@@ -184,11 +151,19 @@ def pop_step(ends: list[_End], now: float) -> tuple[float, float, list[_End]]:
 class Forecast:
     """The forward run of steps 1-5 over one cycle's final state (``host``)."""
 
-    def __init__(self, host: Host, now: float, runtimes: Runtimes, flavors: Mapping[str, tuple[str, ...]]) -> None:
+    def __init__(
+        self,
+        host: Host,
+        now: float,
+        runtimes: Runtimes,
+        flavors: Mapping[str, tuple[str, ...]],
+        running: Runtimes | None = None,
+    ) -> None:
         self.ends_cache: dict[int, list[_End]] = {}
         self.host = host
         self.now = now
         self.runtimes = runtimes
+        self.running = running or {}  # running jobs' runtimes given how long they ran (``Snapshot``)
         self.flavors = flavors  # ClusterQueue -> its GPU models in flavor order
         self.reservations: Sequence[Reservation] = ()  # the run's (``reservations``)
         self.which = P50
@@ -228,7 +203,8 @@ class Forecast:
             queue = _Queue(self, len(ends))
             for job, cq in waiting:
                 queue.add(job, cq)
-            expected = _Expected(arrivals, self.now) if arrivals is not None else None
+            upper = which == P90 and arrivals is not None and arrivals.upper_p90
+            expected = _Expected(arrivals, self.now, upper) if arrivals is not None else None
             left = len(waiting)
             dirty_since: dict[str | None, int] = {}  # GPU model -> the last step capacity of it came back
             dirty_all = 0  # the last step CPU-only work ended (its CPU and memory help every model)
@@ -357,12 +333,14 @@ class Forecast:
         return cached
 
     def _end(self, w: Workload, which: int) -> float:
-        """When a running job is expected to end: its start plus its expected runtime; one already past
-        its P50 is expected to end at its P90, one past that soon (a tenth of its P90 from now)."""
+        """When a running job is expected to end: its start plus its expected runtime given how long it
+        has run (``Snapshot.running_runtimes``, else its plain one); one already past its P50 is
+        expected to end at its P90, one past that soon (a tenth of its P90 from now); one that runs
+        until stopped, never (``NO_END``)."""
         if w.until_stopped:
             return NO_END
         started = w.started_at if w.started_at is not None else self.now
-        known = self.runtimes.get(w.id, (w.runtime_s, w.runtime_s))
+        known = self.running.get(w.id) or self.runtimes.get(w.id, (w.runtime_s, w.runtime_s))
         for runtime in known[which:]:
             if started + runtime > self.now:
                 return started + runtime
@@ -391,6 +369,7 @@ class Arrivals:
     jobs: tuple[tuple[Workload, str], ...]
     period: float
     horizon: float
+    upper_p90: bool = False  # the P90 run expects each queue's P90 count (``_Expected``)
 
 
 EXPECTED = "expected"  # ends the group key of expected submissions
@@ -427,12 +406,28 @@ class _Queue:
 
 
 class _Expected:
-    """Adds ``Arrivals``' period k once the forecast reaches its start (now + (k-1) periods)."""
+    """Adds ``Arrivals``' period k once the forecast reaches its start (now + (k-1) periods).
 
-    def __init__(self, arrivals: Arrivals, now: float) -> None:
+    ``upper``: each local queue's submissions scaled to the P90 of its next period's count
+    (``runtimes.upper_count`` of its ``n`` last period): its r-th job (0-based) comes
+    ``floor((r + 1) f) - floor(r f)`` times (``f`` = that count / ``n``), the extra ones ``period / (n f)``
+    apart after it (the P90 run: more submissions than the last period's, as likely as not fewer)."""
+
+    def __init__(self, arrivals: Arrivals, now: float, upper: bool = False) -> None:
         self.arrivals = arrivals
         self.now = now
         self.k = 1
+        self.copies: list[tuple[int, float]] = [(1, 0.0)] * len(arrivals.jobs)  # per job: copies, spacing
+        if upper:
+            count: dict[str, int] = {}
+            for job, _ in arrivals.jobs:
+                count[job.local_queue] = count.get(job.local_queue, 0) + 1
+            rank: dict[str, int] = {}
+            for i, (job, _) in enumerate(arrivals.jobs):
+                n, r = count[job.local_queue], rank.get(job.local_queue, 0)
+                rank[job.local_queue] = r + 1
+                f = upper_count(n) / n
+                self.copies[i] = (math.floor((r + 1) * f) - math.floor(r * f), arrivals.period / (n * f))
 
     def due(self, ends: list[_End], queue: _Queue) -> None:
         """Add the periods that begin before the next end: their jobs join ``queue`` (after every job
@@ -441,15 +436,16 @@ class _Expected:
         while period > 0 and (begins := (self.k - 1) * period) < horizon:
             if ends and ends[0].at <= self.now + begins:
                 return
-            for job, cq in self.arrivals.jobs:
-                at = job.created_at + self.k * period
-                if not self.now < at <= self.now + horizon:
-                    continue
-                copy = replace(job, id=f"{job.id}@{self.k}", created_at=at)
-                queue.alias[copy.id] = job.id
-                group = queue.add(copy, cq, expected=True)
-                heapq.heappush(ends, _End(at, queue.seq, (), job.local_queue, cq, {}, group.models))
-                queue.seq += 1
+            for (job, cq), (copies, spacing) in zip(self.arrivals.jobs, self.copies, strict=True):
+                for c in range(copies):
+                    at = job.created_at + self.k * period + c * spacing
+                    if not self.now < at <= self.now + horizon:
+                        continue
+                    copy = replace(job, id=f"{job.id}@{self.k}" + (f".{c}" if c else ""), created_at=at)
+                    queue.alias[copy.id] = job.id
+                    group = queue.add(copy, cq, expected=True)
+                    heapq.heappush(ends, _End(at, queue.seq, (), job.local_queue, cq, {}, group.models))
+                    queue.seq += 1
             self.k += 1
 
 

@@ -343,6 +343,11 @@ class Policy:
     # every period, for the horizon (0: the forecast expects no new submissions).
     arrival_period_s: float = 3600.0
     arrival_horizon_s: float = 6 * 3600.0
+    # The P90 run expects each local queue's P90 count of submissions (``runtimes.upper_count``: the
+    # last period's count is a sample, the rate behind it uncertain), not the last period's count again
+    # (off, the default: measured in docs/engine.md, it did not bring more starts within the P90 estimate
+    # on bench_estimate's seed 1 and made the P90 run cost more).
+    arrival_upper_p90: bool = False
     # Backfill reservations (``reservations``, Slurm's backfill): the first this many jobs of a cycle's
     # order that wait for capacity hold the room they get at their forecast start; later jobs may use it
     # only if they are expected to end by then (0, the default: none; measured in docs/engine.md, they did
@@ -366,6 +371,10 @@ class Snapshot:
     # workload id -> (P50, P90) expected runtime in the cluster's own seconds, for estimated starts
     # (from the team's history of similar jobs; a workload without one is expected to run runtime_s)
     runtimes: tuple[tuple[str, float, float], ...] = ()
+    # running workload id -> (P50, P90) expected runtime given how long it has run (the team's runs that
+    # lasted longer, ``runtimes.runtime_from_history``); its ``runtimes`` entry stays the plain figure,
+    # which expected submissions repeating it run (``estimate.Arrivals``)
+    running_runtimes: tuple[tuple[str, float, float], ...] = ()
     # jobs submitted within ``Policy.arrival_period_s`` before now, in any state (finished too, with
     # their runtimes in ``runtimes``): the forecast expects their like again (``estimate.Arrivals``)
     recent: tuple[Workload, ...] = ()

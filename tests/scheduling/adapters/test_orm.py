@@ -11,7 +11,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from portal.jobs.models import Job
+from portal.jobs.models import Job, JobAttempt
 from portal.jobs.states import JobState
 from portal.tenants.models import TolerationGrant
 from scheduling.adapters import orm, workloads
@@ -161,3 +161,27 @@ def test_the_cycle_snapshot_carries_the_last_periods_submissions_in_any_state_wi
     assert recent[str(done.pk)].resources.gpu == 2
     assert {w.state.value for w in recent.values()} == {"pending"}
     assert {str(done.pk), str(waiting.pk)} <= {wid for wid, _, _ in snapshot.runtimes}
+
+
+def test_the_cycle_snapshot_carries_a_running_jobs_runtime_given_how_long_it_has_run(world):
+    # Five finished runs of the team that asked for 3600 s ran 1000 ... 5000 s; a job asking for 3600 s
+    # has run 2500 s. Plain (runtimes): P50 3000, P90 4000 + 0.6 * 1000 = 4600. Given the 2500 s it ran
+    # (halfway between the 2nd and 3rd of five runs: F = 1.5 / 4 = 0.375): P50 at F 0.375 + 0.5 * 0.625
+    # = 0.6875 (2.75 of 4 steps: 3750), P90 at F 0.375 + 0.9 * 0.625 = 0.9375 (3.75 steps: 4750).
+    now = timezone.now()
+    for k, ran in enumerate((1000, 2000, 3000, 4000, 5000)):
+        done = world.submit(gpu=1, runtime_s=3600)
+        start = now - timedelta(days=1, seconds=k * 10_000)
+        Job.objects.filter(pk=done.pk).update(state=JobState.SUCCEEDED)
+        JobAttempt.objects.create(
+            job=done, number=1, queued_at=start, admitted_at=start, started_at=start,
+            ended_at=start + timedelta(seconds=ran), outcome=JobState.SUCCEEDED,
+        )  # fmt: skip
+    job = world.submit(gpu=1, runtime_s=3600)
+    cycle_run(backend=SimulatedCluster())
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, started_at=now - timedelta(seconds=2500))
+    snapshot = snapshot_for_cycle(backend=SimulatedCluster(), now=now)
+    running = {wid: (p50, p90) for wid, p50, p90 in snapshot.running_runtimes}
+    plain = {wid: (p50, p90) for wid, p50, p90 in snapshot.runtimes}
+    assert running[str(job.pk)] == pytest.approx((3750, 4750))
+    assert plain[str(job.pk)] == pytest.approx((3000, 4600))

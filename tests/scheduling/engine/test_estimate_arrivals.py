@@ -5,11 +5,13 @@ period's submissions again."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduling.engine.cycle import run_cycle
-from scheduling.engine.estimate import runtime_from_history
 from scheduling.engine.model import Policy, Workload
+from scheduling.engine.runtimes import runtime_from_history
 
 from .builders import cq, job, lq, node, pending_info, running, snapshot
 
@@ -78,6 +80,30 @@ def test_a_running_job_past_its_p50_is_expected_at_its_p90():
     assert pending_info(run_cycle(snap, Policy(), NOW), "gang").estimated_start == NOW + 1000
 
 
+def test_a_running_jobs_runtime_given_how_long_it_ran_sets_its_end_and_expected_copies_run_the_plain_one():
+    # r2 (started 600 s ago) has run long enough that its runtime given that is P50 3000, P90 3300
+    # (Snapshot.running_runtimes): n2 frees at +2400 (P50) and +2700 (P90), not at its plain +1400.
+    # r2 was submitted 1800 s ago, within the period: its like is expected at +1800 and runs r2's plain
+    # runtime (2000 s, P90 2600) on n1 (free from +1000; the gang needs both nodes): until +3800 (P90
+    # +4400), when the gang starts.
+    submitted = job("r2", "a", gpu=8, runtime_s=3600, created=NOW - 1800)
+    snap = snapshot(
+        NODES,
+        QUEUE,
+        [lq("a", "q")],
+        [*BUSY, GANG],
+        runtimes=(("r2", 2000.0, 2600.0),),
+        running_runtimes=(("r2", 3000.0, 3300.0),),
+        recent=(submitted,),
+    )
+    policy = Policy(arrival_period_s=3600, arrival_upper_p90=False)  # the P90 run expects the same
+    info = pending_info(run_cycle(snap, policy, NOW), "gang")
+    assert (info.estimated_start, info.estimated_start_p90) == (NOW + 3800, NOW + 4400)
+    alone = replace(snap, recent=())
+    info = pending_info(run_cycle(alone, policy, NOW), "gang")
+    assert (info.estimated_start, info.estimated_start_p90) == (NOW + 2400, NOW + 2700)
+
+
 def test_expected_submissions_take_a_freed_node_before_a_waiting_gang():
     # "last" (8 GPUs, runs 2500 s) was submitted 1800 s ago: with a period of 3600 s the forecast expects
     # its like again at +1800. n1 is free from +1000, the gang needs both nodes, so the expected job
@@ -120,3 +146,77 @@ def test_runtime_from_history(requested, history, expected):
     p50, p90 = runtime_from_history(requested, history)
     assert p50 == pytest.approx(expected[0])
     assert p90 == pytest.approx(expected[1])
+
+
+FIVE_RUNS = [(3600, 1000), (3600, 2000), (3600, 3000), (3600, 4000), (3600, 5000)]
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "history", "expected"),
+    [
+        # Not started, or not yet past the shortest run: the plain P50 and P90 (3000, 4000 + 0.6 * 1000).
+        (0, FIVE_RUNS, (3000, 4600)),
+        (800, FIVE_RUNS, (3000, 4600)),
+        # 2500 s run: halfway between the 2nd and 3rd of five runs, F = 1.5 / 4 = 0.375 of them done.
+        # P50 given that: F = 0.375 + 0.5 * 0.625 = 0.6875, 2.75 of 4 steps: 3750. P90: 0.375 + 0.9 *
+        # 0.625 = 0.9375, 3.75 steps: 4750.
+        (2500, FIVE_RUNS, (3750, 4750)),
+        # Longer than every run: the plain figures (the forecast's rule for an overrun applies).
+        (6000, FIVE_RUNS, (3000, 4600)),
+        # By the team's ratios (none of the same request): runs of 0.5, 1 and 1.5 times 1800 s make a
+        # 3600 s request's runs 1800, 3600, 5400; 2700 s run is F = 0.25: P50 at F 0.625 (1.25 steps:
+        # 3600 + 0.25 * 1800 = 4050), P90 at F 0.925 (1.85 steps: 3600 + 0.85 * 1800 = 5130).
+        (2700, [(1800, 900), (1800, 1800), (1800, 2700)], (4050, 5130)),
+    ],
+)
+def test_runtime_from_history_given_how_long_the_job_has_run(elapsed, history, expected):
+    p50, p90 = runtime_from_history(3600, history, elapsed_s=elapsed)
+    assert p50 == pytest.approx(expected[0])
+    assert p90 == pytest.approx(expected[1])
+
+
+THREE_RUNS = [(3600, 1000), (3600, 2000), (3600, 3000)]
+
+
+@pytest.mark.parametrize(
+    ("going", "expected"),
+    [
+        # None going: the plain P50 and P90 of three runs (2000, 2000 + 0.8 * 1000).
+        ([], (2000, 2800)),
+        # Two going for 2500 and 2600 s (Kaplan-Meier): five at risk, 1000 and 2000 take 1/5 each, the
+        # two going leave, 3000 takes the 3/5 left. Mass midpoints 0.1, 0.3, 0.7, scaled: 0, 1/3, 1.
+        # P50 at 0.5: 2000 + (1/6) / (2/3) * 1000 = 2250; P90 at 0.9: 2000 + 0.85 * 1000 = 2850.
+        ([(3600, 2500), (3600, 2600)], (2250, 2850)),
+        # One going for 3500 s, past every end: 1/4 each to the three ends, the 1/4 left to it as if it
+        # ended now. Four equal masses: P50 2500, P90 3000 + 0.7 * 500 = 3350.
+        ([(3600, 3500)], (2500, 3350)),
+        # Runs going of another request do not count (this request has runs of its own).
+        ([(7200, 6000)], (2000, 2800)),
+    ],
+)
+def test_runs_still_going_count_as_lasting_at_least_as_long_as_they_ran(going, expected):
+    p50, p90 = runtime_from_history(3600, THREE_RUNS, running=going)
+    assert p50 == pytest.approx(expected[0])
+    assert p90 == pytest.approx(expected[1])
+
+
+def test_the_p90_run_expects_the_p90_count_of_a_queues_submissions():
+    # Team b submitted one 8-GPU job 3000 s ago (runs 1000 s): its like is expected at +600. Its P90
+    # count next period after 1 in the last (runtimes.upper_count: 1.5 + 1.2816 * sqrt(3) = 3.72) makes
+    # the P90 run expect floor(3.72) = 3 of them, 3600 / 3.72 = 967.7 s apart: +600, +1567.7, +2535.4.
+    # n1 frees at +1000 (r1); team a holds n2 (r2), so b (no usage) comes first in the fair-share order.
+    # P50: b's job runs +1000..+2000, then "wait" (team a) starts at +2000. P90: b's three run +1000,
+    # +2000, +3000 (each arrived before the node freed), "wait" starts at +4000.
+    queues = [cq("qa", {"A100-80GB": 8}, cohort="c"), cq("qb", {"A100-80GB": 8}, cohort="c")]
+    busy = [
+        running("r1", "a", [("n1", tuple(range(8)))], started=NOW - 200, runtime=1200),
+        running("r2", "a", [("n2", tuple(range(8)))], started=NOW, runtime=100_000),
+    ]
+    waiting = job("wait", "a", gpu=8, runtime_s=500, created=NOW - 100)
+    like = job("x", "b", gpu=8, runtime_s=3600, created=NOW - 3000)
+    runtimes = (("x", 1000.0, 1000.0), ("r1", 1200.0, 1200.0), ("wait", 500.0, 500.0), ("r2", 1e5, 1e5))
+    snap = snapshot(NODES, queues, [lq("a", "qa"), lq("b", "qb")], [*busy, waiting], runtimes=runtimes, recent=(like,))
+    info = pending_info(run_cycle(snap, Policy(arrival_period_s=3600, arrival_upper_p90=True), NOW), "wait")
+    assert (info.estimated_start, info.estimated_start_p90) == (NOW + 2000, NOW + 4000)
+    same = pending_info(run_cycle(snap, Policy(arrival_period_s=3600, arrival_upper_p90=False), NOW), "wait")
+    assert (same.estimated_start, same.estimated_start_p90) == (NOW + 2000, NOW + 2000)
