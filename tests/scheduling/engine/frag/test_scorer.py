@@ -28,6 +28,16 @@ def _kept_per_model(scorer: NodeScorer) -> dict[str | None, int]:
     return {models[row]: int(value) for row, value in enumerate(scorer._row_free.tolist())}
 
 
+def sync_several(
+    scorer: NodeScorer, rng: random.Random, gpu_nodes: list[int], bound: list[tuple[PodShape, Choice]]
+) -> list[tuple[PodShape, Choice]]:
+    """Three random 4-GPU nodes set to random states at once (``sync``); the binds left on other nodes."""
+    nodes = np.array(sorted(rng.sample(gpu_nodes, 3)), dtype=np.int64)
+    gpu = np.array([[rng.choice((0, 500, 1000)) for _ in range(4)] for _ in nodes], dtype=np.int64)
+    scorer.sync(nodes, np.full(3, 32_000), np.full(3, 65_536), gpu)
+    return [(p, c) for p, c in bound if c.node not in set(nodes.tolist())]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_the_free_gpu_per_model_it_keeps_equals_a_recount_after_binds_releases_and_syncs(seed: int) -> None:
     rng = random.Random(seed)
@@ -51,11 +61,8 @@ def test_the_free_gpu_per_model_it_keeps_equals_a_recount_after_binds_releases_a
             row = [rng.choice((0, 250, 1000)) for _ in range(4)]
             scorer.sync_node(n, 32_000, 65_536, row)
             bound = [(p, c) for p, c in bound if c.node != n]
-        else:  # several nodes at once
-            nodes = np.array(sorted(rng.sample(gpu_nodes, 3)), dtype=np.int64)
-            gpu = np.array([[rng.choice((0, 500, 1000)) for _ in range(4)] for _ in nodes], dtype=np.int64)
-            scorer.sync(nodes, np.full(3, 32_000), np.full(3, 65_536), gpu)
-            bound = [(p, c) for p, c in bound if c.node not in set(nodes.tolist())]
+        else:
+            bound = sync_several(scorer, rng, gpu_nodes, bound)
         assert _kept_per_model(scorer) == _free_per_model(scorer)
 
 

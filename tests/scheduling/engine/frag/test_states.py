@@ -13,6 +13,7 @@ import pytest
 from scheduling.engine.frag import Choice, NodeArrays, PodShape, TypicalPod
 from scheduling.engine.frag.scorer import NodeScorer
 from scheduling.engine.frag.states import StateIndex
+from tests.scheduling.engine.frag.test_scorer import sync_several
 
 ROWS = [(f"n{i}", ("A", "B", None)[i % 3], 0 if i % 3 == 2 else 4, 32_000, 65_536) for i in range(12)]
 TYPICAL = (
@@ -72,11 +73,8 @@ def test_scores_after_any_changes_equal_those_of_a_scorer_that_only_saw_the_fina
             n = rng.choice(gpu_nodes)
             scorer.sync_node(n, rng.choice((8000, 32_000)), 65_536, [rng.choice((0, 250, 1000)) for _ in range(4)])
             bound = [(p, c) for p, c in bound if c.node != n]
-        else:  # several nodes at once
-            nodes = np.array(sorted(rng.sample(gpu_nodes, 3)), dtype=np.int64)
-            gpu = np.array([[rng.choice((0, 500, 1000)) for _ in range(4)] for _ in nodes], dtype=np.int64)
-            scorer.sync(nodes, np.full(3, 32_000), np.full(3, 65_536), gpu)
-            bound = [(p, c) for p, c in bound if c.node not in set(nodes.tolist())]
+        else:
+            bound = sync_several(scorer, rng, gpu_nodes, bound)
         fresh = _fresh(scorer, policy)
         for pod in PODS:
             idx = _feasible(scorer, pod)
