@@ -360,6 +360,11 @@ def main() -> None:
         help="evaluated, not adopted: the P90 run expects each queue's P90 count (Policy.arrival_upper_p90)",
     )
     parser.add_argument(
+        "--censored",
+        action="store_true",
+        help="evaluated, not adopted: the team's runs still going count as censored (Kaplan-Meier)",
+    )
+    parser.add_argument(
         "--no-aged-runtimes",
         dest="aged_runtimes",
         action="store_false",

@@ -28,3 +28,18 @@ def test_a_small_bench_cycle_decides_every_pending_job(rules):
     assert decided == pending
     assert plan.admissions
     assert any(p.reason.kind == "budget" for p in plan.pending)
+
+
+def test_the_estimate_bench_runs_with_every_option(tmp_path):
+    """Each of bench_estimate.py's flags still reaches the replay (a merge once dropped one the replay reads)."""
+    import subprocess
+    import sys
+
+    script = BENCH.parent / "bench_estimate.py"
+    dump = tmp_path / "estimates.csv"
+    args = ["--nodes", "2", "--jobs", "30", "--hours", "2", "--censored", "--arrival-upper", "--no-aged-runtimes"]
+    args += ["--known-runtimes", "--known-arrivals", "--dump", str(dump)]
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "P50 estimate" in done.stdout
+    assert dump.read_text().count("\n") > 1
