@@ -93,7 +93,7 @@ def cost_line(cost: Cost) -> str:
     return (
         f"{hours(cost.gpu_hours)} GPU-hours{price} = {usd(cost.gpu_usd, cost.currency)} GPU"
         f" + {usd(cost.cpu_usd, cost.currency)} CPU + {usd(cost.memory_usd, cost.currency)} memory"
-        f" = {usd(cost.total_usd, cost.currency)}"
+        f" = {usd(cost.total_usd, cost.currency)}" + (" an hour (it runs until stopped)" if cost.per_hour else "")
     )
 
 

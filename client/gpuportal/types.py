@@ -336,6 +336,7 @@ class Cost(ApiValue):
     currency: str = field(metadata={"parse": lambda v: str(v) if v else "USD"})
     gpu_model: str | None = None
     runtime_s: float | None = None  # the expected runtime it is priced for
+    per_hour: bool = False  # one hour of a job that runs until stopped (an inference replica): no end to price to
     priced_at: datetime | None = None
     raw: Mapping[str, Any] = _raw()
 

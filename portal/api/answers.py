@@ -114,6 +114,7 @@ def check_data(result: SpecCheck, *, user) -> dict:
             "gpu_model": result.cost.gpu_model or None,
             "capacity_type": result.cost.capacity_type,
             "runtime_s": result.cost.runtime_s,
+            "per_hour": result.runs_until_stopped,
             "gpu_hours": str(figures.gpu_hours),
             "gpu_usd": str(figures.gpu_cost),
             "cpu_usd": str(figures.cpu_cost),
@@ -145,8 +146,8 @@ def check_data(result: SpecCheck, *, user) -> dict:
         "preempts": preempts,
         "cost": cost,
         "suggestions": suggestions,
-        "runtime_s": check.runtime_s,
-        "runtime_p90_s": check.runtime_p90_s,
+        "runtime_s": None if result.runs_until_stopped else check.runtime_s,
+        "runtime_p90_s": None if result.runs_until_stopped else check.runtime_p90_s,
         "as_of": answer.as_of.isoformat().replace("+00:00", "Z"),
     }
 

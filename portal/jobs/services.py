@@ -386,6 +386,7 @@ class SpecCheck:
     cost: PlannedCost | None
     victims: tuple[Job, ...]
     suggestion_changes: tuple[dict[str, Any], ...]  # each suggestion's change in the spec's words
+    runs_until_stopped: bool = False  # ``Job.runs_until_stopped``: ``cost`` is one hour's, it has no end
 
 
 def job_check_spec(*, spec: JobSpec, now: datetime | None = None) -> SpecCheck:
@@ -404,7 +405,7 @@ def job_check_spec(*, spec: JobSpec, now: datetime | None = None) -> SpecCheck:
     if answer.check.preempts:
         victims = tuple(Job.objects.filter(pk__in=[int(v) for v in answer.check.preempts]).select_related("team"))
     changes = tuple(_spec_change(dict(s.change)) for s in answer.suggestions)
-    return SpecCheck(answer, cost, victims, changes)
+    return SpecCheck(answer, cost, victims, changes, Job.kind_runs_until_stopped(spec.kind))
 
 
 def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now: datetime) -> PlannedCost | None:
@@ -430,6 +431,8 @@ def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now:
     start = now
     if check.estimated_start_p50 is not None:
         start = max(now, datetime.fromtimestamp(check.estimated_start_p50, tz=now.tzinfo))
+    # A job that runs until stopped has no end to price to: one hour of it (its rate), as its page shows.
+    runtime_s = _HOUR_S if Job.kind_runs_until_stopped(spec.kind) else check.runtime_s
     return planned_cost(
         gpu_model=model,
         capacity_type=answer.capacity_type,
@@ -437,8 +440,11 @@ def _check_cost(spec: JobSpec, workload: engine.Workload, answer: JobCheck, now:
         cpu_milli=cpu_milli,
         memory_mib=memory_mib,
         start=start,
-        runtime_s=check.runtime_s,
+        runtime_s=runtime_s,
     )
+
+
+_HOUR_S = 3600.0
 
 
 def _spec_change(change: dict[str, Any]) -> dict[str, Any]:

@@ -36,6 +36,11 @@ def test_a_dry_run_reads_as_a_sentence_per_verdict():
     assert "(in 2 h 0 min)" in lines[1]
     assert lines[2] == "  would preempt job 12 sweep (vision), 2 jobs of other teams"
     assert lines[3] == "  sooner: ask for T4: starts now"
+    replica = Check.from_api(
+        {"verdict": "runs_now", "gpu_model": "A100-80GB", "placements": [{"node": "a100-0", "gpu_indices": [0]}],
+         "cost": {**COST, "gpu_hours": "1", "runtime_s": 3600, "per_hour": True}}
+    )  # fmt: skip
+    assert check_text(replica, NOW).splitlines()[1].endswith("= $7.66 an hour (it runs until stopped)")
     never = Check.from_api({"verdict": "never", "reason": {"message": "the largest node has 8 GPUs; 16 asked"}})
     assert check_text(never, NOW) == "never fits: the largest node has 8 GPUs; 16 asked"
     unknown = Check.from_api(

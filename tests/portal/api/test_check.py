@@ -166,3 +166,22 @@ def test_a_ray_jobs_dry_run_places_every_pod_and_costs_the_head_and_all_workers(
     assert Decimal(cost["gpu_hours"]) == six(8 * hours)
     assert Decimal(cost["cpu_usd"]) == six(18 * hours * usd_per_hour("cpu"))
     assert Decimal(cost["memory_usd"]) == six(68 * hours * usd_per_hour("memory"))
+
+
+def test_an_inference_replica_is_priced_an_hour_at_a_time_not_for_the_longest_runtime_it_may_ask(api, world):
+    """An inference replica runs until stopped: its ``runtime_s`` is only the longest a job may ask
+    for, so the dry run prices one hour of it (its rate), as the job's page does once it runs."""
+    body = {**BODY, "kind": "inference", "gpu": 1, "runtime_s": 90 * 24 * 3600}
+    check = api("alice").post("/api/v1/jobs/check/", body, format="json").json()
+    assert check["verdict"] == "runs_now"
+    cost = check["cost"]
+    assert cost["per_hour"] is True
+    assert cost["runtime_s"] == 3600
+    assert check["runtime_s"] is None
+    # One hour of 1 GPU, 4 cores and 16 GiB at the book's on-demand prices.
+    rate = usd_per_hour("gpu", "A100-80GB") + 4 * usd_per_hour("cpu") + 16 * usd_per_hour("memory")
+    assert Decimal(cost["gpu_hours"]) == 1
+    assert Decimal(cost["total_usd"]) == six(rate)
+    batch = api("alice").post("/api/v1/jobs/check/", {**BODY, "gpu": 1}, format="json").json()
+    assert batch["cost"]["per_hour"] is False
+    assert batch["runtime_s"] == 7200 / SPEEDUP

@@ -168,6 +168,26 @@ def test_the_live_check_says_when_the_state_it_answers_from_was_read(client, wor
     dry_run_forget()
 
 
+def test_the_live_check_prices_an_inference_replica_by_the_hour(client, world, settings):
+    """An inference replica runs until stopped: the form's live check shows its hourly rate, not a
+    total for the longest runtime a job may ask for."""
+    from billing.services import price_book_seed_defaults
+    from scheduling.dry_run import dry_run_forget
+
+    settings.CLUSTER_BACKEND = "simulated"
+    price_book_seed_defaults()
+    dry_run_forget()
+    client.force_login(world.users["alice"])
+    html = client.post("/jobs/new/check/", {**FORM, "kind": "inference", "replicas": "1"}).content.decode()
+    assert 'id="check-cost"' in html
+    assert "an hour while it runs" in html
+    assert "of the cluster" not in html
+    training = client.post("/jobs/new/check/", {**FORM, "replicas": "1"}).content.decode()
+    assert "s of the cluster" in training
+    assert "an hour while it runs" not in training
+    dry_run_forget()
+
+
 def test_another_teams_job_page_is_404(client, world):
     job = world.submit("vision")
     client.force_login(world.users["bob"])
