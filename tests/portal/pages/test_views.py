@@ -498,7 +498,7 @@ def test_a_pending_job_without_an_estimate_is_not_told_it_does_not_fit(client, w
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "does not fit" not in page
     assert "never fits" not in page
-    assert "No start estimate yet." in page
+    assert "No start estimate: the forecast did not reach it" in page
     Job.objects.filter(pk=job.pk).update(
         pending_reason={"kind": "quota", "message": "quota: never fits as configured", "waits": False, "details": {}}
     )
