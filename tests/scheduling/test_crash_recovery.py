@@ -98,12 +98,14 @@ def test_four_workers_lose_nothing_when_one_is_killed_mid_cycle(tmp_path, cluste
     logs = [tmp_path / f"worker{i}.log" for i in range(WORKERS)]
     command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", queue, "-c", "1", "-P", "prefork"]
     command += ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
-    workers = [
-        subprocess.Popen(
-            [*command, "-n", f"w{i}-{queue}@%h"], cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
-        )
-        for i, log in enumerate(logs)
-    ]
+    workers = []
+    for i, log in enumerate(logs):
+        with log.open("w") as out:  # the child keeps its own copy of the descriptor
+            workers.append(
+                subprocess.Popen(
+                    [*command, "-n", f"w{i}-{queue}@%h"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                )
+            )
     stop = threading.Event()
 
     def beat() -> None:

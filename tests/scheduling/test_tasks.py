@@ -215,23 +215,25 @@ def test_beat_restarts_do_not_run_a_periodic_cycle_twice_in_an_interval(tmp_path
     redis_client().delete(PERIODIC_KEY.format(name="scheduling-cycle"))
     celery = [sys.executable, "-m", "celery", "-A", "portal"]
     worker_log = tmp_path / "worker.log"
-    worker = subprocess.Popen(
-        [*celery, "worker", "-Q", queue, "-P", "solo", "-n", f"{queue}@%h", "--without-gossip", "--without-mingle"],
-        cwd=ROOT,
-        env=env,
-        stdout=worker_log.open("w"),
-        stderr=subprocess.STDOUT,
-    )
+    with worker_log.open("w") as out:  # the child keeps its own copy of the descriptor
+        worker = subprocess.Popen(
+            [*celery, "worker", "-Q", queue, "-P", "solo", "-n", f"{queue}@%h", "--without-gossip", "--without-mingle"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
     def start_beat(name: str, schedule: str) -> tuple[subprocess.Popen, object]:
         log = tmp_path / f"{name}.log"
-        process = subprocess.Popen(
-            [*celery, "beat", "--schedule", str(tmp_path / schedule), "-l", "INFO"],
-            cwd=ROOT,
-            env=env,
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-        )
+        with log.open("w") as out:
+            process = subprocess.Popen(
+                [*celery, "beat", "--schedule", str(tmp_path / schedule), "-l", "INFO"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         return process, log
 
     def wait_sent(log) -> None:
