@@ -143,12 +143,20 @@ class Placer:
         remaining: int = 1,
         node: int | None = None,
         gang: GangRules | None = None,
+        first: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> int | None:
         """The node one more replica goes to, or ``None``; nothing is placed. With ``node``, only that
         node is tried (it must already pass the static filters). ``gang``: the job's rules between
-        its replicas (jobs with placement rules only)."""
+        its replicas (jobs with placement rules only). ``first``: for a gang's first replica (no rules,
+        not MIG), the feasible nodes and their replica capacity as :meth:`place_gang` just measured
+        them, so they are not measured again."""
+        node_cap = None
         if node is not None:
+            if gang is None:  # the scalar form of the same rule
+                return node if fit.fits_node(self.cluster, shape, node) else None
             cand = self.feasible(shape, np.array([node]))
+        elif first is not None:
+            cand, node_cap = first
         else:
             mask, eligible, lo = self.filters.eligible(workload, shape)
             votes = self.votes
@@ -174,7 +182,7 @@ class Placer:
             return None
         if len(cand) == 1:
             return int(cand[0])
-        scores = self.votes.score(workload, shape, cand, gang_nodes, remaining, gang)
+        scores = self.votes.score(workload, shape, cand, gang_nodes, remaining, gang, node_cap)
         return int(cand[int(np.argmax(scores))])
 
     def place_one(
@@ -186,9 +194,11 @@ class Placer:
         remaining: int,
         node: int | None = None,
         gang: GangRules | None = None,
+        first: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> ReplicaPlacement | None:
-        """Place one replica (on ``node`` only, when given: it must already be eligible)."""
-        best = self.choose_node(workload, shape, gang_nodes, remaining, node, gang)
+        """Place one replica (on ``node`` only, when given: it must already be eligible; ``first``: see
+        :meth:`choose_node`)."""
+        best = self.choose_node(workload, shape, gang_nodes, remaining, node, gang, first)
         if best is None:
             return None
         plugin = self.plugins[int(self.votes.pool_scorer[best])]
@@ -218,15 +228,18 @@ class Placer:
         """
         if workload.rules is not None:
             return self._place_ruled(workload, shape, stmt, wanted, needed, explain)
+        first = None
         if needed > 1 and shape.kind != "mig":
             # Replicas are identical and each takes exactly one unit of a node's replica capacity,
             # so the summed capacity is exactly how many fit: fail before placing any.
-            eligible = self.eligible(workload, shape)
-            capacity = int(fit.replica_capacity(self.cluster, shape, self.feasible(shape, eligible)).sum())
+            feasible = self.feasible(shape, self.eligible(workload, shape))
+            node_cap = fit.replica_capacity(self.cluster, shape, feasible)
+            capacity = int(node_cap.sum())
             if capacity < needed:
                 explanation = self._explain_after(workload, shape, capacity) if explain else NO_EXPLANATION
                 return GangResult((), explanation, capacity)
-        placements, _ = self._place_replicas(workload, shape, stmt, wanted)
+            first = (feasible, node_cap)  # what the first replica's choice measures again
+        placements, _ = self._place_replicas(workload, shape, stmt, wanted, first=first)
         if len(placements) >= needed:
             return GangResult(tuple(placements), None)
         explanation = self.explain(workload, [shape]) if explain else NO_EXPLANATION
@@ -234,9 +247,16 @@ class Placer:
         return GangResult((), explanation, len(placements))
 
     def _place_replicas(
-        self, workload: Workload, shape: Shape, stmt: Statement, wanted: int, gang: GangRules | None = None
+        self,
+        workload: Workload,
+        shape: Shape,
+        stmt: Statement,
+        wanted: int,
+        gang: GangRules | None = None,
+        first: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[list[ReplicaPlacement], list[int]]:
-        """Place replicas one by one until ``wanted`` or one does not fit; (placements, their nodes)."""
+        """Place replicas one by one until ``wanted`` or one does not fit; (placements, their nodes).
+        ``first``: see :meth:`choose_node`."""
         placements: list[ReplicaPlacement] = []
         gang_nodes: list[int] = []
         last: int | None = None
@@ -250,7 +270,8 @@ class Placer:
             if fill and last is not None and fit.fits_node(self.cluster, shape, last):
                 placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, last, gang)
             if placement is None:
-                placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, None, gang)
+                placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, None, gang, first)
+            first = None
             if placement is None:
                 break
             placements.append(placement)

@@ -131,6 +131,12 @@ class QuotaBook:
             for member in members:
                 for key, limit in self.limits[member].items():
                     self._pool_cap[(cohort, key)] = self._pool_cap.get((cohort, key), 0) + limit.lendable
+        # Change stamps (as ``admission.FairShare``'s): ``changes`` counts every change of usage; a
+        # queue's stamp is the count at its last change of its own usage (every queue's at least
+        # ``_all_changed``).
+        self.changes = 0
+        self._all_changed = 0
+        self._changed: dict[str, int] = {}
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -234,7 +240,14 @@ class QuotaBook:
 
     # -- updates ----------------------------------------------------------------------------------
 
+    def unchanged_since(self, stamp: int, cq: str) -> bool:
+        """Whether the queue's own usage did not change after ``changes`` was ``stamp`` (what
+        :meth:`would_borrow` reads besides the fixed limits)."""
+        return self._all_changed <= stamp and self._changed.get(cq, 0) <= stamp
+
     def add(self, cq: str, request: dict[str, int], sign: int = 1) -> None:
+        self.changes += 1
+        self._changed[cq] = self.changes
         usage = self.usage.setdefault(cq, {})
         cohort = self._in_cohort(cq)
         limits = self.limits.get(cq, {})
@@ -258,6 +271,8 @@ class QuotaBook:
         usage, pool_used = saved
         self.usage = {cq: dict(amounts) for cq, amounts in usage.items()}
         self._pool_used = dict(pool_used)
+        self.changes += 1
+        self._all_changed = self.changes
 
     def replicas_with_room(self, cq: str, per_replica: dict[str, int], replicas: int, borrow: bool) -> int:
         """How many replicas (up to ``replicas``) of ``per_replica`` each the queue's quota allows now
