@@ -218,15 +218,12 @@ def mig_instances(geometry: MigGeometry) -> int:
 
 
 def contiguous(cluster: Cluster, gpus: int, nodes: Nodes) -> np.ndarray:
-    """True where the node has ``gpus`` fully free devices with consecutive indices.
-
-    A run of g ones in the free-device bitmask survives g-1 shift-and-ands.
-    """
-    bits = cluster.free_bits[nodes]
-    run = bits.copy()
-    for k in range(1, gpus):
-        run &= bits >> k
-    return run != 0
+    """True where the node has ``gpus`` fully free devices with consecutive indices: where its longest
+    run of them (``Cluster.free_run``, kept with the free-device bitmask ``free_bits``) is at least
+    ``gpus`` (for 0: where any device is fully free)."""
+    if gpus <= 0:
+        return cluster.free_bits[nodes] != 0
+    return cluster.free_run[nodes] >= gpus
 
 
 # -- scalar ----------------------------------------------------------------------------------------

@@ -107,6 +107,7 @@ class Placer:
         self.plugins = self.votes.plugins
         self.scorer_names = self.votes.scorer_names
         self._rack_members = {int(code): np.flatnonzero(self.rack == code) for code in np.unique(self.rack)}
+        self._rack_block: dict[tuple[int, int, int], np.ndarray] = {}  # see :meth:`_same_rack`
 
     # -- shapes -----------------------------------------------------------------------------------
 
@@ -183,7 +184,7 @@ class Placer:
         if len(cand) == 1:
             return int(cand[0])
         scores = self.votes.score(workload, shape, cand, gang_nodes, remaining, gang, node_cap)
-        return int(cand[int(np.argmax(scores))])
+        return int(cand[scores.argmax()])
 
     def place_one(
         self,
@@ -384,12 +385,16 @@ class Placer:
         racks and scores a few dozen nodes instead of thousands."""
         if not gang_nodes:
             return None
-        rack = int(self.rack[gang_nodes[0]])
-        if rack < 0 or any(int(self.rack[i]) != rack for i in gang_nodes):
+        rack_of = self.votes.rack_of
+        rack = rack_of[gang_nodes[0]]
+        if rack < 0 or any(rack_of[i] != rack for i in gang_nodes):
             return None
-        members = self._rack_members[rack]
-        members = members[(members >= lo) & (members < lo + len(mask))]
-        members = members[mask[members - lo]]
+        block = (rack, lo, len(mask))
+        members = self._rack_block.get(block)
+        if members is None:  # the rack's nodes in the model's block, as offsets into it (static)
+            members = self._rack_members[rack]
+            members = self._rack_block[block] = members[(members >= lo) & (members < lo + len(mask))] - lo
+        members = members[mask[members]] + lo
         cand = self.feasible(shape, members)
         return cand if len(cand) else None
 

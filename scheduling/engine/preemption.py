@@ -85,7 +85,7 @@ class Holder:
     @property
     def gpu_milli(self) -> int:
         """The GPU share it holds, in milli-GPU (every GPU model it holds)."""
-        return sum(amount for key, amount in self.request.items() if key.startswith(GPU_PREFIX))
+        return sum([amount for key, amount in self.request.items() if key.startswith(GPU_PREFIX)])
 
     def lost_gpu_milli_s(self, now: float) -> int:
         """Work lost if it is evicted now: its GPU share times the seconds it has run (milli-GPU-s)."""
@@ -386,7 +386,8 @@ class _VictimSearch:
         spare = [v for v in self.chosen if not any(p.node in placed_on for p in v.holder.placements)]
         if not placed_on:
             spare = [v for v in self.chosen if not on_useful_node(v.holder)]
-        kept = [v for v in self.chosen if all(v is not x for x in spare)]
+        spare_ids = {id(v) for v in spare}  # by identity, as the victims are chosen
+        kept = [v for v in self.chosen if id(v) not in spare_ids]
         for victim in sorted(spare, key=victim_cost, reverse=True):
             self._restore(victim)
             if not self.quota.fits(self.cq, self.request):
@@ -394,7 +395,7 @@ class _VictimSearch:
                 kept.append(victim)
         self.chosen = kept
         for victim in sorted(kept, key=victim_cost, reverse=True):
-            if not any(v is victim for v in spare):
+            if id(victim) not in spare_ids:
                 self._restore(victim)
                 if self.quota.fits(self.cq, self.request) and self.fits():
                     self.chosen = [v for v in self.chosen if v is not victim]

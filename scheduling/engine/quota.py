@@ -217,11 +217,18 @@ class QuotaBook:
         return max(0, available - max(0, nominal - self.used(cq, key)))
 
     def fits(self, cq: str, request: dict[str, int]) -> bool:
+        """Whether :meth:`available` has room for every amount of ``request`` (inlined: victim selection
+        asks after every change)."""
+        limits, usage, cohort = self.limits.get(cq, {}), self.usage.get(cq, {}), self._in_cohort(cq)
         for key, amount in request.items():
             if amount <= 0:
                 continue
-            available = self.available(cq, key)
-            if available is not None and amount > available:
+            limit = limits.get(key)
+            if limit is None:
+                if key in (CPU, MEMORY):
+                    continue  # no quota: unlimited
+                return False  # a GPU model the queue does not list: nothing available
+            if amount > self._free(limit, usage.get(key, 0), cohort, key):
                 return False
         return True
 

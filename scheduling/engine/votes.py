@@ -17,6 +17,7 @@ picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,7 +61,7 @@ class Votes:
         self.rack_top, self.zone_top = int(self.rack.max(initial=-1)), int(self.zone.max(initial=-1))
         # The GPU-avoidance vote's penalty per node (static): CPU-only work avoids GPU nodes.
         self.gpu_avoid = 2 * GPU_AVOID_WEIGHT * (cluster.gpu_count > 0)
-        self._rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
+        self.rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
         self._zone_of: list[int] = self.zone.tolist()
         # The first replica's tiers (zone, then rack), each label's codes shifted by one (0: no label)
         # and how many codes that makes; a label no node has is left out (it changes no score).
@@ -239,7 +240,7 @@ class Votes:
         score = np.zeros(len(cand), dtype=np.float64)
         rack, zone = self.rack, self.zone
         if gang_nodes:
-            levels = ((0.3, zone, self._zone_of, self.zone_top), (0.6, rack, self._rack_of, self.rack_top))
+            levels = ((0.3, zone, self._zone_of, self.zone_top), (0.6, rack, self.rack_of, self.rack_top))
             for weight, codes, of_node, top in levels:
                 # The domains the gang's replicas are in (nodes without the label, code -1, share nothing).
                 domains = {of_node[i] for i in gang_nodes} - {-1}
@@ -265,7 +266,9 @@ class Votes:
 
 def _among(values: np.ndarray, wanted: set[int], size: int) -> np.ndarray:
     """Where ``values`` (each -1 or in ``0..size-1``) is one of ``wanted`` (in ``0..size-1``)."""
-    if len(wanted) <= 2:  # one or two comparisons beat a table
+    if len(wanted) == 1:
+        return values == next(iter(wanted))
+    if len(wanted) == 2:  # two comparisons beat a table
         found = np.zeros(len(values), dtype=bool)
         for value in wanted:
             found |= values == value
@@ -279,8 +282,8 @@ def _unit(raw: np.ndarray) -> np.ndarray:
     """Scale scores to [0, 1] over the candidates (all equal -> all zero)."""
     if len(raw) == 0:
         return raw
-    low = raw.min()
-    span = raw.max() - low
-    if span <= 0 or not np.isfinite(span):
+    low = np.minimum.reduce(raw)  # ``raw.min()`` without numpy's Python-level wrapper
+    span = np.maximum.reduce(raw) - low
+    if span <= 0 or not math.isfinite(span):
         return np.zeros_like(raw)
     return (raw - low) / span
