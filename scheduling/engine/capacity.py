@@ -289,9 +289,10 @@ class Cluster:
 
     def label_codes(self, key: str) -> tuple[np.ndarray, tuple[str, ...]]:
         """Per-node integer code of a label's value (-1 when absent) and the value table."""
-        values = sorted({dict(node.labels).get(key, "") for node in self.nodes} - {""})
+        per_node = [dict(node.labels).get(key, "") for node in self.nodes]
+        values = sorted(set(per_node) - {""})
         code = {v: j for j, v in enumerate(values)}
-        arr = np.array([code.get(dict(node.labels).get(key, ""), -1) for node in self.nodes], dtype=np.int32)
+        arr = np.array([code.get(value, -1) for value in per_node], dtype=np.int32)
         return arr, tuple(values)
 
 

@@ -166,14 +166,18 @@ class QuotaBook:
 
     def _free(self, limit: _Limit, used: int, cohort: str, key: str) -> int:
         """:meth:`available` of a queue with this ``limit`` and ``used`` in ``cohort`` ("" for none)."""
+        # Conditionals rather than max/min calls: the same whole numbers, on a hot path.
         if not cohort:
-            return max(0, limit.nominal - used)
-        own = max(0, limit.guaranteed - used)
-        pool = self._pool_cap.get((cohort, key), 0) - self._pool_used.get((cohort, key), 0)
-        room = own + max(0, pool)
+            free = limit.nominal - used
+            return free if free > 0 else 0
+        own = limit.guaranteed - used
+        pool_key = (cohort, key)
+        pool = self._pool_cap.get(pool_key, 0) - self._pool_used.get(pool_key, 0)
+        room = (own if own > 0 else 0) + (pool if pool > 0 else 0)
         if limit.borrowing_limit is not None:
-            room = min(room, limit.nominal + limit.borrowing_limit - used)
-        return max(0, room)
+            ceiling = limit.nominal + limit.borrowing_limit - used
+            room = ceiling if ceiling < room else room
+        return room if room > 0 else 0
 
     def room(self, cq: str, key: str, borrow: bool) -> int | None:
         """:meth:`available`, capped at the unused nominal quota unless ``borrow``; fused for speed.
@@ -258,16 +262,22 @@ class QuotaBook:
         usage = self.usage.setdefault(cq, {})
         cohort = self._in_cohort(cq)
         limits = self.limits.get(cq, {})
+        pool_used = self._pool_used
         for key, amount in request.items():
             if not amount:
                 continue
             before = usage.get(key, 0)
             after = before + sign * amount
             usage[key] = after
-            limit = limits.get(key)
-            if cohort and limit is not None:
-                delta = max(0, after - limit.guaranteed) - max(0, before - limit.guaranteed)
-                self._pool_used[(cohort, key)] = self._pool_used.get((cohort, key), 0) + delta
+            limit = limits.get(key) if cohort else None
+            if limit is not None:
+                # What the queue takes from the pool: its use beyond the guaranteed part.
+                guaranteed = limit.guaranteed
+                delta = (after - guaranteed if after > guaranteed else 0) - (
+                    before - guaranteed if before > guaranteed else 0
+                )
+                pool_key = (cohort, key)
+                pool_used[pool_key] = pool_used.get(pool_key, 0) + delta
 
     def save_usage(self) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]:
         """A copy of the usage (per queue and per cohort pool), for :meth:`restore_usage`."""
