@@ -19,10 +19,19 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from .model import ClusterQueue, LocalQueue, Workload
 
 SortKey = tuple[int, bool, float, float, float, str]
+
+
+class Changes(Protocol):
+    """What ``AdmissionOrder``'s ``borrows`` reads, with its changes counted (``QuotaBook``)."""
+
+    changes: int
+
+    def unchanged_since(self, stamp: int, cq: str) -> bool: ...
 
 
 def lq_order_key(workload: Workload) -> tuple[int, float, str]:
@@ -80,6 +89,13 @@ class FairShare:
         self.lq_usage: dict[str, dict[str, int]] = {}
         self._cq_cache: dict[str, float] = {}
         self._lq_cache: dict[str, float] = {}
+        # Change stamps: ``changes`` counts every change of usage; a queue's stamp is the count at its
+        # last change (every queue's at least ``_all_changed``): a share read at stamp ``t`` is still
+        # current while its queue's stamp is at most ``t`` (``unchanged_since``).
+        self.changes = 0
+        self._all_changed = 0
+        self._cq_changed: dict[str, int] = {}
+        self._lq_changed: dict[str, int] = {}
 
     def add(self, lq: str, cq: str, request: dict[str, int], sign: int = 1) -> None:
         for usage in (self.cq_usage.setdefault(cq, {}), self.lq_usage.setdefault(lq, {})):
@@ -87,6 +103,14 @@ class FairShare:
                 usage[key] = usage.get(key, 0) + sign * amount
         self._cq_cache.pop(cq, None)
         self._lq_cache.pop(lq, None)
+        self.changes += 1
+        self._cq_changed[cq] = self._lq_changed[lq] = self.changes
+
+    def unchanged_since(self, stamp: int, lq: str, cq: str) -> bool:
+        """Whether neither queue's usage changed after ``changes`` was ``stamp``."""
+        return (
+            self._all_changed <= stamp and self._cq_changed.get(cq, 0) <= stamp and self._lq_changed.get(lq, 0) <= stamp
+        )
 
     def save_usage(self) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
         """A copy of the usage per ClusterQueue and LocalQueue, for :meth:`restore_usage`."""
@@ -99,6 +123,8 @@ class FairShare:
         self.lq_usage = {lq: dict(u) for lq, u in lq_usage.items()}
         self._cq_cache.clear()
         self._lq_cache.clear()
+        self.changes += 1
+        self._all_changed = self.changes
 
     def _share(self, usage: dict[str, int], pool: dict[str, int], weight: float) -> float:
         return weighted_dominant_share(usage, pool, self.capacity, weight)
@@ -130,7 +156,11 @@ class AdmissionOrder:
     """Yields pending workloads in admission order, re-ranking queues as usage changes.
 
     Across queues: priority first; then, when ``borrows`` is given, a job that fits its queue's
-    nominal quota before one that would borrow (Kueue's rule); then fair share, submission, id."""
+    nominal quota before one that would borrow (Kueue's rule); then fair share, submission, id.
+
+    ``changes``: when ``borrows`` is given, what it reads (the ClusterQueue's quota usage) with its
+    changes counted (``QuotaBook``); a key whose shares and borrowing did not change since it was taken
+    is not taken again when popped (without ``changes``, a key with ``borrows`` always is)."""
 
     def __init__(
         self,
@@ -138,13 +168,15 @@ class AdmissionOrder:
         fair: FairShare,
         fair_sharing: bool = True,
         borrows: Callable[[Workload], bool] | None = None,
+        changes: Changes | None = None,
     ) -> None:
         self.queues = {lq: sorted(jobs, key=lq_order_key) for lq, jobs in pending.items()}
         self.heads = dict.fromkeys(self.queues, 0)
         self.fair = fair
         self.fair_sharing = fair_sharing
         self.borrows = borrows
-        self._heap: list[tuple[SortKey, str]] = []
+        self.changes = changes if borrows is not None else None
+        self._heap: list[tuple[SortKey, str, tuple[int, int]]] = []  # (key, queue, stamps it was taken at)
         self.last_key: SortKey | None = None  # the key the job yielded last was taken with
         self.refresh()
 
@@ -153,17 +185,30 @@ class AdmissionOrder:
         borrows = self.borrows(job) if self.borrows is not None else False
         return sort_key(self.fair if self.fair_sharing else None, job, borrows)
 
+    def _stamps(self) -> tuple[int, int]:
+        return self.fair.changes, self.changes.changes if self.changes is not None else 0
+
+    def _current(self, lq: str, stamps: tuple[int, int]) -> bool:
+        """Whether what the queue's key reads has not changed since ``stamps``."""
+        cq = self.fair.lq_cq.get(lq, "")
+        if self.borrows is not None and (self.changes is None or not self.changes.unchanged_since(stamps[1], cq)):
+            return False
+        return not self.fair_sharing or self.fair.unchanged_since(stamps[0], lq, cq)
+
     def refresh(self) -> None:
-        self._heap = [(self._key(lq), lq) for lq in self.queues if self.heads[lq] < len(self.queues[lq])]
+        stamps = self._stamps()
+        self._heap = [(self._key(lq), lq, stamps) for lq in self.queues if self.heads[lq] < len(self.queues[lq])]
         heapq.heapify(self._heap)
 
     def __iter__(self) -> Iterator[Workload]:
         while self._heap:
-            key, lq = heapq.heappop(self._heap)
-            fresh = self._key(lq)
-            if fresh != key:
-                heapq.heappush(self._heap, (fresh, lq))
-                continue
+            key, lq, stamps = heapq.heappop(self._heap)
+            if not self._current(lq, stamps):
+                stamps = self._stamps()
+                fresh = self._key(lq)
+                if fresh != key:
+                    heapq.heappush(self._heap, (fresh, lq, stamps))
+                    continue
             job = self.queues[lq][self.heads[lq]]
             self.heads[lq] += 1
             self.last_key = key
@@ -171,7 +216,8 @@ class AdmissionOrder:
             # The queue's next job is keyed after this one's decision, which may raise the queue's
             # share: a key taken before it would be stale and popped once more for nothing.
             if self.heads[lq] < len(self.queues[lq]):
-                heapq.heappush(self._heap, (self._key(lq), lq))
+                stamps = self._stamps()
+                heapq.heappush(self._heap, (self._key(lq), lq, stamps))
 
 
 def pending_limit_error(local_queue: LocalQueue, pending_count: int) -> str | None:

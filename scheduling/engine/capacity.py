@@ -35,6 +35,7 @@ _FREE_STATE = (
     "max_share",
     "gpu_free_total",
     "free_bits",
+    "free_run",
     "pack_score",
     "cpu_pack_score",
 )
@@ -120,6 +121,9 @@ class Cluster:
         self.gpu_free_total = self.gpu_count.astype(np.int64) * self.dev_cap
         # Bit d set when device d is fully free (non-MIG nodes): contiguity tests are shifts and ands.
         self.free_bits = np.where(self.mig_node, 0, (np.int64(1) << self.gpu_count.astype(np.int64)) - 1)
+        # The longest run of consecutive fully free devices (the set bits of ``free_bits``): a block of
+        # g NVLink neighbours is free where it is at least g (``fit.contiguous``).
+        self.free_run = np.where(self.mig_node, 0, self.gpu_count).astype(np.int32)
         self.inv_gpu_total = 1.0 / np.maximum(self.gpu_count.astype(np.int64) * self.dev_cap, 1)
         self.inv_cpu_total = 1.0 / np.maximum(self.cpu_total, 1)
         # The same static facts as plain numbers, for the one-node updates of ``apply`` (no numpy scalars).
@@ -241,11 +245,16 @@ class Cluster:
         row = self.dev_free[i, :count].tolist()
         masks = self.mig_mask[i, :count].tolist()
         cap = self._cap[i]
-        bits = 0
+        bits = run = longest = 0
         for d, v in enumerate(row):
             if v == cap and not masks[d]:
                 bits |= 1 << d
+                run += 1
+                longest = max(longest, run)
+            else:
+                run = 0
         self.free_bits[i] = bits
+        self.free_run[i] = longest
         self.full_free[i] = bits.bit_count()
         self.max_share[i] = max(0, *row) if row else 0
         self.gpu_free_total[i] = sum(v for v in row if v > 0)
@@ -260,6 +269,12 @@ class Cluster:
         self.max_share = self.max_share.astype(np.int32)
         weights = np.left_shift(np.int64(1), np.arange(self.width, dtype=np.int64))
         self.free_bits = np.where(plain, free.astype(np.int64) @ weights, 0)
+        # Runs of k + 1 ones survive k shift-and-ands: count the lengths that still have one.
+        run, longest = self.free_bits.copy(), np.zeros(self.n, dtype=np.int32)
+        for k in range(1, self.width + 1):
+            longest += run != 0
+            run &= self.free_bits >> k
+        self.free_run = longest
         used_slices = np.unpackbits(self.mig_mask.astype(np.uint8)[..., None], axis=-1).sum(axis=(1, 2))
         mig_free = (self.gpu_count.astype(np.int64) * 8 - used_slices) * FULL // 8
         self.gpu_free_total = np.where(plain, np.clip(self.dev_free, 0, None).sum(axis=1), mig_free).astype(np.int64)
@@ -274,9 +289,10 @@ class Cluster:
 
     def label_codes(self, key: str) -> tuple[np.ndarray, tuple[str, ...]]:
         """Per-node integer code of a label's value (-1 when absent) and the value table."""
-        values = sorted({dict(node.labels).get(key, "") for node in self.nodes} - {""})
+        per_node = [dict(node.labels).get(key, "") for node in self.nodes]
+        values = sorted(set(per_node) - {""})
         code = {v: j for j, v in enumerate(values)}
-        arr = np.array([code.get(dict(node.labels).get(key, ""), -1) for node in self.nodes], dtype=np.int32)
+        arr = np.array([code.get(value, -1) for value in per_node], dtype=np.int32)
         return arr, tuple(values)
 
 

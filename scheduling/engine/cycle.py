@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from typing import NamedTuple
 
 from . import podsets
 from .admission import AdmissionOrder, FairShare, SortKey, sort_key
@@ -86,6 +87,16 @@ from .victims import CycleVictims, VictimState, preempting
 from .windows import opens_at
 
 RESERVED_KINDS = (ReasonKind.PLACEMENT, ReasonKind.GANG)  # waiting for capacity: may get a reservation
+
+
+class _ModelTry(NamedTuple):
+    """A job on one GPU model as step 3c needs it, the same for every job of its decision key."""
+
+    shape: Shape
+    sets: tuple[podsets.Member, ...]  # further pod sets (``podsets``)
+    minimum: dict[str, int]  # the gang's minimum quota request (read only)
+    one: dict[str, int]  # one replica's quota request (read only)
+    place: int  # the number of what placement depends on besides the state
 
 
 def run_cycle(snapshot: Snapshot, policy: Policy, now: float) -> Plan:
@@ -166,6 +177,13 @@ class _Cycle:
         self.reserved: list[tuple[Workload, str]] = []
         self.holds = Holds(self.cluster)
         self._expected: Arrivals | None = None  # the forecast's expected submissions, built once
+        # Per job (by object; the entry keeps the job alive, so its id stays its own): the number of its
+        # ``decision_key`` (one per distinct key: the memo keys hash a number, not the key's fields).
+        self._job_keys: dict[int, tuple[Workload, int]] = {}
+        self._key_numbers: dict[tuple[object, ...], int] = {}
+        self._place_numbers: dict[tuple[object, ...], int] = {}  # the same for ``_ModelTry.place``
+        # Per (job key number, GPU model): what step 3c derives from the job alone (``_model_try``).
+        self._model_tries: dict[tuple[int, str | None], _ModelTry | str] = {}
 
     def run(self) -> Plan:
         # 1. Free capacity, quota usage and fair-share usage of what runs.
@@ -230,7 +248,7 @@ class _Cycle:
                 self.considered.append(job)
         # In pass 2, of equal priority, a job that now fits its queue's nominal quota goes before one
         # that would borrow (else a borrower takes the room and the other reclaims it next cycle).
-        order = AdmissionOrder(deferred, self.fair, fair_sharing=True, borrows=self._borrows)
+        order = AdmissionOrder(deferred, self.fair, fair_sharing=True, borrows=self._borrows, changes=self.quota)
         for job in order:
             self.considered.append(job)
             self._consider(job, borrow=True, at=(1, order.last_key))
@@ -311,7 +329,7 @@ class _Cycle:
             message = f"budget: team {job.team} may not start new jobs" + (f": {why}" if why else "")
             return NoFit(Reason(ReasonKind.BUDGET, message, (("team", job.team), ("waits_for", "budget"))))
         # b. The same job failed already.
-        key = (borrow, self.holds.indices, *decision_key(job, cq, job.priority if self.policy.preemption else 0))
+        key = (borrow, self.holds.indices, self._job_key(job, cq))
         cached = self.memo.failed.get(key)
         if cached is not None:
             self.stats["cache_hits"] += 1
@@ -321,6 +339,38 @@ class _Cycle:
         if isinstance(outcome, NoFit | Deferred):
             self.memo.failed[key] = outcome
         return outcome
+
+    def _job_key(self, job: Workload, cq: str) -> int:
+        """The number of ``job``'s ``decision_key`` in ``cq`` (equal keys, equal numbers)."""
+        entry = self._job_keys.get(id(job))
+        if entry is None or entry[0] is not job:
+            key = decision_key(job, cq, job.priority if self.policy.preemption else 0)
+            number = self._key_numbers.setdefault(key, len(self._key_numbers))
+            entry = self._job_keys[id(job)] = (job, number)
+        return entry[1]
+
+    def _model_try(self, job: Workload, cq: str, model: str | None) -> _ModelTry | str:
+        """Step 3c's view of ``job`` on ``model`` (or why its request cannot exist there), derived once
+        per decision key and model: it depends only on the key's fields."""
+        key = (self._job_key(job, cq), model)
+        found = self._model_tries.get(key)
+        if found is None:
+            shape = self.placer.shape_for(job, model)
+            sets = podsets.members(job, model, self.placer.shape_for)  # a gang of several pod sets (podsets)
+            if isinstance(shape, str) or isinstance(sets, str):
+                found = shape if isinstance(shape, str) else str(sets)
+            else:
+                gang = job.gang_size
+                place = (shape, job.node_selector, job.tolerations, job.rules, gang, job.pod_sets)
+                found = _ModelTry(
+                    shape,
+                    sets,
+                    podsets.total_request(self._request(shape, gang), sets),
+                    self._request(shape, 1),
+                    self._place_numbers.setdefault(place, len(self._place_numbers)),
+                )
+            self._model_tries[key] = found
+        return found
 
     def _attempt(self, job: Workload, cq: str, borrow: bool) -> Outcome:
         models = models_to_try(job, self.quota.flavors[cq])  # not empty: step 2 refused jobs without any
@@ -354,25 +404,26 @@ class _Cycle:
         return NoFit(reason)
 
     def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: Misses) -> Fit | None:
-        shape = self.placer.shape_for(job, model)
-        sets = podsets.members(job, model, self.placer.shape_for)  # a gang of several pod sets (podsets)
-        if isinstance(shape, str) or isinstance(sets, str):
-            misses.invalid.append(shape if isinstance(shape, str) else str(sets))
+        tried = self._model_try(job, cq, model)
+        if isinstance(tried, str):
+            misses.invalid.append(tried)
             return None
-        minimum = podsets.total_request(self._request(shape, job.gang_size), sets)
+        shape, sets, minimum, one, place = tried
         if not borrow and self.quota.would_borrow(cq, minimum):
             misses.deferrable = True
             return None
         if sets:
             needed = self.quota.room_for_all(cq, minimum, job.replicas, borrow)
         else:
-            needed = self.quota.replicas_with_room(cq, self._request(shape, 1), job.replicas, borrow)
+            needed = self.quota.replicas_with_room(cq, one, job.replicas, borrow)
         misses.tried.append((shape, minimum))
         if needed < job.gang_size:
             misses.quota.append(quota_shortfall(self.quota, cq, self.cohort_of.get(cq, ""), minimum))
             return None
         misses.fitting.append(shape)
-        pkey = (shape, job.node_selector, job.tolerations, job.rules, job.gang_size, job.pod_sets, self.holds.indices)
+        # The same shape and filters failed already (whatever the queue): the number of
+        # (shape, node selector, tolerations, rules, gang size, pod sets).
+        pkey = (place, self.holds.indices)
         if pkey in self.memo.placement_failed:
             self.stats["cache_hits"] += 1
             misses.placement = misses.placement or self.memo.placement_failed[pkey]

@@ -239,26 +239,32 @@ class Forecast:
                 # Try the groups that may use what came back in the cycle's admission order (priority,
                 # fair share of their queues as usage changes, submission), a heap refreshed lazily as
                 # ``admission.AdmissionOrder`` is (shares only grow within a step).
+                # A key is taken again when popped only if its queues' usage changed since it was taken
+                # (``FairShare.unchanged_since``; entries carry the count of changes they were taken at).
                 groups = queue.groups
                 came_back: dict[frozenset[str | None], int] = {}  # per set of models: its last step
                 heads = []
+                stamp = fair.changes
                 for g in groups:
                     if g.head < len(g.jobs):
                         last = came_back.get(g.models)
                         if last is None:
                             last = came_back[g.models] = max((dirty_all, *(dirty_since.get(m, 0) for m in g.models)))
                         if g.tried_at < last:
-                            heads.append((_order_key(fair, g), g.index))
+                            heads.append((_order_key(fair, g), g.index, stamp))
                 heapq.heapify(heads)
                 while heads and budget > 0:
-                    key, index = heapq.heappop(heads)
+                    key, index, stamp = heapq.heappop(heads)
                     group = groups[index]
-                    fresh = _order_key(fair, group)
-                    if fresh != key:
-                        heapq.heappush(heads, (fresh, index))
-                        if recorder is not None:
-                            recorder.popped(key, index, False, None)
-                        continue
+                    lq = group.jobs[group.head][1].local_queue
+                    if not fair.unchanged_since(stamp, lq, fair.lq_cq.get(lq, "")):
+                        stamp = fair.changes
+                        fresh = _order_key(fair, group)
+                        if fresh != key:
+                            heapq.heappush(heads, (fresh, index, stamp))
+                            if recorder is not None:
+                                recorder.popped(key, index, False, None)
+                            continue
                     group.tried_at = step
                     job = group.jobs[group.head][1]
                     if job.created_at > reach and job.id in queue.alias:
@@ -302,7 +308,7 @@ class Forecast:
                     if until == job.id:
                         break
                     if group.head < len(group.jobs):
-                        heapq.heappush(heads, (_order_key(fair, group), index))
+                        heapq.heappush(heads, (_order_key(fair, group), index, fair.changes))
             if recorder is not None:
                 recorder.finish(list(ends), left, step)
         finally:

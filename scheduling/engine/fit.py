@@ -161,24 +161,27 @@ def misfit(cluster: Cluster, shape: Shape, nodes: Nodes) -> np.ndarray:
 
 
 def replica_capacity(cluster: Cluster, shape: Shape, nodes: Nodes) -> np.ndarray:
-    """How many more replicas of ``shape`` each node could hold (MIG: at most 1 counted).
+    """How many more replicas of ``shape`` each node could hold (MIG: at most 1 counted), as int64.
 
     Exact for whole GPUs and fractions (each replica takes one unit of the count), so summing it over
-    nodes says how many replicas of a gang fit.
+    nodes says how many replicas of a gang fit. A shape that asks for nothing counts 1 per node.
     """
-    big = np.iinfo(np.int64).max // 4
-    cap = np.full(len(cluster.cpu_free[nodes]), big, dtype=np.int64)
+    cap: np.ndarray | None = None
     if shape.kind == "whole":
-        cap = np.minimum(cap, cluster.full_free[nodes] // shape.gpus)
+        cap = cluster.full_free[nodes] // shape.gpus
     elif shape.kind == "fraction":
-        cap = np.minimum(cap, (np.clip(cluster.dev_free[nodes], 0, None) // shape.milli).sum(axis=1))
+        cap = (np.clip(cluster.dev_free[nodes], 0, None) // shape.milli).sum(axis=1)
     elif shape.kind == "mig":
-        cap = np.minimum(cap, gpu_fits(cluster, shape, nodes).astype(np.int64))
+        cap = gpu_fits(cluster, shape, nodes)
     if shape.cpu_milli:
-        cap = np.minimum(cap, cluster.cpu_free[nodes] // shape.cpu_milli)
+        cpu = cluster.cpu_free[nodes] // shape.cpu_milli
+        cap = cpu if cap is None else np.minimum(cap, cpu)
     if shape.memory_mib:
-        cap = np.minimum(cap, cluster.mem_free[nodes] // shape.memory_mib)
-    return np.where(cap == big, 1, cap)
+        memory = cluster.mem_free[nodes] // shape.memory_mib
+        cap = memory if cap is None else np.minimum(cap, memory)
+    if cap is None:
+        return np.ones(len(cluster.cpu_free[nodes]), dtype=np.int64)
+    return cap.astype(np.int64, copy=False)
 
 
 def empty_capacity(cluster: Cluster, shape: Shape, nodes: np.ndarray) -> np.ndarray:
@@ -215,15 +218,12 @@ def mig_instances(geometry: MigGeometry) -> int:
 
 
 def contiguous(cluster: Cluster, gpus: int, nodes: Nodes) -> np.ndarray:
-    """True where the node has ``gpus`` fully free devices with consecutive indices.
-
-    A run of g ones in the free-device bitmask survives g-1 shift-and-ands.
-    """
-    bits = cluster.free_bits[nodes]
-    run = bits.copy()
-    for k in range(1, gpus):
-        run &= bits >> k
-    return run != 0
+    """True where the node has ``gpus`` fully free devices with consecutive indices: where its longest
+    run of them (``Cluster.free_run``, kept with the free-device bitmask ``free_bits``) is at least
+    ``gpus`` (for 0: where any device is fully free)."""
+    if gpus <= 0:
+        return cluster.free_bits[nodes] != 0
+    return cluster.free_run[nodes] >= gpus
 
 
 # -- scalar ----------------------------------------------------------------------------------------

@@ -107,6 +107,7 @@ class Placer:
         self.plugins = self.votes.plugins
         self.scorer_names = self.votes.scorer_names
         self._rack_members = {int(code): np.flatnonzero(self.rack == code) for code in np.unique(self.rack)}
+        self._rack_block: dict[tuple[int, int, int], np.ndarray] = {}  # see :meth:`_same_rack`
 
     # -- shapes -----------------------------------------------------------------------------------
 
@@ -143,12 +144,20 @@ class Placer:
         remaining: int = 1,
         node: int | None = None,
         gang: GangRules | None = None,
+        first: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> int | None:
         """The node one more replica goes to, or ``None``; nothing is placed. With ``node``, only that
         node is tried (it must already pass the static filters). ``gang``: the job's rules between
-        its replicas (jobs with placement rules only)."""
+        its replicas (jobs with placement rules only). ``first``: for a gang's first replica (no rules,
+        not MIG), the feasible nodes and their replica capacity as :meth:`place_gang` just measured
+        them, so they are not measured again."""
+        node_cap = None
         if node is not None:
+            if gang is None:  # the scalar form of the same rule
+                return node if fit.fits_node(self.cluster, shape, node) else None
             cand = self.feasible(shape, np.array([node]))
+        elif first is not None:
+            cand, node_cap = first
         else:
             mask, eligible, lo = self.filters.eligible(workload, shape)
             votes = self.votes
@@ -174,8 +183,8 @@ class Placer:
             return None
         if len(cand) == 1:
             return int(cand[0])
-        scores = self.votes.score(workload, shape, cand, gang_nodes, remaining, gang)
-        return int(cand[int(np.argmax(scores))])
+        scores = self.votes.score(workload, shape, cand, gang_nodes, remaining, gang, node_cap)
+        return int(cand[scores.argmax()])
 
     def place_one(
         self,
@@ -186,9 +195,11 @@ class Placer:
         remaining: int,
         node: int | None = None,
         gang: GangRules | None = None,
+        first: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> ReplicaPlacement | None:
-        """Place one replica (on ``node`` only, when given: it must already be eligible)."""
-        best = self.choose_node(workload, shape, gang_nodes, remaining, node, gang)
+        """Place one replica (on ``node`` only, when given: it must already be eligible; ``first``: see
+        :meth:`choose_node`)."""
+        best = self.choose_node(workload, shape, gang_nodes, remaining, node, gang, first)
         if best is None:
             return None
         plugin = self.plugins[int(self.votes.pool_scorer[best])]
@@ -218,15 +229,18 @@ class Placer:
         """
         if workload.rules is not None:
             return self._place_ruled(workload, shape, stmt, wanted, needed, explain)
+        first = None
         if needed > 1 and shape.kind != "mig":
             # Replicas are identical and each takes exactly one unit of a node's replica capacity,
             # so the summed capacity is exactly how many fit: fail before placing any.
-            eligible = self.eligible(workload, shape)
-            capacity = int(fit.replica_capacity(self.cluster, shape, self.feasible(shape, eligible)).sum())
+            feasible = self.feasible(shape, self.eligible(workload, shape))
+            node_cap = fit.replica_capacity(self.cluster, shape, feasible)
+            capacity = int(node_cap.sum())
             if capacity < needed:
                 explanation = self._explain_after(workload, shape, capacity) if explain else NO_EXPLANATION
                 return GangResult((), explanation, capacity)
-        placements, _ = self._place_replicas(workload, shape, stmt, wanted)
+            first = (feasible, node_cap)  # what the first replica's choice measures again
+        placements, _ = self._place_replicas(workload, shape, stmt, wanted, first=first)
         if len(placements) >= needed:
             return GangResult(tuple(placements), None)
         explanation = self.explain(workload, [shape]) if explain else NO_EXPLANATION
@@ -234,9 +248,16 @@ class Placer:
         return GangResult((), explanation, len(placements))
 
     def _place_replicas(
-        self, workload: Workload, shape: Shape, stmt: Statement, wanted: int, gang: GangRules | None = None
+        self,
+        workload: Workload,
+        shape: Shape,
+        stmt: Statement,
+        wanted: int,
+        gang: GangRules | None = None,
+        first: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[list[ReplicaPlacement], list[int]]:
-        """Place replicas one by one until ``wanted`` or one does not fit; (placements, their nodes)."""
+        """Place replicas one by one until ``wanted`` or one does not fit; (placements, their nodes).
+        ``first``: see :meth:`choose_node`."""
         placements: list[ReplicaPlacement] = []
         gang_nodes: list[int] = []
         last: int | None = None
@@ -250,7 +271,8 @@ class Placer:
             if fill and last is not None and fit.fits_node(self.cluster, shape, last):
                 placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, last, gang)
             if placement is None:
-                placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, None, gang)
+                placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, None, gang, first)
+            first = None
             if placement is None:
                 break
             placements.append(placement)
@@ -363,12 +385,16 @@ class Placer:
         racks and scores a few dozen nodes instead of thousands."""
         if not gang_nodes:
             return None
-        rack = int(self.rack[gang_nodes[0]])
-        if rack < 0 or any(int(self.rack[i]) != rack for i in gang_nodes):
+        rack_of = self.votes.rack_of
+        rack = rack_of[gang_nodes[0]]
+        if rack < 0 or any(rack_of[i] != rack for i in gang_nodes):
             return None
-        members = self._rack_members[rack]
-        members = members[(members >= lo) & (members < lo + len(mask))]
-        members = members[mask[members - lo]]
+        block = (rack, lo, len(mask))
+        members = self._rack_block.get(block)
+        if members is None:  # the rack's nodes in the model's block, as offsets into it (static)
+            members = self._rack_members[rack]
+            members = self._rack_block[block] = members[(members >= lo) & (members < lo + len(mask))] - lo
+        members = members[mask[members]] + lo
         cand = self.feasible(shape, members)
         return cand if len(cand) else None
 

@@ -85,7 +85,7 @@ class Holder:
     @property
     def gpu_milli(self) -> int:
         """The GPU share it holds, in milli-GPU (every GPU model it holds)."""
-        return sum(amount for key, amount in self.request.items() if key.startswith(GPU_PREFIX))
+        return sum([amount for key, amount in self.request.items() if key.startswith(GPU_PREFIX)])
 
     def lost_gpu_milli_s(self, now: float) -> int:
         """Work lost if it is evicted now: its GPU share times the seconds it has run (milli-GPU-s)."""
@@ -136,6 +136,7 @@ class VictimIndex:
         # Built on first use: only the queues of this cycle's preemptors (and their cohorts) are needed.
         self._victims: dict[tuple[str, str], list[Victim]] = {}
         self._ordered: dict[str, list[Victim]] = {}  # per queue, in cost order (whatever the kind)
+        self._open: dict[tuple[str, str, str | None, float], list[Victim]] = {}  # see :meth:`open_victims`
 
     def victims(self, cq: str, kind: str) -> list[Victim]:
         """The queue's preemptible holders as victims of ``kind``, in cost order."""
@@ -151,6 +152,19 @@ class VictimIndex:
             else:
                 found = [v if v.kind == kind else Victim(v.holder, kind, v.lost_gpu_milli_s) for v in ordered]
             self._victims[key] = found
+        return found
+
+    def open_victims(self, cq: str, kind: str, gpu_key: str | None, now: float) -> list[Victim]:
+        """:meth:`victims` that hold ``gpu_key`` (any, for ``None``) and are not protected at ``now``, in
+        cost order: neither changes during a cycle, so the list is made once per cycle."""
+        key = (cq, kind, gpu_key, now)
+        found = self._open.get(key)
+        if found is None:
+            found = self._open[key] = [
+                v
+                for v in self.victims(cq, kind)
+                if (gpu_key is None or v.holder.request.get(gpu_key, 0) > 0) and not protected(v.holder, now)
+            ]
         return found
 
     def queues(self) -> list[str]:
@@ -281,13 +295,12 @@ def _priority_candidates(
 ) -> list[Victim]:
     """Holders in the job's own queue with strictly lower priority (holding the GPU model it tries)."""
     own: list[Victim] = []
-    for victim in index.victims(cq, "priority"):
-        holder = victim.holder
-        if holder.workload.priority >= job.priority:
+    priority = job.priority
+    for victim in index.open_victims(cq, "priority", gpu_key, now):
+        workload = victim.holder.workload
+        if workload.priority >= priority:
             break  # in cost order, priority first: nothing further is lower
-        if gpu_key is not None and holder.request.get(gpu_key, 0) <= 0:
-            continue
-        if holder.workload.id not in taken and not protected(holder, now):
+        if workload.id not in taken:
             own.append(victim)
     return own
 
@@ -373,7 +386,8 @@ class _VictimSearch:
         spare = [v for v in self.chosen if not any(p.node in placed_on for p in v.holder.placements)]
         if not placed_on:
             spare = [v for v in self.chosen if not on_useful_node(v.holder)]
-        kept = [v for v in self.chosen if all(v is not x for x in spare)]
+        spare_ids = {id(v) for v in spare}  # by identity, as the victims are chosen
+        kept = [v for v in self.chosen if id(v) not in spare_ids]
         for victim in sorted(spare, key=victim_cost, reverse=True):
             self._restore(victim)
             if not self.quota.fits(self.cq, self.request):
@@ -381,7 +395,7 @@ class _VictimSearch:
                 kept.append(victim)
         self.chosen = kept
         for victim in sorted(kept, key=victim_cost, reverse=True):
-            if not any(v is victim for v in spare):
+            if id(victim) not in spare_ids:
                 self._restore(victim)
                 if self.quota.fits(self.cq, self.request) and self.fits():
                     self.chosen = [v for v in self.chosen if v is not victim]

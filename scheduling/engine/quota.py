@@ -131,6 +131,12 @@ class QuotaBook:
             for member in members:
                 for key, limit in self.limits[member].items():
                     self._pool_cap[(cohort, key)] = self._pool_cap.get((cohort, key), 0) + limit.lendable
+        # Change stamps (as ``admission.FairShare``'s): ``changes`` counts every change of usage; a
+        # queue's stamp is the count at its last change of its own usage (every queue's at least
+        # ``_all_changed``).
+        self.changes = 0
+        self._all_changed = 0
+        self._changed: dict[str, int] = {}
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -160,14 +166,18 @@ class QuotaBook:
 
     def _free(self, limit: _Limit, used: int, cohort: str, key: str) -> int:
         """:meth:`available` of a queue with this ``limit`` and ``used`` in ``cohort`` ("" for none)."""
+        # Conditionals rather than max/min calls: the same whole numbers, on a hot path.
         if not cohort:
-            return max(0, limit.nominal - used)
-        own = max(0, limit.guaranteed - used)
-        pool = self._pool_cap.get((cohort, key), 0) - self._pool_used.get((cohort, key), 0)
-        room = own + max(0, pool)
+            free = limit.nominal - used
+            return free if free > 0 else 0
+        own = limit.guaranteed - used
+        pool_key = (cohort, key)
+        pool = self._pool_cap.get(pool_key, 0) - self._pool_used.get(pool_key, 0)
+        room = (own if own > 0 else 0) + (pool if pool > 0 else 0)
         if limit.borrowing_limit is not None:
-            room = min(room, limit.nominal + limit.borrowing_limit - used)
-        return max(0, room)
+            ceiling = limit.nominal + limit.borrowing_limit - used
+            room = ceiling if ceiling < room else room
+        return room if room > 0 else 0
 
     def room(self, cq: str, key: str, borrow: bool) -> int | None:
         """:meth:`available`, capped at the unused nominal quota unless ``borrow``; fused for speed.
@@ -211,11 +221,18 @@ class QuotaBook:
         return max(0, available - max(0, nominal - self.used(cq, key)))
 
     def fits(self, cq: str, request: dict[str, int]) -> bool:
+        """Whether :meth:`available` has room for every amount of ``request`` (inlined: victim selection
+        asks after every change)."""
+        limits, usage, cohort = self.limits.get(cq, {}), self.usage.get(cq, {}), self._in_cohort(cq)
         for key, amount in request.items():
             if amount <= 0:
                 continue
-            available = self.available(cq, key)
-            if available is not None and amount > available:
+            limit = limits.get(key)
+            if limit is None:
+                if key in (CPU, MEMORY):
+                    continue  # no quota: unlimited
+                return False  # a GPU model the queue does not list: nothing available
+            if amount > self._free(limit, usage.get(key, 0), cohort, key):
                 return False
         return True
 
@@ -234,20 +251,33 @@ class QuotaBook:
 
     # -- updates ----------------------------------------------------------------------------------
 
+    def unchanged_since(self, stamp: int, cq: str) -> bool:
+        """Whether the queue's own usage did not change after ``changes`` was ``stamp`` (what
+        :meth:`would_borrow` reads besides the fixed limits)."""
+        return self._all_changed <= stamp and self._changed.get(cq, 0) <= stamp
+
     def add(self, cq: str, request: dict[str, int], sign: int = 1) -> None:
+        self.changes += 1
+        self._changed[cq] = self.changes
         usage = self.usage.setdefault(cq, {})
         cohort = self._in_cohort(cq)
         limits = self.limits.get(cq, {})
+        pool_used = self._pool_used
         for key, amount in request.items():
             if not amount:
                 continue
             before = usage.get(key, 0)
             after = before + sign * amount
             usage[key] = after
-            limit = limits.get(key)
-            if cohort and limit is not None:
-                delta = max(0, after - limit.guaranteed) - max(0, before - limit.guaranteed)
-                self._pool_used[(cohort, key)] = self._pool_used.get((cohort, key), 0) + delta
+            limit = limits.get(key) if cohort else None
+            if limit is not None:
+                # What the queue takes from the pool: its use beyond the guaranteed part.
+                guaranteed = limit.guaranteed
+                delta = (after - guaranteed if after > guaranteed else 0) - (
+                    before - guaranteed if before > guaranteed else 0
+                )
+                pool_key = (cohort, key)
+                pool_used[pool_key] = pool_used.get(pool_key, 0) + delta
 
     def save_usage(self) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]:
         """A copy of the usage (per queue and per cohort pool), for :meth:`restore_usage`."""
@@ -258,6 +288,8 @@ class QuotaBook:
         usage, pool_used = saved
         self.usage = {cq: dict(amounts) for cq, amounts in usage.items()}
         self._pool_used = dict(pool_used)
+        self.changes += 1
+        self._all_changed = self.changes
 
     def replicas_with_room(self, cq: str, per_replica: dict[str, int], replicas: int, borrow: bool) -> int:
         """How many replicas (up to ``replicas``) of ``per_replica`` each the queue's quota allows now

@@ -135,10 +135,11 @@ def pick_devices(cluster: Cluster, i: int, shape: Shape, spread: bool = False) -
         return (), None
     if shape.mig is not None:
         return _pick_mig_slot(cluster, i, shape.mig)
-    row = cluster.dev_free[i, :count]
+    row = cluster.dev_free[i, :count].tolist()  # plain numbers: cheaper than numpy scalars one by one
     if shape.gpus:
-        cap = cluster.dev_cap[i]
-        free = [d for d in range(count) if row[d] == cap and cluster.mig_mask[i, d] == 0]
+        cap = int(cluster.dev_cap[i])
+        masks = cluster.mig_mask[i, :count].tolist()
+        free = [d for d in range(count) if row[d] == cap and masks[d] == 0]
         if len(free) < shape.gpus:
             return (), None
         for start in range(len(free) - shape.gpus + 1):

@@ -17,6 +17,7 @@ picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,8 +61,15 @@ class Votes:
         self.rack_top, self.zone_top = int(self.rack.max(initial=-1)), int(self.zone.max(initial=-1))
         # The GPU-avoidance vote's penalty per node (static): CPU-only work avoids GPU nodes.
         self.gpu_avoid = 2 * GPU_AVOID_WEIGHT * (cluster.gpu_count > 0)
-        self._rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
+        self.rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
         self._zone_of: list[int] = self.zone.tolist()
+        # The first replica's tiers (zone, then rack), each label's codes shifted by one (0: no label)
+        # and how many codes that makes; a label no node has is left out (it changes no score).
+        self._domain_levels = [
+            (weight, (codes + 1).astype(np.intp), top + 2)
+            for weight, codes, top in ((0.3, self.zone, self.zone_top), (0.6, self.rack, self.rack_top))
+            if top >= 0
+        ]
         self.scorer_names, self.pool_scorer = self.pool_scorers()
         self.plugins: list[ScorerPlugin] = [PLUGINS[name](setup) for name in self.scorer_names]
         single = self.scorer_names == [policy.placement]
@@ -164,8 +172,10 @@ class Votes:
         gang_nodes: Sequence[int],
         remaining: int,
         gang: GangRules | None = None,
+        node_cap: np.ndarray | None = None,
     ) -> np.ndarray:
-        """How much each candidate node is wanted; the votes combine here and only here."""
+        """How much each candidate node is wanted; the votes combine here and only here. ``node_cap``:
+        the candidates' replica capacity (``fit.replica_capacity``), when the caller has it."""
         if self.single_vote(workload, gang_nodes, remaining) and (
             self.unit_scale or (shape.kind != "cpu" and shape.gpus <= 1)
         ):
@@ -189,7 +199,7 @@ class Votes:
             total += SPREAD_WEIGHT * gang.spread_score(cand, gang_nodes)
         if (remaining > 1 or gang_nodes) and (gang is None or not gang.dynamic):
             # Keeping a gang together, unless its own rules spread it.
-            total += TOPOLOGY_WEIGHT * self.topology(shape, cand, gang_nodes, remaining)
+            total += TOPOLOGY_WEIGHT * self.topology(shape, cand, gang_nodes, remaining, node_cap)
         if shape.gpus > 1:
             total += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, cand)
         return total
@@ -216,37 +226,49 @@ class Votes:
             total[scorer_of == s] += _unit(np.asarray(self.plugins[s].score(ctx), dtype=np.float64))
         return total
 
-    def topology(self, shape: Shape, cand: np.ndarray, gang_nodes: Sequence[int], remaining: int) -> np.ndarray:
+    def topology(
+        self,
+        shape: Shape,
+        cand: np.ndarray,
+        gang_nodes: Sequence[int],
+        remaining: int,
+        node_cap: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Keep a gang together, in tiers: same node 1, same rack 0.6, same zone 0.3 as replicas already
         placed. For the first replica: a node, else a rack, else a zone that can hold the whole gang, and
         within a tier the tightest such domain (keeps big free blocks for big gangs)."""
         score = np.zeros(len(cand), dtype=np.float64)
         rack, zone = self.rack, self.zone
         if gang_nodes:
-            levels = ((0.3, zone, self._zone_of, self.zone_top), (0.6, rack, self._rack_of, self.rack_top))
+            levels = ((0.3, zone, self._zone_of, self.zone_top), (0.6, rack, self.rack_of, self.rack_top))
             for weight, codes, of_node, top in levels:
                 # The domains the gang's replicas are in (nodes without the label, code -1, share nothing).
                 domains = {of_node[i] for i in gang_nodes} - {-1}
                 if domains:
-                    score = np.where(_among(codes[cand], domains, top + 1), weight, score)
-            return np.where(_among(cand, set(gang_nodes), self.cluster.n), 1.0, score)
+                    score[_among(codes[cand], domains, top + 1)] = weight
+            score[_among(cand, set(gang_nodes), self.cluster.n)] = 1.0
+            return score
         # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
-        node_cap = fit.replica_capacity(self.cluster, shape, cand)
-        for weight, codes, top in ((0.3, zone, self.zone_top), (0.6, rack, self.rack_top)):
-            cand_codes = codes[cand]
-            if (cand_codes >= 0).any():
-                domain_cap = np.bincount(cand_codes + 1, weights=node_cap, minlength=top + 2)
-                cap_here = domain_cap[cand_codes + 1]
-                holds = (cand_codes >= 0) & (cap_here >= remaining)
-                tight = remaining / np.maximum(cap_here, 1)
-                score = np.where(holds, weight + 0.1 * tight, score)
+        if node_cap is None:
+            node_cap = fit.replica_capacity(self.cluster, shape, cand)
+        for weight, shifted, size in self._domain_levels:
+            # Domain 0 gathers the nodes without the label: they share no domain, so it holds nothing
+            # (``remaining`` is at least 1).
+            cand_codes = shifted[cand]
+            domain_cap = np.bincount(cand_codes, weights=node_cap, minlength=size)
+            domain_cap[0] = 0
+            cap_here = domain_cap[cand_codes]
+            tight = remaining / np.maximum(cap_here, 1)
+            score = np.where(cap_here >= remaining, weight + 0.1 * tight, score)
         holds = node_cap >= remaining
         return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
 
 
 def _among(values: np.ndarray, wanted: set[int], size: int) -> np.ndarray:
     """Where ``values`` (each -1 or in ``0..size-1``) is one of ``wanted`` (in ``0..size-1``)."""
-    if len(wanted) <= 2:  # one or two comparisons beat a table
+    if len(wanted) == 1:
+        return values == next(iter(wanted))
+    if len(wanted) == 2:  # two comparisons beat a table
         found = np.zeros(len(values), dtype=bool)
         for value in wanted:
             found |= values == value
@@ -260,8 +282,8 @@ def _unit(raw: np.ndarray) -> np.ndarray:
     """Scale scores to [0, 1] over the candidates (all equal -> all zero)."""
     if len(raw) == 0:
         return raw
-    low = raw.min()
-    span = raw.max() - low
-    if span <= 0 or not np.isfinite(span):
+    low = np.minimum.reduce(raw)  # ``raw.min()`` without numpy's Python-level wrapper
+    span = np.maximum.reduce(raw) - low
+    if span <= 0 or not math.isfinite(span):
         return np.zeros_like(raw)
     return (raw - low) / span

@@ -195,7 +195,7 @@ class NodeScorer:
         not know yet: each distinct state once, on the first node in it. A row depends only on the
         shape and the state (``_frag_delta``), so where it is computed does not matter."""
         known = table.known[node_ids]
-        if known.all():
+        if np.count_nonzero(known) == len(known):  # all known (``all()`` costs a Python-level call)
             return
         unknown = ~known
         nodes, sids = idx[unknown], node_ids[unknown]
@@ -388,8 +388,8 @@ class NodeScorer:
         self.cpu_free_milli[n] = cpu
         self.memory_free_mib[n] = memory
         self.gpu_free_milli[n] = gpu
-        total = sum(v for v in gpu if v > 0)
-        self._row_free[self._model_row[n]] += total - int(self._gpu_free_total[n])
+        total = sum([v for v in gpu if v > 0])
+        self._row_free[self._row_of[n]] += total - int(self._gpu_free_total[n])
         self._gpu_free_total[n] = total
         self._gpu_max[n] = max(gpu)
         self._gpu_full[n] = gpu.count(MILLI)

@@ -30,7 +30,13 @@ def cluster():
 
 
 def summaries(c):
-    return [c.full_free.tolist(), c.max_share.tolist(), c.gpu_free_total.tolist(), c.free_bits.tolist()]
+    return [
+        c.full_free.tolist(),
+        c.max_share.tolist(),
+        c.gpu_free_total.tolist(),
+        c.free_bits.tolist(),
+        c.free_run.tolist(),
+    ]
 
 
 def test_bulk_load_then_refresh_all_equals_incremental_updates():
@@ -43,6 +49,7 @@ def test_bulk_load_then_refresh_all_equals_incremental_updates():
     i = incremental.index["n1"]
     assert incremental.full_free[i] == 5
     assert incremental.free_bits[i] == 0b11111000
+    assert incremental.free_run[i] == 5  # devices 3-7
     assert incremental.gpu_free_total[incremental.index["m1"]] == 2000 - 500 - 125  # 4 and 1 of 16 memory slices
 
 

@@ -78,3 +78,34 @@ def test_contiguity_finds_a_block_of_consecutive_free_devices() -> None:
     cluster.apply(ReplicaPlacement("b", (0, 2), 1000), 1)  # b: _ 1 _ 3
     assert fit.contiguous(cluster, 2, np.arange(2)).tolist() == [True, False]
     assert fit.contiguous(cluster, 3, np.arange(2)).tolist() == [False, False]
+
+
+def test_contiguity_after_any_changes_is_a_block_of_that_many_free_devices() -> None:
+    """Random takes and give-backs of whole GPUs and fractions on an 8-GPU node, staged and bulk-loaded:
+    ``contiguous`` says yes exactly where some g consecutive devices are all untouched."""
+    import random
+
+    from scheduling.engine.capacity import Cluster, Statement
+    from scheduling.engine.model import ReplicaPlacement
+
+    rng = random.Random(7)
+    for _ in range(200):
+        cluster = Cluster(snapshot([node("a", gpus=8)], [], [], []))
+        stmt = Statement(cluster)
+        held: list[ReplicaPlacement] = []
+        for _ in range(rng.randrange(1, 6)):
+            devices = tuple(sorted(rng.sample(range(8), rng.randrange(1, 4))))
+            placement = ReplicaPlacement("a", devices, rng.choice((1000, 250)))
+            stmt.take(placement)
+            held.append(placement)
+        if rng.random() < 0.5:
+            stmt.give_back(held.pop(rng.randrange(len(held))))
+        if rng.random() < 0.5:  # the same state loaded in bulk
+            cluster = Cluster(snapshot([node("a", gpus=8)], [], [], []))
+            for placement in held:
+                cluster.apply(placement, 1, refresh=False)
+            cluster.refresh_all()
+        busy = {d for placement in held for d in placement.gpu_indices}
+        for g in range(1, 9):
+            block = any(all(d not in busy for d in range(s, s + g)) for s in range(9 - g))
+            assert fit.contiguous(cluster, g, np.arange(1)).tolist() == [block], (held, g)
