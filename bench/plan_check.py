@@ -12,6 +12,7 @@ estimated starts) except its ``stats`` (cache-hit counters and the like may chan
 
 from __future__ import annotations
 
+import argparse
 import pickle
 import sys
 from pathlib import Path
@@ -37,7 +38,13 @@ def plans() -> dict[str, Plan]:
 
 
 def main() -> None:
-    mode, path = sys.argv[1], Path(sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("dump", "compare"), help="dump this checkout's plans, or compare with a dump")
+    parser.add_argument("path", type=Path, help="the pickle file to write (dump) or read (compare)")
+    args = parser.parse_args()
+    mode, path = args.mode, args.path
+    if mode == "compare" and not path.is_file():
+        parser.error(f"{path}: no such file (write it with 'dump' in the other checkout first)")
     current = plans()
     if mode == "dump":
         path.write_bytes(pickle.dumps(current))
