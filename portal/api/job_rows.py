@@ -8,8 +8,8 @@ field objects for each, cost several times the queries' own time. Here each rela
 description and the reference: ``tests/portal/api/test_job_rows.py`` checks both agree on any job.
 
 Steps of ``jobs_render``: 1. read the rows of each relation for the page's jobs (allowed GPU models,
-live placements, transitions, attempts); 2. compute every job's costs once (``job_costs``, on the
-attempts read in 1); 3. render each job, its nested lists and its figures.
+transitions; live placements and attempts of the jobs ever admitted); 2. compute every job's costs
+once (``job_costs``, on the attempts read in 1); 3. render each job, its nested lists and its figures.
 """
 
 from __future__ import annotations
@@ -121,16 +121,24 @@ class Relations:
     attempt_rows: list[JobAttempt]  # instances: ``job_costs`` reads them too
 
 
-def relations_read(ids: Sequence[int]) -> Relations:
+def relations_read(ids: Sequence[int], admitted_ids: Sequence[int] | None = None) -> Relations:
     """The relations of the jobs ``ids``, one query each (ordered as the models' Meta.ordering orders
-    the prefetches)."""
+    the prefetches). ``admitted_ids``: those of ``ids`` ever admitted (a job's ``attempt`` counter
+    above 0; default: all). The others have no attempt and no placement: both are written at an
+    admission, which also counts the attempt (``portal.jobs.transitions``; the audit checks that the
+    counter equals the admissions), so a page of jobs that were never admitted (a queue's backlog)
+    reads neither."""
+    admitted_ids = ids if admitted_ids is None else admitted_ids
     placements: dict[int, list[dict]] = defaultdict(list)
-    for placement in ReplicaPlacement.objects.filter(job_id__in=ids).order_by("job_id", "replica").values():
-        placements[placement["job_id"]].append(dict(placement))
+    attempt_rows: list[JobAttempt] = []
+    if admitted_ids:
+        live = ReplicaPlacement.objects.filter(job_id__in=admitted_ids).order_by("job_id", "replica").values()
+        for placement in live:
+            placements[placement["job_id"]].append(dict(placement))
+        attempt_rows = list(JobAttempt.objects.filter(job_id__in=admitted_ids).order_by("job_id", "number"))
     transitions: dict[int, list[dict]] = defaultdict(list)
     for transition in JobTransition.objects.filter(job_id__in=ids).order_by("at", "id").values():
         transitions[transition["job_id"]].append(dict(transition))
-    attempt_rows = list(JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number"))
     return Relations(_allowed_read(ids), placements, transitions, attempt_rows)
 
 
@@ -177,7 +185,7 @@ def jobs_render(
     shapes = _get_shapes()
     # 1. The relations, one query each.
     if relations is None:
-        relations = relations_read([row["id"] for row in rows])
+        relations = relations_read([row["id"] for row in rows], [row["id"] for row in rows if row["attempt"]])
     allowed, placements, transitions = relations.allowed, relations.placements, relations.transitions
     attempts: dict[int, list[dict]] = defaultdict(list)
     for instance in relations.attempt_rows:

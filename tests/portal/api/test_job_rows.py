@@ -95,3 +95,26 @@ def test_the_row_renderer_agrees_with_the_job_serializer(world, jobs, steps):
     for got, want in zip(rendered, expected, strict=True):
         assert [list(a) for a in got["attempts"]] == [list(a) for a in want["attempts"]]
         assert got == want
+
+
+def test_a_page_of_jobs_never_admitted_reads_no_attempts_and_no_placements(world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def tables_read() -> tuple[set[str], list[dict]]:
+        rows = list(job_page_rows(Job.objects.order_by("-created_at", "-id")))
+        with CaptureQueriesContext(connection) as captured:
+            rendered = jobs_render(rows, now=timezone.now(), speedup=60.0)
+        read = {t for t in ("jobs_jobattempt", "jobs_replicaplacement") if any(t in q["sql"] for q in captured)}
+        return read, rendered
+
+    world.submit(gpu=1)
+    world.submit(gpu=2)
+    read, rendered = tables_read()
+    assert read == set()
+    assert [(job["attempts"], job["placements"]) for job in rendered] == [([], []), ([], [])]
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())  # both admitted: attempt 1, placements
+    read, rendered = tables_read()
+    assert read == {"jobs_jobattempt", "jobs_replicaplacement"}
+    assert [len(job["attempts"]) for job in rendered] == [1, 1]
+    assert [sum(len(p["gpu_indices"]) for p in job["placements"]) for job in rendered] == [2, 1]
