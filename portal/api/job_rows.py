@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db import connection
+from django.db.models import Model, QuerySet
 from rest_framework import serializers
 
 from billing.selectors import job_costs
 from portal.api.serializers import AttemptSerializer, JobSerializer, PlacementSerializer, TransitionSerializer
-from portal.jobs.models import Job, JobAttempt, JobTransition, ReplicaPlacement
+from portal.jobs.models import GpuModel, Job, JobAttempt, JobTransition, ReplicaPlacement
 from scheduling.engine.shares import billed_gpus
 
 # Fields of the shape that are a column under another name (a related row's).
@@ -132,22 +133,86 @@ def relations_read(ids: Sequence[int], admitted_ids: Sequence[int] | None = None
     placements: dict[int, list[dict]] = defaultdict(list)
     attempt_rows: list[JobAttempt] = []
     if admitted_ids:
-        live = ReplicaPlacement.objects.filter(job_id__in=admitted_ids).order_by("job_id", "replica").values()
-        for placement in live:
-            placements[placement["job_id"]].append(dict(placement))
+        for placement in _ROWS[ReplicaPlacement].read(admitted_ids):
+            placements[placement["job_id"]].append(placement)
         attempt_rows = list(JobAttempt.objects.filter(job_id__in=admitted_ids).order_by("job_id", "number"))
     transitions: dict[int, list[dict]] = defaultdict(list)
-    for transition in JobTransition.objects.filter(job_id__in=ids).order_by("at", "id").values():
-        transitions[transition["job_id"]].append(dict(transition))
+    for transition in _ROWS[JobTransition].read(ids):
+        transitions[transition["job_id"]].append(transition)
     return Relations(_allowed_read(ids), placements, transitions, attempt_rows)
+
+
+class _RowsOf:
+    """A relation's rows for some jobs, as ``Model.objects.filter(job_id__in=ids).order_by(...)
+    .values()`` gives them (every concrete field by attname, each through the field's own database
+    converters: a JSON column decoded as ``JSONField`` decodes it), from SQL written once.
+
+    Building and compiling the ORM's query costs more CPU than PostgreSQL takes to answer it, on
+    paths every page and API read of a job takes; the SQL here is fixed (``job_id = ANY(%s)``, one
+    array parameter), so it is made once per process. ``tests/portal/api/test_job_rows.py`` checks
+    the rows equal the ORM's."""
+
+    def __init__(self, model: type[Model], order_by: tuple[str, ...]) -> None:
+        self.model, self.order_by = model, order_by
+        self.fields = model._meta.concrete_fields
+        column = {f.name: str(f.column) for f in self.fields}
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(column[f.name]) for f in self.fields)
+        table = quote(model._meta.db_table)
+        order = ", ".join(quote(column[name]) for name in order_by)
+        self.sql = f"SELECT {columns} FROM {table} WHERE job_id = ANY(%s) ORDER BY {order}"
+
+    def read(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        if connection.vendor != "postgresql":  # the embedded demo's SQLite has no arrays
+            return list(self.model._default_manager.filter(job_id__in=ids).order_by(*self.order_by).values())
+        converters = [(i, f.get_db_converters(connection)) for i, f in enumerate(self.fields)]
+        converters = [(i, found) for i, found in converters if found]
+        names = [f.attname for f in self.fields]
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, [list(ids)])
+            rows = cursor.fetchall()
+        out = []
+        for row in rows:
+            values = list(row)
+            for i, found in converters:
+                for convert in found:
+                    values[i] = convert(values[i], None, connection)
+            out.append(dict(zip(names, values, strict=True)))
+        return out
+
+
+class _Rows(dict):
+    """``_RowsOf`` per model, made on first use (the SQL needs the database connection's quoting)."""
+
+    def __missing__(self, model: type[Model]) -> _RowsOf:
+        order = {ReplicaPlacement: ("job", "replica"), JobTransition: ("at", "id")}[model]
+        self[model] = made = _RowsOf(model, order)
+        return made
+
+
+_ROWS = _Rows()
 
 
 def _allowed_read(ids: Sequence[int]) -> dict[int, list[str]]:
     allowed: dict[int, list[str]] = defaultdict(list)
-    through = Job.allowed_gpu_models.through.objects.filter(job_id__in=ids)
-    for job_id, name in through.order_by("gpumodel__name").values_list("job_id", "gpumodel__name"):
-        allowed[job_id].append(name)
+    if connection.vendor != "postgresql":  # the embedded demo's SQLite has no arrays
+        through = Job.allowed_gpu_models.through.objects.filter(job_id__in=ids)
+        for job_id, name in through.order_by("gpumodel__name").values_list("job_id", "gpumodel__name"):
+            allowed[job_id].append(name)
+        return allowed
+    with connection.cursor() as cursor:
+        cursor.execute(_ALLOWED_SQL, [list(ids)])
+        for job_id, name in cursor.fetchall():
+            allowed[job_id].append(name)
     return allowed
+
+
+# A job's allowed GPU models by name (per job the names are distinct, so the order within a job is
+# the ORM's ``order_by("gpumodel__name")``).
+_ALLOWED_SQL = (
+    f"SELECT t.job_id, g.name FROM {Job.allowed_gpu_models.through._meta.db_table} t "
+    f"JOIN {GpuModel._meta.db_table} g ON g.id = t.gpumodel_id WHERE t.job_id = ANY(%s) ORDER BY g.name"
+)
 
 
 def submitted_rows(
