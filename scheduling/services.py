@@ -2,7 +2,8 @@
 
 ``cycle_run`` steps:
 1. Take the cycle lock; if another worker holds it, ask it for one more cycle and return (one cycle at
-   a time across workers).
+   a time across workers). Count the cycle's start: writes from now on ask for another
+   (``cycle_request_claim``); at its end, record its duration, which spaces the next requested one.
 2. Apply what the cluster observed (jobs started, finished, evicted) with the cluster's timestamps,
    then let the backend converge (create pods missing for admitted jobs, delete orphaned pods).
 3. Load a snapshot (database + cluster nodes), run the pure engine, apply the plan in one transaction
