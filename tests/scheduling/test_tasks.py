@@ -369,6 +369,11 @@ def test_a_real_worker_admits_the_last_submission_of_a_burst_without_beat(tmp_pa
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
+        # Started first: on a busy machine a worker takes a while to start, and the burst should meet it
+        # running (its requests are spaced from its cycles).
+        wait_for(
+            lambda: " ready." in (tmp_path / "worker.log").read_text(), timeout_s=120, what="the worker", worker=worker
+        )
         client = APIClient()
         _, key = api_token_create(user=world.users["alice"], name="burst test")
         client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
@@ -384,7 +389,7 @@ def test_a_real_worker_admits_the_last_submission_of_a_burst_without_beat(tmp_pa
             time.sleep(0.05 * (n % 3))  # some writes land while a cycle runs
         wait_for(
             lambda: Job.objects.filter(pk__in=ids, state__in=["Admitted", "Running"]).count() == len(ids),
-            timeout_s=60,
+            timeout_s=90,
             what="every job of the burst to be admitted",
             worker=worker,
         )
@@ -397,3 +402,4 @@ def test_a_real_worker_admits_the_last_submission_of_a_burst_without_beat(tmp_pa
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
         log.close()
+        print((tmp_path / "worker.log").read_text()[-3000:])
