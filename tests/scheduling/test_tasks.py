@@ -114,7 +114,6 @@ def test_a_real_worker_runs_a_submitted_job_to_success_and_meters_it(tmp_path, s
         except subprocess.TimeoutExpired:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
-        log.close()
         print((tmp_path / "worker.log").read_text()[-3000:])
 
 
@@ -361,13 +360,16 @@ def test_a_real_worker_admits_the_last_submission_of_a_burst_without_beat(tmp_pa
         "CELERY_QUEUE": queue,
         "SIM_SPEEDUP": "1",
         "PYTHONUNBUFFERED": "1",
+        # REDIS_URL is already this xdist worker's own database: tests/settings.py must not move the
+        # Celery worker to another one (this process publishes the tasks it must take).
+        "PYTEST_XDIST_WORKER": "",
     }
-    log = (tmp_path / "worker.log").open("w")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", queue, "--concurrency", "1",
-         "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    with (tmp_path / "worker.log").open("w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", queue, "--concurrency", "1",
+             "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     try:
         # Started first: on a busy machine a worker takes a while to start, and the burst should meet it
         # running (its requests are spaced from its cycles).
@@ -401,5 +403,4 @@ def test_a_real_worker_admits_the_last_submission_of_a_burst_without_beat(tmp_pa
         except subprocess.TimeoutExpired:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
-        log.close()
         print((tmp_path / "worker.log").read_text()[-3000:])

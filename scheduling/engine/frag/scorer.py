@@ -136,6 +136,7 @@ class NodeScorer:
             if self.policy == "portal" and self.workload:
                 shapes = TypicalArrays.build(self.workload, self.nodes.models)
                 self._scarcity = Scarcity.build(shapes, n)
+                self._states.moved = []  # the nodes scarcity recounts
 
     # -------------------------------------------------------------------------------------- scores
     def score_nodes(self, pod: PodShape, idx: np.ndarray) -> tuple[np.ndarray, NodeDevices | None]:
@@ -173,8 +174,8 @@ class NodeScorer:
         device = table.devices(ids)
         self._last = (key, table)
         if self.policy == "portal":
-            if self._scarcity is not None:  # else the scarcity term is 0 everywhere
-                score += self._scarcity_term(pod, idx, device)
+            if self._scarcity is not None:
+                self._scarcity_term(pod, idx, ids, device, score)
             if pod.gpu_count > 0 and (pressure := self._pressure_term(idx)) is not None:
                 score += pressure
         return score, device
@@ -210,17 +211,22 @@ class NodeScorer:
         table.values[distinct] = np.column_stack(self._frag_delta(pod, nodes[first]))
         table.known[distinct] = True
 
-    def _scarcity_term(self, pod: PodShape, idx: np.ndarray, device: DeviceOf) -> np.ndarray:
+    def _scarcity_term(
+        self, pod: PodShape, idx: np.ndarray, ids: np.ndarray, device: DeviceOf, score: np.ndarray
+    ) -> None:
         """portal's key after model pressure and before FGD's score: minus the scarcity penalty of
-        placing ``pod`` on each node (``scarcity``), mapped into less than one pressure level."""
+        placing ``pod`` on each node of ``idx`` (``scarcity``; ``ids`` every node's state id now),
+        mapped into less than one pressure level, added to ``score`` (aligned with ``idx``)."""
         scarcity = self._scarcity
-        if scarcity is None:  # no workload given (the live engine, for now): the key is 0
-            return np.zeros(idx.size)
-        scarcity.refresh(self._version, self.cpu_free_milli, self.gpu_free_milli, self._model_row)
-        weight = scarcity.weights(float(self._gpu_free_total.sum()))
+        assert scarcity is not None
+        moved = self._states.moved
+        assert moved is not None
         state = (self.cpu_free_milli, self.gpu_free_milli, self._model_row)
-        penalty = scarcity.penalty(pod, idx, device, state, weight)
-        return -_SCARCITY_UNIT * penalty / (1.0 + penalty)
+        scarcity.refresh(ids, self._states.epoch, moved, state)
+        found = scarcity.penalty(pod, idx, ids, device, state, float(self._row_free.sum()))
+        if found is not None:
+            rows, penalty = found
+            score[rows] -= _SCARCITY_UNIT * penalty / (1.0 + penalty)
 
     def _pressure_term(self, nodes: np.ndarray | slice) -> np.ndarray | None:
         """portal's first key for a GPU pod: minus the model pressure level of each node of ``nodes``

@@ -35,6 +35,7 @@ class StateIndex:
         self._stale: set[int] = set(range(n))
         self._format = f"={2 + width}q"  # one int64 state row as bytes (a format string: the state pickles)
         self.epoch = 0  # bumped by ``reset``: ids of an older epoch mean nothing
+        self.moved: list[int] | None = None  # when a list: every node whose id was written, in order
 
     def __len__(self) -> int:
         return len(self._position)
@@ -47,6 +48,8 @@ class StateIndex:
             sid = self._position[key] = len(self._position)
         self.ids[n] = sid
         self._stale.discard(n)
+        if self.moved is not None:
+            self.moved.append(n)
 
     def known_id(self, n: int) -> int | None:
         """Node ``n``'s id if it is current (not stale), else ``None``."""
@@ -78,6 +81,8 @@ class StateIndex:
                     sid = position[key] = len(position)
                 ids.append(sid)
             self.ids[nodes] = ids
+            if self.moved is not None:
+                self.moved.extend(nodes.tolist())
         return self.ids
 
     def reset(self) -> None:

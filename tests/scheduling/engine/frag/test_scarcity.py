@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from scheduling.engine.frag import NodeArrays, PodShape, TracePlacer, TypicalPod
+from scheduling.engine.frag import Choice, NodeArrays, PodShape, TracePlacer, TypicalPod
 from scheduling.engine.frag.scarcity import SCARCITY_SLACK, Scarcity, copies_of
 from scheduling.engine.frag.workload import TypicalArrays, typical_pods
 
 # Node 0 ("big"): 8 GPUs, 128 CPUs; node 1 ("small"): 8 GPUs, 96 CPUs, same model.
 NODES = NodeArrays.of([("big", "G", 8, 128_000, 1 << 20), ("small", "G", 8, 96_000, 1 << 20)])
+
+
+def _dense(found: tuple[np.ndarray, np.ndarray] | None, size: int) -> list[float]:
+    """``Scarcity.penalty``'s answer as one penalty per candidate (0 where it names none)."""
+    out = np.zeros(size)
+    if found is not None:
+        out[found[0]] = found[1]
+    return out.tolist()
 
 
 def test_copies_count_devices_cpu_and_models_together():
@@ -45,16 +55,17 @@ def test_need_and_weights_from_the_rule():
     table = TypicalArrays.build(shapes, NODES.models)
     scarcity = Scarcity.build(table, 2)
     gpu = np.full((2, 8), 1000)
-    scarcity.refresh(np.zeros(2, np.int64), np.array([128_000, 96_000]), gpu, np.zeros(2, np.int64))
+    state = (np.array([128_000, 96_000]), gpu, np.zeros(2, np.int64))
+    ids = np.arange(2)  # two node states, one per node
+    scarcity.refresh(ids, 0, [0, 1], state)
     order = [int(np.flatnonzero(table.num == n)[0]) for n in (8, 1)]
     assert scarcity.total[order].tolist() == [1, 16]
     excess = np.array([0.5, 0.75]) - SCARCITY_SLACK
     assert scarcity.weights(16_000.0)[order] == pytest.approx(excess / (1 + excess))
     # A 1-GPU pod on "big" takes its only 8-GPU copy; on "small" it takes nothing anyone needs whole.
     weight = scarcity.weights(16_000.0)
-    state = (np.array([128_000, 96_000]), gpu, np.zeros(2, np.int64))
-    penalty = scarcity.penalty(PodShape(10_000, 0, 1000, 1), np.arange(2), np.zeros(2, np.int64), state, weight)
-    assert penalty == pytest.approx([weight[order[0]], 0.0])
+    found = scarcity.penalty(PodShape(10_000, 0, 1000, 1), np.arange(2), ids, np.zeros(2, np.int64), state, 16_000.0)
+    assert _dense(found, 2) == pytest.approx([weight[order[0]], 0.0])
 
 
 @pytest.mark.parametrize(("p_big", "fgd_pick", "portal_pick"), [(0.04, 0, 1), (0.005, 0, 0)])
@@ -99,16 +110,83 @@ def test_the_penalty_weighs_every_shape_a_placement_ends():
     scarcity = placer._scarcity
     assert scarcity is not None
     rows = np.zeros(2, np.int64)
-    scarcity.refresh(placer._version, placer.cpu_free_milli, placer.gpu_free_milli, rows)  # the bind
+    state = (placer.cpu_free_milli, placer.gpu_free_milli, rows)
+    ids = np.arange(2)  # the two nodes are in different states now
+    scarcity.refresh(ids, scarcity.epoch + 1, [], state)  # counted afresh, the bind included
     weight = scarcity.weights(15_000.0)
     need = {8: 0.05 / 2700 * 15000, 4: 0.45 / 2700 * 15000 / 3, 1: 0.5 / 2700 * 15000 / 15}
     for j, num in enumerate(scarcity.table.num.tolist()):
         excess = max(need[num] - SCARCITY_SLACK, 0.0)
         assert weight[j] == pytest.approx(excess / (1 + excess))
-    state = (placer.cpu_free_milli, placer.gpu_free_milli, rows)
-    penalty = scarcity.penalty(PodShape(10_000, 0, 1000, 4), np.arange(2), np.zeros(2, np.int64), state, weight)
+    found = scarcity.penalty(PodShape(10_000, 0, 1000, 4), np.arange(2), ids, np.zeros(2, np.int64), state, 15_000.0)
     by_num = dict(zip(scarcity.table.num.tolist(), weight.tolist(), strict=True))
-    assert penalty == pytest.approx([by_num[4], by_num[8]])
+    assert _dense(found, 2) == pytest.approx([by_num[4], by_num[8]])
     choice = placer.select(PodShape(10_000, 0, 1000, 4))
     assert choice is not None
     assert choice.node == 1
+
+
+SHAPES = [
+    PodShape(120_000, 0, 1000, 8),
+    PodShape(10_000, 0, 1000, 1),
+    PodShape(4_000, 0, 1000, 2),
+    PodShape(3_000, 0, 400, 1),
+    PodShape(2_000, 0, 810, 1),
+    PodShape(8_000, 0, 0, 0),
+]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(SHAPES) - 1), st.booleans()), min_size=1, max_size=40))
+def test_kept_counts_and_penalties_equal_a_recount_from_the_rule(steps):
+    # Three models' nodes, a workload of every shape above; binds and releases in any order. After each
+    # step, C_s kept by state id equals copies_of summed over every node, and the penalty of every shape
+    # on every feasible node equals the rule computed here: weights from that recount, a node's loss
+    # = the shapes with copies now and none after the pod's devices and CPU are taken.
+    nodes = NodeArrays.of(
+        [("a", "G", 8, 128_000, 1 << 20), ("b", "G", 8, 96_000, 1 << 20), ("c", "H", 4, 64_000, 1 << 20)]
+        + [(f"d{i}", "G", 2, 24_000, 1 << 20) for i in range(3)]
+    )
+    workload = typical_pods(
+        [(s.cpu_milli, s.gpu_milli, s.gpu_count, ("H",) if s.gpu_count == 2 else ()) for s in SHAPES for _ in range(3)]
+        + [(10_000, 1000, 1, ())] * 20,
+        popularity=1.0,
+    )
+    placer = TracePlacer(nodes, "portal", typical=workload, workload=workload, node_rank=np.arange(len(nodes)))
+    scarcity = placer._scarcity
+    assert scarcity is not None
+    bound: list[tuple[PodShape, Choice]] = []
+    for which, release in steps:
+        if release and bound:
+            placer.release(*bound.pop(0))
+        else:
+            pod = SHAPES[which]
+            choice = placer.place(pod)
+            if choice is not None:
+                bound.append((pod, choice))
+        rows = placer._model_row
+        recount = copies_of(placer.cpu_free_milli, placer.gpu_free_milli, rows, scarcity.table)
+        for pod in SHAPES:
+            idx = np.flatnonzero(placer.feasible(pod))
+            if idx.size == 0:
+                continue
+            _, device = placer.score_nodes(pod, idx)  # refreshes the kept counts
+            assert scarcity.total.tolist() == recount.sum(axis=0).tolist()
+            free = float(np.maximum(placer.gpu_free_milli, 0).sum())
+            need = scarcity.expected * free / np.maximum(recount.sum(axis=0), 1)
+            excess = np.maximum(need - SCARCITY_SLACK, 0.0)
+            weight = np.where(recount.sum(axis=0) > 0, excess / (1 + excess), 0.0)
+            expected = []
+            for n in idx.tolist():
+                gpu = placer.gpu_free_milli[n].copy()
+                if pod.is_sharing:
+                    gpu[int(device[n])] -= pod.gpu_milli
+                else:
+                    gpu[np.flatnonzero(gpu >= 1000)[: pod.gpu_count]] -= pod.gpu_milli
+                after = copies_of(
+                    np.array([placer.cpu_free_milli[n] - pod.cpu_milli]), gpu[None, :], rows[n : n + 1], scarcity.table
+                )[0]
+                expected.append(float(((recount[n] > 0) & (after == 0)) @ weight))
+            state = (placer.cpu_free_milli, placer.gpu_free_milli, rows)
+            found = scarcity.penalty(pod, idx, placer._states.ids, device, state, free)
+            assert _dense(found, idx.size) == pytest.approx(expected)
