@@ -462,6 +462,10 @@ DB_OUTAGE_RETRY_AFTER_S = env_int("DB_OUTAGE_RETRY_AFTER_S", 5)
 
 # A write that asks for a cycle (submit, cancel) gets one this many seconds later: a burst shares it.
 CYCLE_BATCH_S = env_float("CYCLE_BATCH_S", 1.0)
+# Requested cycles take at most this share of a worker's time: after a cycle of d seconds, the next
+# one a write asks for starts no sooner than d / CYCLE_REQUEST_SHARE after that cycle's start (and
+# no later than SCHEDULER_INTERVAL_S after the write). 0: only CYCLE_BATCH_S.
+CYCLE_REQUEST_SHARE = env_float("CYCLE_REQUEST_SHARE", 0.25)
 
 # An admitted job whose pods never run (Kueue's waitForPodsReady): requeued with exponential back-off
 # (ADMITTED_BACKOFF_BASE_S doubling up to ADMITTED_BACKOFF_MAX_S), failed after ADMITTED_REQUEUE_LIMIT.

@@ -2,7 +2,8 @@
 
 ``cycle_run`` steps:
 1. Take the cycle lock; if another worker holds it, ask it for one more cycle and return (one cycle at
-   a time across workers).
+   a time across workers). Count the cycle's start: writes from now on ask for another
+   (``cycle_request_claim``); at its end, record its duration, which spaces the next requested one.
 2. Apply what the cluster observed (jobs started, finished, evicted) with the cluster's timestamps,
    then let the backend converge (create pods missing for admitted jobs, delete orphaned pods).
 3. Load a snapshot (database + cluster nodes), run the pure engine, apply the plan in one transaction
@@ -23,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -128,48 +130,143 @@ def redis_client():
     return client
 
 
+def cycle_key(name: str) -> str:
+    """The Redis key ``name`` of this portal's database: portals (or test runs) that share a Redis
+    database do not take each other's cycle requests."""
+    return f"{name}:{connection.settings_dict['NAME']}"
+
+
 def cycle_again_request() -> None:
     """Ask the running cycle for one more: work that arrived after its snapshot is not lost."""
     client = redis_client()
     if client is not None:
-        client.set(CYCLE_AGAIN_KEY, "1", ex=max(60, int(settings.SCHEDULER_INTERVAL_S * 6)))
+        client.set(cycle_key(CYCLE_AGAIN_KEY), "1", ex=max(60, int(settings.SCHEDULER_INTERVAL_S * 6)))
 
 
 CYCLE_REQUESTED_KEY = "gpu-portal:cycle-requested"
+# The cycles' counts and timing, one hash: ``started`` (cycles started so far), ``done`` (the count of
+# the last cycle that ran to its end), ``started_s`` (wall time of the last start) and ``spacing_s``
+# (the least time from one requested cycle's start to the next, from the last cycle's duration).
+CYCLE_STATE_KEY = "gpu-portal:cycle-state"
 
 
-def cycle_request_claim() -> bool:
-    """Whether a write should enqueue a cycle now: False while a requested cycle has not started yet.
+@dataclass(frozen=True, slots=True)
+class CycleRequest:
+    """A write's claim on the next cycle: enqueue ``scheduling_cycle_task(requested=generation)``
+    ``countdown_s`` from now. ``generation``: cycles started when the claim was made (None without
+    Redis); any cycle started after it takes the writes the claim covers."""
+
+    generation: int | None
+    countdown_s: float
+
+
+def cycle_request_countdown(*, started_s: float | None, spacing_s: float | None, now_s: float) -> float:
+    """Seconds until a requested cycle may start: ``CYCLE_BATCH_S`` (a burst of writes shares it), or
+    longer while the last cycle's start is nearer than ``spacing_s`` (requested cycles take at most
+    ``CYCLE_REQUEST_SHARE`` of a worker's time), never longer than ``SCHEDULER_INTERVAL_S`` (beat's
+    cycle would come first; without beat, the request still does)."""
+    wait_s = 0.0
+    if started_s is not None and spacing_s is not None:
+        wait_s = started_s + spacing_s - now_s
+    return max(settings.CYCLE_BATCH_S, min(wait_s, settings.SCHEDULER_INTERVAL_S))
+
+
+def _float(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def cycle_request_claim() -> CycleRequest | None:
+    """Whether a write should enqueue a cycle, and when: None while a requested cycle has not started
+    yet (it will take this write too).
 
     A burst of submissions would otherwise enqueue a cycle each, and the worker would run them one
     after the other long after the first had admitted everything. The key is cleared when a cycle
     starts (``cycle_run``), so work arriving after a cycle's snapshot always asks for another; it
-    expires on its own if the queued cycle is lost, and beat's periodic cycle runs regardless."""
+    lives past the claim's countdown, expires on its own if the queued cycle is lost, and beat's
+    periodic cycle runs regardless. The claim and the count it reads are one transaction, so a
+    cycle's start (which clears the key and counts itself, also one transaction) is either before
+    both or after both."""
     client = redis_client()
     if client is None:
-        return True
-    ttl_s = max(5, int(settings.SCHEDULER_INTERVAL_S * 2))
-    return bool(client.set(CYCLE_REQUESTED_KEY, "1", nx=True, ex=ttl_s))
+        return CycleRequest(None, settings.CYCLE_BATCH_S)
+    ttl_s = max(5, int(settings.SCHEDULER_INTERVAL_S * 3))  # > the countdown, at most the interval
+    pipe = client.pipeline(transaction=True)
+    pipe.set(cycle_key(CYCLE_REQUESTED_KEY), "1", nx=True, ex=ttl_s)
+    pipe.hmget(cycle_key(CYCLE_STATE_KEY), "started", "started_s", "spacing_s")
+    claimed, (started, started_s, spacing_s) = pipe.execute()
+    if not claimed:
+        return None
+    countdown_s = cycle_request_countdown(started_s=_float(started_s), spacing_s=_float(spacing_s), now_s=time.time())
+    return CycleRequest(int(started or 0), countdown_s)
 
 
-def cycle_request_clear() -> None:
+def cycle_again_countdown() -> float:
+    """Seconds until the one more cycle the running one was asked for (``cycle_again_request``)."""
     client = redis_client()
+    state: list[object] = [None, None]
     if client is not None:
-        try:
-            client.delete(CYCLE_REQUESTED_KEY)
-        except RedisError:
-            logger.warning("could not clear the cycle request; it expires on its own")
+        with contextlib.suppress(RedisError):
+            state = client.hmget(cycle_key(CYCLE_STATE_KEY), "started_s", "spacing_s")
+    return cycle_request_countdown(started_s=_float(state[0]), spacing_s=_float(state[1]), now_s=time.time())
+
+
+def cycle_request_taken(generation: int) -> bool:
+    """Whether a cycle that started after a claim made at ``generation`` has run to its end (so the
+    requested cycle would only repeat it). A cycle that died midway does not count: its batch still
+    gets the requested one. Unknown (Redis down or emptied) counts as not taken."""
+    client = redis_client()
+    if client is None:
+        return False
+    try:
+        done = _float(client.hget(cycle_key(CYCLE_STATE_KEY), "done"))
+    except RedisError:
+        return False
+    return done is not None and done > generation
+
+
+def cycle_request_clear() -> int | None:
+    """A cycle starts: writes from now on ask for another. Returns its count (None without Redis)."""
+    client = redis_client()
+    if client is None:
+        return None
+    try:
+        pipe = client.pipeline(transaction=True)
+        pipe.delete(cycle_key(CYCLE_REQUESTED_KEY))
+        pipe.hincrby(cycle_key(CYCLE_STATE_KEY), "started", 1)
+        pipe.hset(cycle_key(CYCLE_STATE_KEY), "started_s", repr(time.time()))
+        return int(pipe.execute()[1])
+    except RedisError:
+        logger.warning("could not clear the cycle request; it expires on its own")
+        return None
+
+
+def cycle_request_done(*, generation: int | None, duration_s: float) -> None:
+    """A cycle counted ``generation`` ran to its end in ``duration_s``: the claims made before its
+    start are taken, and the next requested cycle waits ``duration_s / CYCLE_REQUEST_SHARE`` from
+    its start (0: no wait beyond ``CYCLE_BATCH_S``)."""
+    client = redis_client()
+    if client is None or generation is None:
+        return
+    share = settings.CYCLE_REQUEST_SHARE
+    spacing_s = duration_s / share if share > 0 else 0.0
+    try:
+        client.hset(cycle_key(CYCLE_STATE_KEY), mapping={"done": generation, "spacing_s": repr(spacing_s)})
+    except RedisError:
+        logger.warning("could not record the cycle's end; requested cycles run anyway")
 
 
 def cycle_again_clear() -> None:
     client = redis_client()
     if client is not None:
-        client.delete(CYCLE_AGAIN_KEY)
+        client.delete(cycle_key(CYCLE_AGAIN_KEY))
 
 
 def cycle_again_pop() -> bool:
     client = redis_client()
-    return client is not None and bool(client.delete(CYCLE_AGAIN_KEY))
+    return client is not None and bool(client.delete(cycle_key(CYCLE_AGAIN_KEY)))
 
 
 def periodic_claim(name: str, interval_s: float) -> bool:
@@ -415,7 +512,7 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
             cycle_again_request()
             return None
         cycle_again_clear()
-        cycle_request_clear()  # work arriving from now on asks for (and gets) another cycle
+        generation = cycle_request_clear()  # work arriving from now on asks for (and gets) another cycle
         periodic_covered(SCHEDULING_CYCLE, settings.SCHEDULER_INTERVAL_S)
         now = now or timezone.now()
         started = time.perf_counter()
@@ -451,6 +548,7 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         if dry_run is not None:
             dry_run_publish(dry_run=dry_run, cycle_id=run.id, as_of=now)
             steps.lap("handover")
+        cycle_request_done(generation=generation, duration_s=time.perf_counter() - started)
         # A cycle that changed nothing is routine (every few seconds): keep it out of INFO logs.
         logger.log(
             logging.INFO if counts["admitted"] or counts["preempted"] else logging.DEBUG,

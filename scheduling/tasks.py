@@ -52,12 +52,17 @@ def _run(task, name: str, interval_s: float, periodic: bool, fn) -> None:
 
 
 @shared_task(bind=True, name="scheduling.tasks.scheduling_cycle", **TASK_OPTIONS)
-def scheduling_cycle_task(self, periodic: bool = False) -> None:
+def scheduling_cycle_task(self, periodic: bool = False, requested: int | None = None) -> None:
+    """One cycle. ``requested``: a write's claim (``services.cycle_request_claim``), dropped when a
+    cycle that started after the claim has run to its end (beat's, or another's that took the batch)."""
     from scheduling import services
 
     def cycle() -> None:
+        if requested is not None and services.cycle_request_taken(requested):
+            return
         if services.cycle_run() is not None and services.cycle_again_pop():
-            scheduling_cycle_task.delay()
+            # Work arrived during the cycle: one more, spaced as a requested one.
+            scheduling_cycle_task.apply_async(countdown=services.cycle_again_countdown())
 
     _run(self, services.SCHEDULING_CYCLE, settings.SCHEDULER_INTERVAL_S, periodic, cycle)
 

@@ -37,10 +37,10 @@ def _fresh_security_state(settings, request):
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": f"test-{id(request)}"}
     }
     settings.AXES_ENABLED = False
-    from scheduling.services import CYCLE_REQUESTED_KEY, redis_client
+    from scheduling.services import CYCLE_REQUESTED_KEY, cycle_key, redis_client
 
     if (client := redis_client()) is not None:
-        client.delete(CYCLE_REQUESTED_KEY)  # a cycle request one test left must not swallow the next's
+        client.delete(cycle_key(CYCLE_REQUESTED_KEY))  # a cycle request one test left must not swallow the next's
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ field objects for each, cost several times the queries' own time. Here each rela
 description and the reference: ``tests/portal/api/test_job_rows.py`` checks both agree on any job.
 
 Steps of ``jobs_render``: 1. read the rows of each relation for the page's jobs (allowed GPU models,
-live placements, transitions, attempts); 2. compute every job's costs once (``job_costs``, on the
-attempts read in 1); 3. render each job, its nested lists and its figures.
+transitions; live placements and attempts of the jobs ever admitted); 2. compute every job's costs
+once (``job_costs``, on the attempts read in 1); 3. render each job, its nested lists and its figures.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db import connection
+from django.db.models import Model, QuerySet
 from rest_framework import serializers
 
 from billing.selectors import job_costs
 from portal.api.serializers import AttemptSerializer, JobSerializer, PlacementSerializer, TransitionSerializer
-from portal.jobs.models import Job, JobAttempt, JobTransition, ReplicaPlacement
+from portal.jobs.models import GpuModel, Job, JobAttempt, JobTransition, ReplicaPlacement
 from scheduling.engine.shares import billed_gpus
 
 # Fields of the shape that are a column under another name (a related row's).
@@ -121,25 +122,97 @@ class Relations:
     attempt_rows: list[JobAttempt]  # instances: ``job_costs`` reads them too
 
 
-def relations_read(ids: Sequence[int]) -> Relations:
+def relations_read(ids: Sequence[int], admitted_ids: Sequence[int] | None = None) -> Relations:
     """The relations of the jobs ``ids``, one query each (ordered as the models' Meta.ordering orders
-    the prefetches)."""
+    the prefetches). ``admitted_ids``: those of ``ids`` ever admitted (a job's ``attempt`` counter
+    above 0; default: all). The others have no attempt and no placement: both are written at an
+    admission, which also counts the attempt (``portal.jobs.transitions``; the audit checks that the
+    counter equals the admissions), so a page of jobs that were never admitted (a queue's backlog)
+    reads neither."""
+    admitted_ids = ids if admitted_ids is None else admitted_ids
     placements: dict[int, list[dict]] = defaultdict(list)
-    for placement in ReplicaPlacement.objects.filter(job_id__in=ids).order_by("job_id", "replica").values():
-        placements[placement["job_id"]].append(dict(placement))
+    attempt_rows: list[JobAttempt] = []
+    if admitted_ids:
+        for placement in _ROWS[ReplicaPlacement].read(admitted_ids):
+            placements[placement["job_id"]].append(placement)
+        attempt_rows = list(JobAttempt.objects.filter(job_id__in=admitted_ids).order_by("job_id", "number"))
     transitions: dict[int, list[dict]] = defaultdict(list)
-    for transition in JobTransition.objects.filter(job_id__in=ids).order_by("at", "id").values():
-        transitions[transition["job_id"]].append(dict(transition))
-    attempt_rows = list(JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number"))
+    for transition in _ROWS[JobTransition].read(ids):
+        transitions[transition["job_id"]].append(transition)
     return Relations(_allowed_read(ids), placements, transitions, attempt_rows)
+
+
+class _RowsOf:
+    """A relation's rows for some jobs, as ``Model.objects.filter(job_id__in=ids).order_by(...)
+    .values()`` gives them (every concrete field by attname, each through the field's own database
+    converters: a JSON column decoded as ``JSONField`` decodes it), from SQL written once.
+
+    Building and compiling the ORM's query costs more CPU than PostgreSQL takes to answer it, on
+    paths every page and API read of a job takes; the SQL here is fixed (``job_id = ANY(%s)``, one
+    array parameter), so it is made once per process. ``tests/portal/api/test_job_rows.py`` checks
+    the rows equal the ORM's."""
+
+    def __init__(self, model: type[Model], order_by: tuple[str, ...]) -> None:
+        self.model, self.order_by = model, order_by
+        self.fields = model._meta.concrete_fields
+        column = {f.name: str(f.column) for f in self.fields}
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(column[f.name]) for f in self.fields)
+        table = quote(model._meta.db_table)
+        order = ", ".join(quote(column[name]) for name in order_by)
+        self.sql = f"SELECT {columns} FROM {table} WHERE job_id = ANY(%s) ORDER BY {order}"
+
+    def read(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        if connection.vendor != "postgresql":  # the embedded demo's SQLite has no arrays
+            return list(self.model._default_manager.filter(job_id__in=ids).order_by(*self.order_by).values())
+        converters = [(i, f.get_db_converters(connection)) for i, f in enumerate(self.fields)]
+        converters = [(i, found) for i, found in converters if found]
+        names = [f.attname for f in self.fields]
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, [list(ids)])
+            rows = cursor.fetchall()
+        out = []
+        for row in rows:
+            values = list(row)
+            for i, found in converters:
+                for convert in found:
+                    values[i] = convert(values[i], None, connection)
+            out.append(dict(zip(names, values, strict=True)))
+        return out
+
+
+class _Rows(dict):
+    """``_RowsOf`` per model, made on first use (the SQL needs the database connection's quoting)."""
+
+    def __missing__(self, model: type[Model]) -> _RowsOf:
+        order = {ReplicaPlacement: ("job", "replica"), JobTransition: ("at", "id")}[model]
+        self[model] = made = _RowsOf(model, order)
+        return made
+
+
+_ROWS = _Rows()
 
 
 def _allowed_read(ids: Sequence[int]) -> dict[int, list[str]]:
     allowed: dict[int, list[str]] = defaultdict(list)
-    through = Job.allowed_gpu_models.through.objects.filter(job_id__in=ids)
-    for job_id, name in through.order_by("gpumodel__name").values_list("job_id", "gpumodel__name"):
-        allowed[job_id].append(name)
+    if connection.vendor != "postgresql":  # the embedded demo's SQLite has no arrays
+        through = Job.allowed_gpu_models.through.objects.filter(job_id__in=ids)
+        for job_id, name in through.order_by("gpumodel__name").values_list("job_id", "gpumodel__name"):
+            allowed[job_id].append(name)
+        return allowed
+    with connection.cursor() as cursor:
+        cursor.execute(_ALLOWED_SQL, [list(ids)])
+        for job_id, name in cursor.fetchall():
+            allowed[job_id].append(name)
     return allowed
+
+
+# A job's allowed GPU models by name (per job the names are distinct, so the order within a job is
+# the ORM's ``order_by("gpumodel__name")``).
+_ALLOWED_SQL = (
+    f"SELECT t.job_id, g.name FROM {Job.allowed_gpu_models.through._meta.db_table} t "
+    f"JOIN {GpuModel._meta.db_table} g ON g.id = t.gpumodel_id WHERE t.job_id = ANY(%s) ORDER BY g.name"
+)
 
 
 def submitted_rows(
@@ -177,7 +250,7 @@ def jobs_render(
     shapes = _get_shapes()
     # 1. The relations, one query each.
     if relations is None:
-        relations = relations_read([row["id"] for row in rows])
+        relations = relations_read([row["id"] for row in rows], [row["id"] for row in rows if row["attempt"]])
     allowed, placements, transitions = relations.allowed, relations.placements, relations.transitions
     attempts: dict[int, list[dict]] = defaultdict(list)
     for instance in relations.attempt_rows:

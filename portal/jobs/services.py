@@ -125,10 +125,14 @@ def _request_cycle() -> None:
     not turn the committed write into an error (a client would retry and submit twice): beat's next
     periodic cycle picks the change up."""
     try:
-        if cycle_request_claim():  # a cycle already queued and not started covers this write
-            # Started CYCLE_BATCH_S later, so a burst of submissions shares one cycle (each reads
-            # every pending job: running one per submission keeps a worker busy for nothing).
-            scheduling_cycle_task.apply_async(countdown=settings.CYCLE_BATCH_S or None)
+        request = cycle_request_claim()
+        if request is not None:  # else a cycle already queued and not started covers this write
+            # Started a while later (CYCLE_BATCH_S, more after a costly cycle), so a burst of
+            # submissions shares one cycle (each reads every pending job: running one per submission
+            # keeps a worker busy for nothing).
+            scheduling_cycle_task.apply_async(
+                kwargs={"requested": request.generation}, countdown=request.countdown_s or None
+            )
     except BROKER_ERRORS as exc:
         logger.warning("could not enqueue a scheduling cycle (%s); the next periodic cycle will run it", exc)
 

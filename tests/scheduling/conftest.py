@@ -1,5 +1,7 @@
 """Fixtures of the control loop's tests; the Kubernetes ones come from the adapter tests' fake API server."""
 
+import uuid
+
 import pytest
 
 from scheduling import services
@@ -19,4 +21,14 @@ def redis_db(settings):
         pytest.skip("needs REDIS_URL")
     client = services.redis_client()
     yield client
-    client.delete(services.CYCLE_AGAIN_KEY)
+    client.delete(services.cycle_key(services.CYCLE_AGAIN_KEY))
+
+
+@pytest.fixture
+def cycle_keys(redis_db, monkeypatch):
+    """The cycle request's Redis keys under names of this test's own (the test processes share a Redis db)."""
+    tag = uuid.uuid4().hex
+    monkeypatch.setattr(services, "CYCLE_REQUESTED_KEY", f"test-{tag}:cycle-requested")
+    monkeypatch.setattr(services, "CYCLE_STATE_KEY", f"test-{tag}:cycle-state")
+    yield redis_db
+    redis_db.delete(*(services.cycle_key(k) for k in (services.CYCLE_REQUESTED_KEY, services.CYCLE_STATE_KEY)))

@@ -5,6 +5,7 @@ sweeper: an admitted job whose pods never run is requeued with an exponential ba
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -17,6 +18,7 @@ from billing.services import metering_run
 from portal.jobs.models import Job
 from portal.jobs.services import job_cancel
 from portal.jobs.states import JobState
+from scheduling import services
 from scheduling.adapters import apply, orm
 from scheduling.adapters.apply import LostCycleLock
 from scheduling.adapters.contract import Observation
@@ -269,3 +271,35 @@ def test_the_held_quota_is_counted_per_queue_in_the_metrics_and_shown_on_the_job
     client.force_login(world.users["alice"])
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "quota held 601 s without running" in page
+
+
+@pytest.mark.parametrize(
+    ("started_ago_s", "spacing_s", "expected_s"),
+    [
+        (None, None, 1.0),  # no cycle yet: the batch delay
+        (0.2, 0.5, 1.0),  # a cheap last cycle: the batch delay
+        (0.5, 3.0, 2.5),  # a costly one: until its start plus its spacing
+        (0.5, 60.0, 10.0),  # never past beat's interval
+        (30.0, 3.0, 1.0),  # long ago
+    ],
+)
+def test_a_requested_cycle_waits_the_batch_delay_or_the_last_cycles_spacing(
+    settings, started_ago_s, spacing_s, expected_s
+):
+    settings.CYCLE_BATCH_S, settings.SCHEDULER_INTERVAL_S = 1.0, 10.0
+    now_s = 1_000_000.0
+    started_s = None if started_ago_s is None else now_s - started_ago_s
+    countdown = services.cycle_request_countdown(started_s=started_s, spacing_s=spacing_s, now_s=now_s)
+    assert countdown == pytest.approx(expected_s)
+
+
+def test_a_finished_cycle_sets_the_next_requested_ones_spacing_from_its_duration(world, cycle_keys, settings):
+    settings.CYCLE_REQUEST_SHARE = 0.25
+    before = time.time()
+    run = cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    state = cycle_keys.hgetall(services.cycle_key(services.CYCLE_STATE_KEY))
+    assert int(state[b"started"]) == int(state[b"done"]) == 1
+    assert before <= float(state[b"started_s"]) <= time.time()
+    # At least the recorded duration over the share (the spacing also counts the record's own write).
+    assert float(state[b"spacing_s"]) >= run.duration_ms / 1000 / 0.25
+    assert float(state[b"spacing_s"]) < 4 * (time.time() - before) + 0.01

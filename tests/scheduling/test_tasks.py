@@ -114,7 +114,6 @@ def test_a_real_worker_runs_a_submitted_job_to_success_and_meters_it(tmp_path, s
         except subprocess.TimeoutExpired:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
-        log.close()
         print((tmp_path / "worker.log").read_text()[-3000:])
 
 
@@ -149,7 +148,7 @@ def test_work_that_arrives_during_a_cycle_gets_one_more_cycle(world, redis_db):
         other.execute("SELECT pg_advisory_lock(%s)", [CYCLE_LOCK_KEY])
         assert cycle_run(now=timezone.now(), backend=SimulatedCluster()) is None
         other.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
-    assert redis_db.exists(services.CYCLE_AGAIN_KEY)
+    assert redis_db.exists(services.cycle_key(services.CYCLE_AGAIN_KEY))
     cycle_run(now=timezone.now(), backend=SimulatedCluster())  # the holder's cycle starts: request covered
     assert not services.cycle_again_pop()
 
@@ -276,3 +275,132 @@ def test_beat_restarts_do_not_run_a_periodic_cycle_twice_in_an_interval(tmp_path
     assert sent > len(runs) >= 1, (sent, runs, worker_log.read_text()[-2000:])
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(runs)]
     assert all(gap >= 0.9 * INTERVAL_S - 0.3 for gap in gaps), gaps
+
+
+class StartHook(SimulatedCluster):
+    """A simulated cluster that runs ``hook`` once, when it is asked to start the pods of the first
+    admitted job: after the cycle's snapshot and plan, so whatever the hook submits is not in them."""
+
+    def __init__(self, hook) -> None:
+        super().__init__()
+        self.hook = hook
+
+    def start(self, *, job_id: int) -> None:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_submissions_gets_one_cycle_and_its_last_write_is_never_stranded(cycle_keys, monkeypatch):
+    """No beat here: each requested cycle is run by hand from what the submissions sent. A request is
+    dropped only when a cycle that started after it has run to its end; a write made after a cycle's
+    snapshot gets a cycle of its own."""
+    from portal.jobs.services import job_submit
+    from scheduling.tasks import scheduling_cycle_task
+
+    world = build_world()
+    sent: list[dict] = []
+    monkeypatch.setattr(scheduling_cycle_task, "apply_async", lambda kwargs=None, **options: sent.append(kwargs))
+    backend = SimulatedCluster()
+    monkeypatch.setattr(services, "cluster_backend", lambda: backend)
+
+    def submit() -> Job:
+        return job_submit(owner=world.users["alice"], spec=world.spec(gpu=1))
+
+    def state(job: Job) -> str:
+        job.refresh_from_db()
+        return "admitted" if job.state in ("Admitted", "Running") else job.state
+
+    def run_sent() -> None:
+        assert len(sent) == 1, sent
+        scheduling_cycle_task.apply(kwargs=sent.pop())
+
+    burst = [submit() for _ in range(3)]
+    assert len(sent) == 1  # one request for the burst
+    run_sent()
+    assert CycleRun.objects.count() == 1
+    assert [state(job) for job in burst] == ["admitted"] * 3
+
+    late = submit()
+    assert len(sent) == 1  # the cycle has started: the next write asks for another
+    cycle_run(now=timezone.now(), backend=backend)  # beat's cycle comes first and takes it
+    assert state(late) == "admitted"
+    run_sent()
+    assert CycleRun.objects.count() == 2  # the request was dropped: its batch was taken
+
+    after_snapshot: list[Job] = []
+    backend = StartHook(lambda: after_snapshot.append(submit()))
+    first = submit()
+    run_sent()  # admits `first`; starting its pods submits another job, after the snapshot
+    assert state(first) == "admitted"
+    assert len(after_snapshot) == 1
+    assert state(after_snapshot[0]) == "Pending"
+    assert CycleRun.objects.count() == 3
+    run_sent()  # the cycle that started before that write does not take it
+    assert CycleRun.objects.count() == 4
+    assert state(after_snapshot[0]) == "admitted"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_admits_the_last_submission_of_a_burst_without_beat(tmp_path, settings_for_worker, settings):
+    """A worker and no beat: only the submissions' requests run cycles. They coalesce (fewer cycles
+    than submissions), and every job of the burst is admitted, the last one included."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the worker test needs PostgreSQL (set DATABASE_URL)")
+    world = build_world(a100_nodes=4)
+    queue, redis_url = settings_for_worker
+    settings.CYCLE_BATCH_S = 0.2
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": redis_url,
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+        "CELERY_QUEUE": queue,
+        "SIM_SPEEDUP": "1",
+        "PYTHONUNBUFFERED": "1",
+        # REDIS_URL is already this xdist worker's own database: tests/settings.py must not move the
+        # Celery worker to another one (this process publishes the tasks it must take).
+        "PYTEST_XDIST_WORKER": "",
+    }
+    with (tmp_path / "worker.log").open("w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", queue, "--concurrency", "1",
+             "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        # Started first: on a busy machine a worker takes a while to start, and the burst should meet it
+        # running (its requests are spaced from its cycles).
+        wait_for(
+            lambda: " ready." in (tmp_path / "worker.log").read_text(), timeout_s=120, what="the worker", worker=worker
+        )
+        client = APIClient()
+        _, key = api_token_create(user=world.users["alice"], name="burst test")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+        ids = []
+        for n in range(20):
+            response = client.post(
+                "/api/v1/jobs/",
+                {"queue": "default", "image": "pytorch:2.4", "gpu": 1, "runtime_s": 3600},
+                format="json",
+            )
+            assert response.status_code == 201, response.content
+            ids.append(response.json()["id"])
+            time.sleep(0.05 * (n % 3))  # some writes land while a cycle runs
+        wait_for(
+            lambda: Job.objects.filter(pk__in=ids, state__in=["Admitted", "Running"]).count() == len(ids),
+            timeout_s=90,
+            what="every job of the burst to be admitted",
+            worker=worker,
+        )
+        assert 1 <= CycleRun.objects.count() < len(ids)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        print((tmp_path / "worker.log").read_text()[-3000:])

@@ -95,3 +95,44 @@ def test_the_row_renderer_agrees_with_the_job_serializer(world, jobs, steps):
     for got, want in zip(rendered, expected, strict=True):
         assert [list(a) for a in got["attempts"]] == [list(a) for a in want["attempts"]]
         assert got == want
+
+
+def test_a_page_of_jobs_never_admitted_reads_no_attempts_and_no_placements(world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def tables_read() -> tuple[set[str], list[dict]]:
+        rows = list(job_page_rows(Job.objects.order_by("-created_at", "-id")))
+        with CaptureQueriesContext(connection) as captured:
+            rendered = jobs_render(rows, now=timezone.now(), speedup=60.0)
+        read = {t for t in ("jobs_jobattempt", "jobs_replicaplacement") if any(t in q["sql"] for q in captured)}
+        return read, rendered
+
+    world.submit(gpu=1)
+    world.submit(gpu=2)
+    read, rendered = tables_read()
+    assert read == set()
+    assert [(job["attempts"], job["placements"]) for job in rendered] == [([], []), ([], [])]
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())  # both admitted: attempt 1, placements
+    read, rendered = tables_read()
+    assert read == {"jobs_jobattempt", "jobs_replicaplacement"}
+    assert [len(job["attempts"]) for job in rendered] == [1, 1]
+    assert [sum(len(p["gpu_indices"]) for p in job["placements"]) for job in rendered] == [2, 1]
+
+
+def test_the_relations_rows_are_the_orms_rows(world):
+    from portal.api.job_rows import _ROWS, _allowed_read
+    from portal.jobs.models import JobTransition, ReplicaPlacement
+
+    a = world.submit(gpu=2, allowed_gpu_models=(world.models["T4"], world.models["A100-80GB"]))
+    b = world.submit(gpu=1)
+    world.submit(gpu=1)  # not asked for
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())  # admitted: placements, transitions with details
+    job_cancel(job=b, by=world.users["admin"], at=timezone.now())
+    ids = [b.pk, a.pk]
+    for model, order in ((JobTransition, ("at", "id")), (ReplicaPlacement, ("job", "replica"))):
+        expected = list(model.objects.filter(job_id__in=ids).order_by(*order).values())
+        assert expected  # something to compare
+        assert _ROWS[model].read(ids) == expected
+    assert any(t["detail"] for t in _ROWS[JobTransition].read(ids))  # JSON decoded, not text
+    assert dict(_allowed_read(ids)) == {a.pk: ["A100-80GB", "T4"]}
