@@ -79,6 +79,7 @@ from .placement import Placer
 from .preemption import Holder, Victim
 from .quota import QuotaBook, models_to_try, request_of
 from .reservations import Holds, Reservation, active, held_reason, reservable
+from .sampled import sampled_starts
 from .standing import capacity_totals
 from .taints import granted_snapshot
 from .timeline import Bound, Replay, Timeline
@@ -504,7 +505,8 @@ class _Cycle:
         self.waiting = waiting_jobs(self.considered, self.pending, self.lq_by_name)
         p50 = self.forecast(self.waiting, P50, recorder=self.timelines[P50])
         arrivals = self._arrivals()
-        if self._same_runtimes() and (arrivals is None or not arrivals.upper_p90):
+        same = self._same_runtimes()
+        if same and (arrivals is None or not arrivals.upper_p90):
             # Every expected runtime is its P50 and its P90 at once, and the P90 run expects the same
             # submissions: it would take the same decisions on the same state, so its starts and its
             # record are the P50 run's.
@@ -512,6 +514,24 @@ class _Cycle:
             self.forecasts = (p50, p50)
         else:
             self.forecasts = (p50, self.forecast(self.waiting, P90, recorder=self.timelines[P90]))
+        if self.policy.forecast_samples > 0 and not (same and arrivals is None):
+            # Sampled worlds (``sampled``); with nothing to draw (no spread, no submissions) each would be
+            # the P50 run.
+            self.forecasts = sampled_starts(
+                self,
+                self.now,
+                self.runtimes,
+                self.running_runtimes,
+                self.quota.flavors,
+                self.waiting,
+                self.holders,
+                self.taken,
+                arrivals,
+                self.policy.forecast_samples,
+                self.policy.seed,
+                max_decisions=self.policy.forecast_decisions,
+                reservations=self.reservations,
+            )
         stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
         return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
 

@@ -329,7 +329,7 @@ class Forecast:
             models_of: dict[str | None, frozenset[str | None]] = {}  # one set per GPU model
             for seq, holder in enumerate(holders):
                 w = holder.workload
-                at = self.now if w.id in victims else self._end(w, which)
+                at = self.now if w.id in victims else self.end_at(w, which)
                 models = models_of.get(w.gpu_model)
                 if models is None:
                     models = models_of[w.gpu_model] = frozenset((w.gpu_model,))
@@ -338,7 +338,7 @@ class Forecast:
             self.ends_cache[which] = cached
         return cached
 
-    def _end(self, w: Workload, which: int) -> float:
+    def end_at(self, w: Workload, which: int) -> float:
         """When a running job is expected to end: its start plus its expected runtime given how long it
         has run (``Snapshot.running_runtimes``, else its plain one); one already past its P50 is
         expected to end at its P90, one past that soon (a tenth of its P90 from now); one that runs

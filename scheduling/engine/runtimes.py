@@ -112,7 +112,7 @@ def runtime_from_history(
     """(P50, P90) expected runtime of a job asking for ``requested_s`` (``runtime_model``; the request
     without history). ``elapsed_s``: how long the job has run already (a running job): the runtime
     given that (``Runs.quantiles``: a job halfway to the runs' median is expected to end later than at
-    that median; one that ran longer than any run gets the plain figures, and ``Forecast._end`` says
+    that median; one that ran longer than any run gets the plain figures, and ``Forecast.end_at`` says
     when an overrunning job is expected to end)."""
     model = runtime_model(requested_s, history, speedup, running)
     if model is None:
