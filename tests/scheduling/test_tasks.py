@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from celery.exceptions import Retry
@@ -108,13 +109,19 @@ def test_a_real_worker_runs_a_submitted_job_to_success_and_meters_it(tmp_path, s
         assert record.gpu_model == "A100-80GB"
         assert record.gpu_seconds == Decimal("2") * run_s  # 2 GPUs
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        print((tmp_path / "worker.log").read_text()[-3000:])
+        stop_worker(worker, tmp_path / "worker.log")
+
+
+def stop_worker(worker: subprocess.Popen, log: Path) -> None:
+    """Stop a Celery worker started in its own process group (TERM, then KILL after 20 s) and print
+    the end of its log, for a failing test's output."""
+    os.killpg(worker.pid, signal.SIGTERM)
+    try:
+        worker.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+    print(log.read_text()[-3000:])
 
 
 @pytest.fixture
@@ -397,10 +404,4 @@ def test_a_real_worker_admits_the_last_submission_of_a_burst_without_beat(tmp_pa
         )
         assert 1 <= CycleRun.objects.count() < len(ids)
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        print((tmp_path / "worker.log").read_text()[-3000:])
+        stop_worker(worker, tmp_path / "worker.log")
