@@ -43,7 +43,6 @@ the same steps, keeping nothing (``trial``).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -51,8 +50,9 @@ from . import podsets
 from .admission import AdmissionOrder, FairShare, SortKey, sort_key
 from .capacity import Cluster, Statement
 from .collector import collector_paused
-from .cycle_plan import expected_arrivals, plan_of, waiting_jobs
-from .estimate import P50, P90, Arrivals, Forecast, RunKeys, Start, decision_key, ends_at, expected_runtime
+from .cycle_forecast import ForecastHost
+from .cycle_plan import plan_of, waiting_jobs
+from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key, ends_at, expected_runtime
 from .explain import (
     gang_reason,
     placement_reason,
@@ -82,7 +82,7 @@ from .reservations import Holds, Reservation, active, held_reason, reservable
 from .sampled import sampled_starts
 from .standing import capacity_totals
 from .taints import granted_snapshot
-from .timeline import Bound, Replay, Timeline
+from .timeline import Timeline
 from .verdict import Feasibility
 from .victims import CycleVictims, VictimState, preempting
 from .windows import opens_at
@@ -133,7 +133,7 @@ def set_aside(job: Workload, feasibility: Feasibility, now: float) -> tuple[Reas
     return None
 
 
-class _Cycle:
+class _Cycle(ForecastHost):
     def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
         snapshot = granted_snapshot(snapshot)
         self.snapshot = snapshot
@@ -534,101 +534,6 @@ class _Cycle:
             )
         stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
         return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
-
-    def _same_runtimes(self) -> bool:
-        """Whether no job's P90 expected runtime differs from its P50 one (``Snapshot.runtimes``; a job
-        without an entry runs its requested ``runtime_s`` in both): then the two forecast runs are one.
-        Teams with fewer than three finished runs have no spread (``runtimes.runtime_from_history``)."""
-        return all(p50 == p90 for runtimes in (self.runtimes, self.running_runtimes) for p50, p90 in runtimes.values())
-
-    def forecast(
-        self,
-        waiting: list[tuple[Workload, str]],
-        which: int,
-        until: str | None = None,
-        recorder: Timeline | None = None,
-    ) -> dict[str, Start]:
-        """Step 4's forward run from the final state (``estimate.Forecast``); changes nothing."""
-        return self._forecaster().run(
-            waiting,
-            self.holders,
-            self.taken,
-            which,
-            until,
-            max_decisions=self.policy.forecast_decisions,
-            recorder=recorder,
-            arrivals=self._arrivals(),
-            reservations=self.reservations,
-        )
-
-    def replay(self, which: int) -> Replay:
-        """Step 4's run (P50 or P90) as recorded, to ask when one more job would start in it."""
-        bound = Bound(self.cluster, self.placer.shape_for)
-        keys = RunKeys(self.runtimes, which, tuple(self.reservations))
-        return Replay(
-            self.timelines[which],
-            self.clone,
-            self.fair,
-            self._forecaster().models,
-            self.now,
-            bound,
-            reservations=keys.reservations,
-            group_key=keys.group_key,
-            runtime=keys.runtime,
-        )
-
-    def _forecaster(self) -> Forecast:
-        if self._forecast is None:
-            self._forecast = Forecast(self, self.now, self.runtimes, self.quota.flavors, self.running_runtimes)
-        return self._forecast
-
-    def release(self) -> None:
-        """Break the reference cycles among the cycle's state (the forecast's host is this cycle; the
-        scorers listen to the cluster they hold), so that it is freed by reference counting once nothing
-        refers to the cycle, not left to the garbage collector (see ``collector_paused``). Only
-        ``run_cycle`` calls it: the dry run keeps its cycle."""
-        self.cluster.listeners.clear()
-        self._forecast = None
-
-    def clone(self) -> _Cycle:
-        """This cycle with its own copy of the state that decisions change (capacity, quota, fair
-        share, the placer and its scorers); the snapshot and its jobs are shared."""
-        twin = copy.copy(self)
-        shared = (self.snapshot, self.cluster.nodes, *self.cluster.nodes, *self.snapshot.workloads)
-        memo: dict[int, object] = {id(x): x for x in shared}
-        state = (self.cluster, self.placer, self.quota, self.fair, self.feasibility)
-        twin.cluster, twin.placer, twin.quota, twin.fair, twin.feasibility = copy.deepcopy(state, memo)
-        twin.holds = Holds(twin.cluster)  # the final state holds nothing back
-        twin.memo = Memo(requests=dict(self.memo.requests))
-        twin.stats = dict(self.stats)
-        twin.preemptors = dict(self.preemptors)
-        twin._forecast = None
-        return twin
-
-    def _arrivals(self) -> Arrivals | None:
-        """The submissions the forecast expects (``cycle_plan.expected_arrivals``), built once."""
-        if self._expected is None:
-            self._expected = expected_arrivals(
-                self.snapshot.recent, self.lq_by_name, self.blocked, self.feasibility, self.policy, self.now
-            )
-        return self._expected if self._expected.jobs and self._expected.period > 0 else None
-
-    # -- the forecast's host (``estimate.Host``) and the dry run's trial ------------------------------
-
-    def forecast_begin(self) -> object:
-        saved = (self.memo, dict(self.stats), self.may_preempt, self.explaining)
-        self.may_preempt = self.explaining = False
-        return saved
-
-    def forecast_step(self) -> None:
-        """Capacity came back: what failed before may fit now."""
-        self.memo = Memo(requests=self.memo.requests)
-
-    def forecast_end(self, saved: object) -> None:
-        self.memo, self.stats, self.may_preempt, self.explaining = saved  # type: ignore[misc]
-
-    def forecast_decide(self, job: Workload) -> Outcome:
-        return self._decide(job, borrow=True)
 
     def trial(self, job: Workload) -> Outcome:
         """Steps 2 and 3 for one more pending ``job`` on the final state, keeping nothing: what the next
