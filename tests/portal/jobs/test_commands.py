@@ -77,14 +77,13 @@ def test_the_demo_loop_runs_the_beat_tasks_in_process():
     from tests.factories import build_world
 
     world = build_world()
-    from billing.models import CapacitySnapshot
-    from portal.jobs.management.commands.rundemo import scheduler_loop
-    from scheduling.models import CycleRun
-
     from celery.signals import task_prerun
     from django.conf import settings
 
+    from billing.models import CapacitySnapshot
+    from portal.jobs.management.commands.rundemo import scheduler_loop
     from portal.ops.models import QueueSample
+    from scheduling.models import CycleRun
 
     ran: list[str] = []
 
