@@ -102,7 +102,8 @@ def test_the_demo_loop_runs_the_beat_tasks_in_process():
     assert CapacitySnapshot.objects.exists()
     # Every task beat runs in production ran once in the first tick (schedules, services' autoscaler,
     # notifications, queue samples...), so no page of the demo waits for a task that never comes.
-    assert sorted(ran) == sorted(entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values())
+    # (Tasks those ask for, such as the notifications of the job's start, run in-process too.)
+    assert {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} <= set(ran), ran
     assert QueueSample.objects.exists()  # the Queues page's "over time" charts
 
 
