@@ -47,8 +47,24 @@ JOB_VALUES = tuple(
     for name in JobSerializer.Meta.fields  # type: ignore[attr-defined]
     if name not in _NESTED and name not in _FIGURES
 )
-# The attributes of a job that ``job_costs`` reads.
-_COST_FIELDS = ("id", "runtime_s", "state", "finished_at", "restart_policy")
+
+
+@dataclass(frozen=True, slots=True)
+class _CostedJob:
+    """What ``job_costs`` reads of a job (``billing.selectors.CostedJob``), from a row: a model
+    instance of ~50 fields, most of them defaults, cost more to build than the costs themselves."""
+
+    pk: int
+    kind: str
+    runtime_s: int
+    state: str
+    finished_at: datetime | None
+    restart_policy: str
+
+    @property
+    def runs_until_stopped(self) -> bool:
+        return Job.kind_runs_until_stopped(self.kind)
+
 
 _ATTEMPT_VALUES = (
     "job_id", "number", "queued_at", "admitted_at", "started_at", "ended_at", "outcome", "requeued", "end_reason",
@@ -255,8 +271,11 @@ def jobs_render(
     attempts: dict[int, list[dict]] = defaultdict(list)
     for instance in relations.attempt_rows:
         attempts[instance.job_id].append({name: getattr(instance, name) for name in _ATTEMPT_VALUES})
-    # 2. Costs, from unsaved jobs carrying the fields ``job_costs`` reads.
-    cost_jobs = [Job(**{name: row[name] for name in _COST_FIELDS}) for row in rows]
+    # 2. Costs, from the fields of each row ``job_costs`` reads.
+    cost_jobs = [
+        _CostedJob(row["id"], row["kind"], row["runtime_s"], row["state"], row["finished_at"], row["restart_policy"])
+        for row in rows
+    ]
     costs = job_costs(jobs=cost_jobs, now=now, speedup=speedup, attempts_read=relations.attempt_rows)
     # 3. Render.
     out = []

@@ -71,3 +71,37 @@ def test_anonymous_requests_to_public_endpoints_are_counted_per_address(world, s
     client = APIClient()
     statuses = [client.get("/api/schema/").status_code for _ in range(5)]
     assert statuses == [200, 200, 200, 429, 429]
+
+
+def test_the_user_and_the_address_are_throttled_each_on_its_own_log(api, world, settings, redis_cache):
+    """One round trip per request for both (``ApiThrottle``), judged as DRF judges two throttles: a
+    request one refuses still counts for the other, and the answer waits for the longer."""
+    settings.API_THROTTLE_USER = "2/min"
+    settings.API_THROTTLE_IP = "5/min"
+    alice, bob = api("alice"), api("bob")
+    # alice: 2 served, 2 refused by her own log, all 4 logged for the address.
+    assert [alice.get("/api/v1/teams/").status_code for _ in range(4)] == [200, 200, 429, 429]
+    # bob: his first fills the address's log (5), the next is refused by it.
+    assert [bob.get("/api/v1/teams/").status_code for _ in range(2)] == [200, 429]
+    refused = alice.get("/api/v1/teams/")
+    assert refused.status_code == 429
+    assert 0 < int(refused["Retry-After"]) <= 60
+    assert api("carol").get("/api/v1/teams/", REMOTE_ADDR="10.0.0.9").status_code == 200
+
+
+def test_a_token_request_costs_two_redis_round_trips(api, world, redis_cache, monkeypatch):
+    """The failed-login check before the key is looked at, then the user's and the address's logs together."""
+    from portal.api import throttling
+
+    steps: list[list[str]] = []
+    real = throttling._log_steps
+
+    def counted(redis, entries, *, now):
+        steps.append([entry.key for entry in entries])
+        return real(redis, entries, now=now)
+
+    monkeypatch.setattr(throttling, "_log_steps", counted)
+    assert api("alice").get("/api/v1/teams/").status_code == 200
+    assert [len(keys) for keys in steps] == [1, 2]
+    assert "authfail" in steps[0][0]
+    assert {key.split("_")[1] for key in steps[1]} == {"user", "ip"}
