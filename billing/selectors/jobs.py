@@ -170,7 +170,7 @@ def _job_cost(
         total.add(so_far)
         run_s += attempt.run_s(now)
         estimate = None if estimate is None or attempt_estimate is None else estimate + attempt_estimate
-    figures = figures_exact(total)
+    figures = figures_exact(total) if attempts else _NOTHING
     if job.state == JobState.PENDING or (job.state not in ACTIVE_STATES and not _finished(job)):
         estimate = None
     elif _finished(job):
@@ -183,6 +183,10 @@ def _job_cost(
         attempts=per_attempt,
         usd_per_hour=rate if job.state in ACTIVE_STATES else None,
     )
+
+
+# The figures of a job that never ran (every job of a queue's backlog): exact zeros, made once.
+_NOTHING = figures_exact(UsageSums())
 
 
 def _finished(job: CostedJob) -> bool:

@@ -72,15 +72,46 @@ _ATTEMPT_VALUES = (
 )  # fmt: skip
 
 
-def _renderers(serializer: serializers.Serializer, names: Iterable[str]) -> list[tuple[str, Any]]:
-    """``(name, render)`` of the serializer's plain fields named ``names``: the field's
-    ``to_representation``, and None for None (as ``Serializer.to_representation`` does)."""
-    fields = serializer.fields
+# DRF fields whose ``to_representation`` answers a value of this exact type as it is: ``str(value)``,
+# ``int(value)``, ``float(value)``; a BooleanField's True or False.
+_KEPT_AS_IS: dict[type, type] = {
+    serializers.CharField: str,
+    serializers.IntegerField: int,
+    serializers.FloatField: float,
+    serializers.BooleanField: bool,
+}
 
-    def none_or(render):
-        return lambda value: None if value is None else render(value)
 
-    return [(name, none_or(fields[name].to_representation)) for name in names]
+def _as_is(field: serializers.Field) -> type | None:
+    """The type of value ``field`` renders as it is (``object``: any value), else None."""
+    if type(field) is serializers.JSONField and not field.binary:  # type: ignore[attr-defined]
+        return object
+    if type(field) is serializers.ChoiceField and all(type(key) is str for key in field.choices):  # type: ignore[attr-defined]
+        return str  # a choice's key: the string itself (any other string is answered as it is too)
+    return _KEPT_AS_IS.get(type(field))
+
+
+_Renderer = tuple[str, str, Any, "type | None"]
+
+
+def _renderers(
+    serializer: serializers.Serializer, names: Iterable[str], sources: dict[str, str] | None = None
+) -> list[_Renderer]:
+    """``(name, source, render, kept)`` of the serializer's plain fields named ``names``: the row's key
+    (``sources``, default the name), the field's ``to_representation``, and the type of value it
+    answers as it is (``_render`` skips the call)."""
+    fields, sources = serializer.fields, sources or {}
+    return [(name, sources.get(name, name), fields[name].to_representation, _as_is(fields[name])) for name in names]
+
+
+def _render(row: dict[str, Any], renderers: list[_Renderer]) -> dict[str, Any]:
+    """Each field's value rendered by its DRF field, None as None (as ``Serializer.to_representation``
+    does); a value the field would answer as it is is taken as it is."""
+    out = {}
+    for name, source, render, kept in renderers:
+        value = row[source]
+        out[name] = value if value is None or kept is object or type(value) is kept else render(value)
+    return out
 
 
 def _field_names(serializer_class: type[serializers.ModelSerializer]) -> tuple[str, ...]:
@@ -94,7 +125,7 @@ class _Shapes:
         job = JobSerializer()
         self.job_order = _field_names(JobSerializer)
         plain = [name for name in self.job_order if name not in _NESTED and name not in _FIGURES]
-        self.job = _renderers(job, plain)
+        self.job = _renderers(job, plain, _RENAMED)
         self.placement = _renderers(PlacementSerializer(), _field_names(PlacementSerializer))
         self.transition = _renderers(TransitionSerializer(), _field_names(TransitionSerializer))
         attempt_names = [n for n in _field_names(AttemptSerializer) if n not in _FIGURES]
@@ -384,15 +415,15 @@ def jobs_render(
     for row in rows:
         job_id = row["id"]
         cost = costs[job_id]
-        values = {name: render(row[_RENAMED.get(name, name)]) for name, render in shapes.job}
+        values = _render(row, shapes.job)
         values["allowed_gpu_models"] = allowed.get(job_id, [])
-        values["placements"] = [{n: r(p[n]) for n, r in shapes.placement} for p in placements.get(job_id, ())]
-        values["transitions"] = [{n: r(t[n]) for n, r in shapes.transition} for t in transitions.get(job_id, ())]
+        values["placements"] = [_render(p, shapes.placement) for p in placements.get(job_id, ())]
+        values["transitions"] = [_render(t, shapes.transition) for t in transitions.get(job_id, ())]
         values.update(_figures(cost))
         rendered_attempts = []
         for attempt in attempts.get(job_id, ()):
             attempt["gpus"] = billed_gpus(attempt["gpu_share_7000ths"])
-            one = {n: r(attempt[n]) for n, r in shapes.attempt}
+            one = _render(attempt, shapes.attempt)
             one.update(_figures(cost.attempts[attempt["number"]]))
             rendered_attempts.append({name: one[name] for name in shapes.attempt_order})
         values["attempts"] = rendered_attempts
