@@ -89,19 +89,53 @@ def test_the_user_and_the_address_are_throttled_each_on_its_own_log(api, world, 
     assert api("carol").get("/api/v1/teams/", REMOTE_ADDR="10.0.0.9").status_code == 200
 
 
-def test_a_token_request_costs_two_redis_round_trips(api, world, redis_cache, monkeypatch):
-    """The failed-login check before the key is looked at, then the user's and the address's logs together."""
+def _counted_steps(monkeypatch) -> list[list[str]]:
+    """The keys of each round trip the throttles make to Redis."""
     from portal.api import throttling
 
     steps: list[list[str]] = []
     real = throttling._log_steps
 
     def counted(redis, entries, *, now):
-        steps.append([entry.key for entry in entries])
+        steps.append([entry.key.split("_")[1] for entry in entries])
         return real(redis, entries, now=now)
 
     monkeypatch.setattr(throttling, "_log_steps", counted)
-    assert api("alice").get("/api/v1/teams/").status_code == 200
-    assert [len(keys) for keys in steps] == [1, 2]
-    assert "authfail" in steps[0][0]
-    assert {key.split("_")[1] for key in steps[1]} == {"user", "ip"}
+    return steps
+
+
+def test_a_token_request_costs_one_redis_round_trip(api, world, redis_cache, monkeypatch):
+    """The address's failed logins, the user's and the address's requests: one step (the API's views
+    let any authenticated user through to the throttle)."""
+    alice = api("alice")
+    steps = _counted_steps(monkeypatch)
+    assert alice.get("/api/v1/teams/").status_code == 200
+    assert alice.get("/api/v1/jobs/").status_code == 200
+    assert steps == [["authfail", "user", "ip"]] * 2
+
+
+def test_a_view_with_its_own_permissions_is_throttled_after_them(api, world, settings, redis_cache, monkeypatch):
+    """Its permission check may refuse the request before the throttle: the throttle's logs are taken
+    only then, in a round trip of their own (a refused request is not counted, as DRF counts it)."""
+    settings.API_DOCS = "off"  # its permission answers 404
+    settings.API_THROTTLE_USER = "2/min"
+    alice = api("alice")
+    steps = _counted_steps(monkeypatch)
+    assert [alice.get("/api/schema/").status_code for _ in range(3)] == [404] * 3
+    assert steps == [["authfail"]] * 3  # refused by the permission: never counted
+    assert [alice.get("/api/v1/teams/").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_past_the_failed_logins_limit_a_valid_key_gets_429_too_and_is_not_counted(api, world, settings, redis_cache):
+    settings.API_THROTTLE_AUTH_FAILURES = "3/min"
+    settings.API_THROTTLE_USER = "2/min"
+    alice = api("alice")
+    guesser = APIClient()
+    guesser.credentials(HTTP_AUTHORIZATION="Token gpt_wrong")
+    assert [guesser.get("/api/v1/teams/").status_code for _ in range(4)] == [401, 401, 401, 429]
+    refused = alice.get("/api/v1/teams/")  # the same address
+    assert refused.status_code == 429
+    assert refused.json()["detail"] == guesser.get("/api/v1/teams/").json()["detail"]
+    assert int(refused["Retry-After"]) > 0
+    # From another address her key works, her own log untouched by the refused requests.
+    assert [alice.get("/api/v1/teams/", REMOTE_ADDR="10.0.0.9").status_code for _ in range(3)] == [200, 200, 429]
