@@ -165,3 +165,22 @@ def test_the_prepared_job_rows_are_the_orms_rows_for_any_teams_order_and_page(wo
             else:
                 assert one is None  # another team's job is not read
     assert JobRows(team_ids=None, ordering=()).one(-1) is None
+
+
+def test_a_running_inference_replica_is_rendered_as_the_serializer_renders_it(world):
+    """Its cost estimate runs until stopped (priced over the next hour, no expected end): the row
+    renderer reads the job's kind as the serializer does."""
+    world.submit(gpu=1, kind="inference", runtime_s=3600)
+    start = timezone.now()
+    cycle_run(now=start, backend=SimulatedCluster())
+    cycle_run(now=start + timedelta(seconds=30), backend=SimulatedCluster())
+    now = start + timedelta(minutes=10)
+    instances = list(
+        Job.objects.select_related("team", "local_queue", "priority_class", "gpu_model", "owner").prefetch_related(
+            "allowed_gpu_models", "placements", "transitions", "attempts"
+        )
+    )
+    assert [(job.kind, job.state) for job in instances] == [("inference", "Running")]
+    costs = job_costs(jobs=instances, now=now, speedup=60.0)
+    expected = JobSerializer(instances, many=True, context={"costs": costs}).data
+    assert jobs_render(list(job_page_rows(Job.objects.all())), now=now, speedup=60.0) == expected
