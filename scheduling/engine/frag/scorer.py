@@ -170,7 +170,7 @@ class NodeScorer:
         key, table, ids = self._table_of(pod)
         node_ids = ids[idx]
         self._fill(pod, table, idx, node_ids)
-        score = table.values[node_ids, 0]  # a copy (fancy indexing)
+        score = table.values[:, 0][node_ids]  # a copy (fancy indexing; one column's gather is cheaper)
         device = table.devices(ids)
         self._last = (key, table)
         if self.policy == "portal":
