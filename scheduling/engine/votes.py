@@ -63,6 +63,9 @@ class Votes:
         self.gpu_avoid = 2 * GPU_AVOID_WEIGHT * (cluster.gpu_count > 0)
         self.rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
         self._zone_of: list[int] = self.zone.tolist()
+        # Each rack's and zone's nodes (static), for the topology vote of a gang's next replica.
+        self._rack_members = _members(self.rack, self.rack_top)
+        self._zone_members = _members(self.zone, self.zone_top)
         # The first replica's tiers (zone, then rack), each label's codes shifted by one (0: no label)
         # and how many codes that makes; a label no node has is left out (it changes no score).
         self._domain_levels = [
@@ -237,17 +240,20 @@ class Votes:
         """Keep a gang together, in tiers: same node 1, same rack 0.6, same zone 0.3 as replicas already
         placed. For the first replica: a node, else a rack, else a zone that can hold the whole gang, and
         within a tier the tightest such domain (keeps big free blocks for big gangs)."""
-        score = np.zeros(len(cand), dtype=np.float64)
-        rack, zone = self.rack, self.zone
         if gang_nodes:
-            levels = ((0.3, zone, self._zone_of, self.zone_top), (0.6, rack, self.rack_of, self.rack_top))
-            for weight, codes, of_node, top in levels:
+            # Per node, then read for the candidates: a few scatters of the domains' (static) members
+            # cost less than a comparison per candidate and domain.
+            per_node = np.zeros(self.cluster.n, dtype=np.float64)
+            for weight, members, of_node in (
+                (0.3, self._zone_members, self._zone_of),
+                (0.6, self._rack_members, self.rack_of),
+            ):
                 # The domains the gang's replicas are in (nodes without the label, code -1, share nothing).
-                domains = {of_node[i] for i in gang_nodes} - {-1}
-                if domains:
-                    score[_among(codes[cand], domains, top + 1)] = weight
-            score[_among(cand, set(gang_nodes), self.cluster.n)] = 1.0
-            return score
+                for domain in sorted({of_node[i] for i in gang_nodes} - {-1}):
+                    per_node[members[domain]] = weight
+            per_node[list(gang_nodes)] = 1.0
+            return per_node[cand]
+        score = np.zeros(len(cand), dtype=np.float64)
         # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
         if node_cap is None:
             node_cap = fit.replica_capacity(self.cluster, shape, cand)
@@ -264,18 +270,11 @@ class Votes:
         return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
 
 
-def _among(values: np.ndarray, wanted: set[int], size: int) -> np.ndarray:
-    """Where ``values`` (each -1 or in ``0..size-1``) is one of ``wanted`` (in ``0..size-1``)."""
-    if len(wanted) == 1:
-        return values == next(iter(wanted))
-    if len(wanted) == 2:  # two comparisons beat a table
-        found = np.zeros(len(values), dtype=bool)
-        for value in wanted:
-            found |= values == value
-        return found
-    table = np.zeros(size + 1, dtype=bool)  # shifted by one: -1 reads the first entry, never set
-    table[[value + 1 for value in wanted]] = True
-    return table[values + 1]
+def _members(codes: np.ndarray, top: int) -> list[np.ndarray]:
+    """Per code ``0..top``, the indices where ``codes`` has it."""
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(top + 2))
+    return [order[bounds[c] : bounds[c + 1]] for c in range(top + 1)]
 
 
 def _unit(raw: np.ndarray) -> np.ndarray:
