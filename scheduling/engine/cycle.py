@@ -263,10 +263,7 @@ class _Cycle(ForecastHost):
         if minimums is None:
             minimums = self._job_minimums[job.id] = self._minimums(job, cq)
         would_borrow = self.quota.would_borrow
-        for minimum in minimums:  # ``all`` over a generator, without the generator (a hot path)
-            if not would_borrow(cq, minimum):
-                return False
-        return True
+        return all(would_borrow(cq, minimum) for minimum in minimums)
 
     def _minimums(self, job: Workload, cq: str) -> tuple[dict[str, int], ...]:
         """The gang's minimum request on each GPU model it may use in ``cq`` (models where it cannot

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,6 +44,35 @@ GPU_AVOID_WEIGHT = 1.0
 CONTIGUOUS_WEIGHT = 0.2
 # Policies whose scores are shares of a node (about one unit wide): side votes add to them directly.
 _UNIT_SCALE_POLICIES = ("binpack", "spread")
+
+
+@dataclass(slots=True)
+class Trail:
+    """A gang's previous scored replica (no placement rules, not MIG, one scorer), so that its next
+    replica is scored from that replica's arrays (``placement.Placer._place_replicas``).
+
+    Between the two only the chosen node changed (the replicas between them filled it, and the fill
+    test found it full before the next replica is scored), so when the previous candidates were the
+    model's whole block (``cand``, the gang's replicas then not in one rack with room), the next
+    replica's candidates are the same without the chosen node, and their raw policy scores (when the
+    scorer's depend only on each node's own state, ``follows_nodes``) and contiguity votes too.
+    """
+
+    cand: np.ndarray | None = None  # the previous scored replica's candidates (None: not reusable)
+    placed: int = 0  # how many replicas the gang had placed then
+    position: int = -1  # where the node it chose is in ``cand``
+    chosen: int = -1  # that node
+    raw: np.ndarray | None = None  # the single scorer's raw scores of ``cand``, when reusable
+    contiguous: np.ndarray | None = None  # the contiguity votes of ``cand`` (multi-GPU replicas)
+    following: bool = False  # this call's candidates are ``cand`` without ``chosen``
+
+    def follows(self, gang_nodes: Sequence[int]) -> bool:
+        """Whether every replica placed since the previous scored one went to its chosen node (the
+        gang's replicas then were not in one rack with room, so they are not now either)."""
+        if self.cand is None or self.placed == 0 or len(gang_nodes) <= self.placed:
+            return False
+        chosen = self.chosen
+        return all(node == chosen for node in gang_nodes[self.placed :])
 
 
 class Votes:
@@ -78,9 +108,15 @@ class Votes:
         single = self.scorer_names == [policy.placement]
         self.unit_scale = single and policy.placement in _UNIT_SCALE_POLICIES
         self.fast = self.unit_scale and fast_path
+        self.fast_path = fast_path
         # A single plugin that scores nodes without a ScoreContext (fgd, portal): see :meth:`block_pick`.
         block = self.plugins[0] if single and fast_path else None
         self.block: ScorerPlugin | None = block if hasattr(block, "score_at") else None
+
+    def trail(self) -> Trail | None:
+        """A new :class:`Trail` for one gang's replicas, when one scorer scores every node (and the fast
+        paths are on: ``test_a_gangs_next_replica_goes_where_scoring_it_afresh_sends_it`` compares)."""
+        return Trail() if self.fast_path and len(self.scorer_names) == 1 else None
 
     def pool_scorers(self) -> tuple[list[str], np.ndarray]:
         """The scorer names in use and, per node, the index of its pool's scorer among them."""
@@ -176,16 +212,22 @@ class Votes:
         remaining: int,
         gang: GangRules | None = None,
         node_cap: np.ndarray | None = None,
+        trail: Trail | None = None,
     ) -> np.ndarray:
         """How much each candidate node is wanted; the votes combine here and only here. ``node_cap``:
-        the candidates' replica capacity (``fit.replica_capacity``), when the caller has it."""
+        the candidates' replica capacity (``fit.replica_capacity``), when the caller has it. ``trail``:
+        a gang's previous scored replica (see :class:`Trail`): read when it is ``following``, and
+        written with this call's arrays."""
         if self.single_vote(workload, gang_nodes, remaining) and (
             self.unit_scale or (shape.kind != "cpu" and shape.gpus <= 1)
         ):
             # One vote (plus the side votes on a unit-scale policy): its own scale is as good as any.
             ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
             return self.single_vote_score(shape, cand, np.asarray(self.plugins[0].score(ctx), dtype=np.float64))
-        total = self.policy_votes(workload, shape, cand)
+        if trail is not None:
+            total = _unit(self._trail_raw(workload, shape, cand, trail))
+        else:
+            total = self.policy_votes(workload, shape, cand)
         preferred = self.preferred_terms(workload)
         if preferred:
             # kube-scheduler's NodeAffinity score: the matched terms' weights over the highest.
@@ -204,8 +246,33 @@ class Votes:
             # Keeping a gang together, unless its own rules spread it.
             total += TOPOLOGY_WEIGHT * self.topology(shape, cand, gang_nodes, remaining, node_cap)
         if shape.gpus > 1:
-            total += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, cand)
+            if trail is None:
+                contiguous = fit.contiguous(self.cluster, shape.gpus, cand)
+            else:
+                contiguous = trail.contiguous = (
+                    np.delete(trail.contiguous, trail.position)
+                    if trail.following and trail.contiguous is not None
+                    else fit.contiguous(self.cluster, shape.gpus, cand)
+                )
+            total += CONTIGUOUS_WEIGHT * contiguous
         return total
+
+    def _trail_raw(self, workload: Workload, shape: Shape, cand: np.ndarray, trail: Trail) -> np.ndarray:
+        """The single scorer's raw scores of ``cand``: the trail's without its chosen node when it is
+        following and the scorer's scores depend only on each node's own state, else computed; kept in
+        the trail when they may be reused."""
+        if trail.following and trail.raw is not None:
+            raw = np.delete(trail.raw, trail.position)
+        else:
+            plugin = self.plugins[0]
+            ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
+            raw = np.asarray(plugin.score(ctx), dtype=np.float64)
+            follows = getattr(plugin, "follows_nodes", None)
+            if follows is None or not follows(shape):
+                trail.raw = None
+                return raw
+        trail.raw = raw
+        return raw
 
     @staticmethod
     def preferred_terms(workload: Workload) -> tuple[PreferredTerm, ...]:

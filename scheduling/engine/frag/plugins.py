@@ -211,6 +211,15 @@ class FragPlugin:
             self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
         return np.asarray(scores, dtype=np.float64)
 
+    def follows_nodes(self, shape: Shape) -> bool:
+        """Whether :meth:`score` of a node depends only on that node's own state (fgd; portal without
+        the terms read from the whole cluster, model pressure and scarcity), so that a node that did
+        not change keeps its score (``votes.Trail``)."""
+        scorer = self.scorer
+        if scorer is None or self.frag_policy not in ("fgd", "portal") or shape.kind == "mig":
+            return False
+        return scorer.state_only(self._pod(shape))
+
     def score_at(self, shape: Shape, nodes: np.ndarray) -> np.ndarray | None:
         """``score`` of the (feasible) ``nodes`` for one replica (not MIG) under fgd or portal, without a
         ``ScoreContext``; ``None`` where only ``score`` answers."""

@@ -153,6 +153,16 @@ class NodeScorer:
             return np.zeros(idx.size), None
         return self._baseline_scores(pod, idx), None
 
+    def state_only(self, pod: PodShape) -> bool:
+        """Whether :meth:`score_nodes` gives each node a score that depends only on its own state (and
+        the pod): fgd; portal once its model pressure term is known to be off (no typical pod is
+        constrained) for a GPU pod, and without a scarcity term."""
+        if self.policy == "fgd":
+            return True
+        if self.policy != "portal" or self._scarcity is not None:
+            return False
+        return pod.gpu_count == 0 or (self._press_share is not None and not self._press_any)
+
     def _baseline_scores(self, pod: PodShape, idx: np.ndarray) -> np.ndarray:
         free_total = self._gpu_free_total[idx]
         if self.policy == "dotprod":
