@@ -22,8 +22,10 @@ of nodes (``votes.Votes.fast_pick`` for binpack and spread, ``Votes.block_pick``
 
 A gang places replica by replica in a ``Statement``; the caller commits or discards it. A replica
 first tries the node the previous one went to; while the replicas so far share one rack with room,
-only that rack's nodes are candidates. When a replica does not fit, :meth:`Placer.explain` counts,
-for every node, the first filter that rejected it.
+only that rack's nodes are candidates. Otherwise, once the node the previous scored replica chose is
+full, the next replica's candidates, raw policy scores and contiguity votes are that replica's without
+the full node (``votes.Trail``: nothing else changed in between), not measured again. When a replica
+does not fit, :meth:`Placer.explain` counts, for every node, the first filter that rejected it.
 
 A job with placement rules (``Workload.rules``) takes :meth:`Placer._place_ruled`: the same steps
 with the rules between its replicas (``replicas.GangRules``: anti-affinity, topology spread) applied

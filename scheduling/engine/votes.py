@@ -12,7 +12,9 @@ When only the placement policy votes on a single replica, two fast paths test th
 model's block of nodes in place and skip the general scoring: :meth:`Votes.fast_pick` (binpack,
 spread: a masked argmax over the block) and :meth:`Votes.block_pick` (a plugin that scores nodes
 directly, fgd and portal: its scores of the feasible nodes only). Both pick the node the scored path
-picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``).
+picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``). A gang's next replica may be
+scored from its predecessor's arrays (:class:`Trail`); it lands where scoring afresh sends it
+(``test_a_gangs_next_replica_goes_where_scoring_it_afresh_sends_it``).
 """
 
 from __future__ import annotations
