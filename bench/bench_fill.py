@@ -216,6 +216,9 @@ def run(backend: str, args: argparse.Namespace) -> float:
         f"  CPU from the first submit to all Running: {sum(cpu.values()) + own:.1f} s (the machine had "
         f"{cores * total_s:.0f} s on {cores} cores; load average {os.getloadavg()[0]:.1f}): " + ", ".join(parts)
     )
+    if kube is not None:
+        answers = ", ".join(f"{method} {what} {code} ×{n}" for (method, what, code), n in kube.answered.most_common())
+        print(f"  the API server's answers: {answers}; {kube.connections} connections")
     print(f"  target ≥ {TARGET_JOBS_PER_S:g} jobs/s: {'met' if rate >= TARGET_JOBS_PER_S else 'NOT met'}")
     return rate
 

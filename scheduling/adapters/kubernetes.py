@@ -56,7 +56,14 @@ from scheduling.adapters.k8s.observations import ActiveJob, job_observations
 from scheduling.adapters.k8s.pods import ANN_NODE, pod_job_attempt, pod_name, pod_phase
 from scheduling.adapters.k8s.training import procs_per_node
 from scheduling.adapters.k8s.usage import foreign_usage_from
-from scheduling.adapters.kubernetes_api import NETWORK_ERRORS, K8sOptions, api_client_from_settings, call, logger
+from scheduling.adapters.kubernetes_api import (
+    NETWORK_ERRORS,
+    K8sOptions,
+    api_client_from_settings,
+    call,
+    logger,
+    read_body,
+)
 from scheduling.adapters.kubernetes_informer import Informer
 from scheduling.adapters.kubernetes_namespaces import NamespaceWriter
 from scheduling.adapters.kubernetes_ray import RayJobs, RayWriter
@@ -272,13 +279,15 @@ class KubernetesBackend:
         uid = ""
         if not skip_create:
             try:
-                response = self._call(
-                    lambda: self.core.create_namespaced_pod(
-                        namespace, manifest, _preload_content=False, _request_timeout=self._timeout
+                body = self._call(
+                    lambda: read_body(
+                        self.core.create_namespaced_pod(
+                            namespace, manifest, _preload_content=False, _request_timeout=self._timeout
+                        )
                     ),
                     f"create pod {namespace}/{name}",
                 )
-                uid = (json.loads(response.data).get("metadata") or {}).get("uid", "")
+                uid = (json.loads(body).get("metadata") or {}).get("uid", "")
                 created = 1
             except ApiException as exc:
                 if exc.status != 409:
@@ -287,12 +296,14 @@ class KubernetesBackend:
         bound = 0
         try:
             self._call(
-                lambda: self.core.create_namespaced_pod_binding(
-                    name,
-                    namespace,
-                    binding_manifest(name, namespace, node),
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
+                lambda: read_body(
+                    self.core.create_namespaced_pod_binding(
+                        name,
+                        namespace,
+                        binding_manifest(name, namespace, node),
+                        _preload_content=False,
+                        _request_timeout=self._timeout,
+                    )
                 ),
                 f"bind pod {namespace}/{name} to {node}",
             )
@@ -316,7 +327,11 @@ class KubernetesBackend:
             source=self.options.scheduler_name,
         )
         try:
-            self.core.create_namespaced_event(namespace, body, _preload_content=False, _request_timeout=self._timeout)
+            read_body(
+                self.core.create_namespaced_event(
+                    namespace, body, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
         except (ApiException, *NETWORK_ERRORS) as exc:
             logger.info("kubernetes: event %s for %s/%s not recorded: %s", reason, namespace, pod, exc)
 
@@ -379,12 +394,14 @@ class KubernetesBackend:
         """Delete one pod with a grace period; False if it was already gone."""
         try:
             self._call(
-                lambda: self.core.delete_namespaced_pod(
-                    name,
-                    namespace,
-                    grace_period_seconds=grace_s,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
+                lambda: read_body(
+                    self.core.delete_namespaced_pod(
+                        name,
+                        namespace,
+                        grace_period_seconds=grace_s,
+                        _preload_content=False,
+                        _request_timeout=self._timeout,
+                    )
                 ),
                 f"delete pod {namespace}/{name}",
             )

@@ -254,6 +254,36 @@ def test_a_retried_create_that_gets_409_counts_as_success(kworld, kube, backend)
     assert (len(creates), len(bindings)) == (6, 6)  # the retries' creates and bindings got 409, taken as done
 
 
+def test_pods_are_created_bound_and_announced_over_one_kept_alive_connection(kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    manifests = [
+        pod_manifest(
+            PodJob(700 + i, 1, "team-vision", "vision", "default", "x", (), 1, 100, 100),
+            0,
+            ReplicaPlacement(node="a100-0", gpu_indices=(i,), gpu_milli=1000),
+            scheduler_name="gpu-portal",
+            run_as_user=1000,
+        )
+        for i in range(5)
+    ]
+    opened = kube.connections
+    for manifest in manifests:
+        backend.create_and_bind(manifest)
+    backend.create_and_bind(manifests[0])  # a retry: 409 on the create and on the bind
+    assert [kube.pods[("team-vision", f"job-{700 + i}-a1-r0")]["spec"]["nodeName"] for i in range(5)] == ["a100-0"] * 5
+    answered = {(method, what, code): n for (method, what, code), n in kube.answered.items() if method == "POST"}
+    assert answered == {
+        ("POST", "pods", 201): 5,
+        ("POST", "pods/binding", 201): 5,
+        ("POST", "events", 201): 5,
+        ("POST", "pods", 409): 1,
+        ("POST", "pods/binding", 409): 1,
+    }
+    # Every answer was read to its end, so the one pooled connection served all 17 calls: a response
+    # left unread would keep its connection, and the next call would open another.
+    assert kube.connections - opened == 1
+
+
 def test_a_cycle_that_admits_many_jobs_creates_and_binds_their_pods_concurrently(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     kube.add_node("a100-1", gpus=8)
