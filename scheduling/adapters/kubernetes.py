@@ -476,10 +476,17 @@ class KubernetesBackend:
     def _create_missing(self, pods: _PortalPods, admitted: list[int]) -> int:
         """Reconcile, step 4: create an admitted job's missing pods and bind its unbound ones."""
         created = 0
-        jobs = Job.objects.select_related("team", "local_queue").filter(pk__in=admitted, state=JobState.ADMITTED)
+        jobs = (
+            Job.objects.select_related("team", "local_queue")
+            .prefetch_related(Prefetch("placements", queryset=ReplicaPlacement.objects.order_by("replica")))
+            .filter(pk__in=admitted, state=JobState.ADMITTED)
+        )
         for job in jobs.exclude(kind=Job.Kind.RAY):  # KubeRay makes a Ray job's pods (step 6)
             existing = pods.names.get((job.pk, job.attempt), set())
             stranded = pods.unbound.get((job.pk, job.attempt), set())
+            wanted = {pod_name(job.pk, job.attempt, p.replica) for p in job.placements.all()}
+            if wanted <= existing and not stranded:
+                continue  # every pod made and bound (most admitted jobs: their pods just have not run yet)
             manifests = self.pods_for(job)
             missing = [m for m in manifests if m["metadata"]["name"] not in existing]
             created += self._start_pods(job, missing)

@@ -6,7 +6,9 @@ import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from portal.jobs.models import Job, JobTransition
@@ -344,6 +346,27 @@ def test_a_pod_created_but_left_unbound_by_an_api_outage_is_bound_by_the_next_cy
     cycle(backend, kube)  # reconcile binds what the failed cycle created
     (pod,) = pods_of(kube, job)
     assert pod["spec"]["nodeName"] == "a100-0"
+
+
+def test_reconcile_leaves_admitted_jobs_with_every_pod_bound_alone_in_a_fixed_number_of_queries(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)  # no kubelet here: bound pods stay Pending, their jobs Admitted
+
+    def reconcile_cost() -> tuple[int, int]:
+        settle(backend, kube)
+        posts = len([r for r in kube.requests if r[0] == "POST"])
+        with CaptureQueriesContext(connection) as queries:
+            backend.reconcile(now=timezone.now())
+        return len(queries), len([r for r in kube.requests if r[0] == "POST"]) - posts
+
+    jobs = [kworld.submit(gpu=1) for _ in range(2)]
+    cycle(backend, kube)
+    few = reconcile_cost()
+    jobs += [kworld.submit(gpu=1) for _ in range(4)]
+    cycle(backend, kube)
+    many = reconcile_cost()
+    assert Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).count() == 6
+    assert few[1] == many[1] == 0  # nothing created or bound again
+    assert many[0] == few[0]  # the placements of all admitted jobs in one query
 
 
 def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube, backend):
