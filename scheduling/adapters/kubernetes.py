@@ -171,6 +171,13 @@ class KubernetesBackend:
         known = list(GpuModel.objects.values_list("name", flat=True))
         return [gpu_node_from(node, known_models=known) for node in self.raw_nodes()]
 
+    def nodes_version(self) -> tuple[int, int]:
+        """Changes whenever the node cache does (so may ``nodes``, with the ``GpuModel`` rows, which
+        the callers version themselves): a submission's "never fits" test keeps its answers while it
+        is the same, instead of converting every node again (``selectors._feasibility``)."""
+        self._ensure_started()
+        return (self.node_informer.identity, self.node_informer.changes)
+
     def foreign_usage(self) -> list[ForeignUsage]:
         active = set(Job.objects.filter(state__in=ACTIVE_STATES).values_list("id", "attempt"))
         held: dict[str, set[int]] = {}

@@ -20,6 +20,7 @@ from scheduling.adapters.kubernetes import KubernetesBackend
 from scheduling.adapters.kubernetes_api import ClusterApiError
 from scheduling.adapters.pod_security import pod_spec_violations
 from scheduling.engine.model import ReplicaPlacement
+from scheduling.selectors import job_never_fits
 from scheduling.services import cluster_sync, cycle_run, jobs_sweep
 from tests.scheduling.adapters.conftest import backend_for, cycle, pods_of, settle
 
@@ -367,6 +368,31 @@ def test_reconcile_leaves_admitted_jobs_with_every_pod_bound_alone_in_a_fixed_nu
     assert Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).count() == 6
     assert few[1] == many[1] == 0  # nothing created or bound again
     assert many[0] == few[0]  # the placements of all admitted jobs in one query
+
+
+def test_the_never_fits_test_follows_the_node_cache_and_reads_the_nodes_again_only_when_it_changed(kworld, kube):
+    class Counting(KubernetesBackend):
+        reads = 0
+
+        def nodes(self):
+            self.reads += 1
+            return super().nodes()
+
+    counting = Counting(api_client=backend_for(kube).api_client, options=backend_for(kube).options)
+    kube.add_node("a100-0", gpus=8)
+    big = kworld.submit(gpu=16, allowed_gpu_models=[kworld.models["A100-80GB"]])  # the simulated cluster: no node
+    settle(counting, kube)
+    assert job_never_fits(job=big, backend=counting) is not None  # the largest node has 8
+    assert job_never_fits(job=big, backend=counting) is not None
+    assert counting.reads == 1  # the second answer was kept: the node cache had not changed
+    kube.add_node("a100-big", gpus=16)
+    settle(counting, kube)
+    assert job_never_fits(job=big, backend=counting) is None
+    kube.delete_node("a100-big")
+    settle(counting, kube)
+    assert job_never_fits(job=big, backend=counting) is not None
+    assert counting.reads == 3
+    counting.close()
 
 
 def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube, backend):
