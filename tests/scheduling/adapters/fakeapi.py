@@ -5,7 +5,9 @@ log, the kubelet): LIST returns the current resourceVersion; WATCH from a versio
 events (newline-delimited JSON, the connection closed after ``timeoutSeconds``) and answers an ERROR
 event with code 410 when the version was compacted away. Creating an existing pod is 409
 AlreadyExists, binding a bound pod 409 Conflict. Faults are injected per method and path: a status
-code, or a delay (client timeouts).
+code, or a delay (client timeouts). As Go's ``net/http`` does, it sets ``TCP_NODELAY`` and keeps
+connections alive. It counts the connections it accepted, its answers (method, resource, status)
+and its threads' CPU time, for tests and benchmarks.
 """
 
 from __future__ import annotations
