@@ -15,13 +15,17 @@ runs from the first submit until every job is Running:
 NVIDIA KAI's published scale test fills 4,000 single-GPU jobs on 500 simulated nodes in 6 min 38 s
 (about 10 jobs/s); the target here is at least 100 jobs/s. Printed: jobs/s, and where the time went
 — API (the submission phase and its latencies), cycles (count, the engine's and the database's share
-from the workers' per-step timings), and binding (admission to Running per job).
+from the workers' per-step timings: ``apply`` is the plan's transaction, ``start`` the admitted pods
+created and bound after it commits), binding (admission to Running per job), and the CPU time each
+part of the stack used meanwhile (web, workers, beat, PostgreSQL, Redis, and this process: the
+submitting clients and the in-test API server, whose own share its threads count).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -32,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.stack import Stack, django_against, free_port, wait_until
+from bench.stack import Stack, django_against, free_port, group_cpu_s, tree_cpu_s, wait_until
 
 TEAMS = ("vision", "nlp", "speech", "robotics")
 TARGET_JOBS_PER_S = 100.0
@@ -96,6 +100,23 @@ def step_totals(log_text: str) -> dict[str, float]:
     return totals
 
 
+def cpu_by_part(stack: Stack, workers: list, beat, kube) -> dict[str, float]:
+    """CPU seconds used so far by each part of the stack (from ``/proc``; this process by its own clock)."""
+    assert stack.postgres is not None
+    assert stack.redis is not None
+    parts = {
+        "web": group_cpu_s(stack.web_process),
+        "workers": sum(group_cpu_s(worker) for worker in workers),
+        "beat": group_cpu_s(beat),
+        "PostgreSQL": stack.postgres.cpu_s(),
+        "Redis": tree_cpu_s(stack.redis.pid),
+        "this process": time.process_time(),  # the submitting clients and the in-test API server
+    }
+    if kube is not None:
+        parts["API server"] = kube.cpu_s
+    return parts
+
+
 def run(backend: str, args: argparse.Namespace) -> float:
     kube = None
     with Stack(f"fill-{backend}", keep=args.keep) as stack:
@@ -129,9 +150,8 @@ def run(backend: str, args: argparse.Namespace) -> float:
             if backend == "kubernetes":
                 SimNode.objects.all().delete()  # the nodes are the API server's
             connection.close()
-            for i in range(args.workers):
-                stack.worker(i, "fill")
-            stack.beat()
+            workers = [stack.worker(i, "fill") for i in range(args.workers)]
+            beat = stack.beat()
             base = stack.web(free_port(), workers=args.web_workers)
             time.sleep(3)  # workers ready, watches listed
             tokens = [token for team in TEAMS for token in world.member_tokens[team]]
@@ -139,6 +159,7 @@ def run(backend: str, args: argparse.Namespace) -> float:
                 f"[{backend}] submitting {args.jobs} jobs from {args.clients} clients onto {args.nodes} nodes",
                 flush=True,
             )
+            cpu_before = cpu_by_part(stack, workers, beat, kube)
             first, last_answer, latencies = submit_all(base, tokens, args.jobs, args.clients)
 
             def all_running() -> bool:
@@ -149,6 +170,8 @@ def run(backend: str, args: argparse.Namespace) -> float:
             wait_until(all_running, timeout_s=args.deadline, what="every job to run", every_s=0.25)
             done = time.monotonic()
             total_s = done - first
+            cpu_after = cpu_by_part(stack, workers, beat, kube)
+            cpu = {part: cpu_after[part] - cpu_before[part] for part in cpu_before}
             cycles = list(CycleRun.objects.order_by("started_at").values_list("duration_ms", "admitted"))
             gaps = []
             admitted_at: dict[int, object] = {}
@@ -182,6 +205,20 @@ def run(backend: str, args: argparse.Namespace) -> float:
             f"  binding (admission → Running): median {statistics.median(gaps):.2f} s, "
             f"max {max(gaps):.2f} s; after the last submit: {total_s - api_s:.1f} s"
         )
+    own = cpu.pop("this process")
+    served = cpu.pop("API server", None)
+    parts = [f"{part} {seconds:.1f} s" for part, seconds in cpu.items()]
+    parts.append(
+        f"this process {own:.1f} s" + (f" (the in-test API server {served:.1f} s)" if served is not None else "")
+    )
+    cores = os.cpu_count() or 1
+    print(
+        f"  CPU from the first submit to all Running: {sum(cpu.values()) + own:.1f} s (the machine had "
+        f"{cores * total_s:.0f} s on {cores} cores; load average {os.getloadavg()[0]:.1f}): " + ", ".join(parts)
+    )
+    if kube is not None:
+        answers = ", ".join(f"{method} {what} {code} ×{n}" for (method, what, code), n in kube.answered.most_common())
+        print(f"  the API server's answers: {answers}; {kube.connections} connections")
     print(f"  target ≥ {TARGET_JOBS_PER_S:g} jobs/s: {'met' if rate >= TARGET_JOBS_PER_S else 'NOT met'}")
     return rate
 

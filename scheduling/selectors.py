@@ -195,17 +195,22 @@ def _feasibility(backend: ClusterBackend) -> Feasibility | None:
     """The "never fits" test over the cluster as configured now (None when it reports no node).
 
     Kept while the rows of the configuration's tables (``orm.CONFIGURATION_TABLES``) and of the tables
-    the backend's nodes come from (its ``node_tables``, when it has them; else the nodes themselves
-    are compared) are what they were (``changes.rows_version``, one query): any change to a node, queue,
-    quota, GPU model or pool builds it again, so it answers as one built from a fresh read would."""
+    the backend's nodes come from (its ``node_tables``, when it has them) are what they were
+    (``changes.rows_version``, one query), and so is the backend's ``nodes_version`` when it has one
+    (Kubernetes: its node cache's changes); a backend with neither has its nodes compared. Any change
+    to a node, queue, quota, GPU model or pool builds it again, so it answers as one built from a
+    fresh read would."""
     node_tables = getattr(backend, "node_tables", None)
-    nodes = None if node_tables is not None else cluster_nodes(backend=backend)
+    nodes_version = getattr(backend, "nodes_version", None)
+    versioned = node_tables is not None or nodes_version is not None
+    nodes = None if versioned else cluster_nodes(backend=backend)
     version = rows_version(*orm.CONFIGURATION_TABLES, *(node_tables or ()))
     levels = topology_level_labels()
     key = (
         settings.CLUSTER_BACKEND,
         getattr(backend, "name", type(backend).__name__),
         version,
+        None if nodes_version is None else nodes_version(),
         None if nodes is None else tuple(nodes),
         tuple(sorted(levels.items())),
     )

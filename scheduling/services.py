@@ -530,9 +530,12 @@ def cycle_run(*, now: datetime | None = None, backend: ClusterBackend | None = N
         # The capacity signal: the nodes that would let each job waiting for capacity start.
         plan = with_capacity_requests(plan, capacity_requests(snapshot, plan, policy))
         steps.lap("provisioning")
-        counts = apply.plan_apply(plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held)
+        counts = apply.plan_apply(
+            plan=plan, snapshot=snapshot, now=now, backend=backend, fence=cycle_lock_held,
+            committed=partial(steps.lap, "apply"),  # the plan's transaction
+        )  # fmt: skip
         job_events_notify(job_ids=[int(p.workload_id) for p in plan.preemptions])  # committed: enqueued now
-        steps.lap("apply")  # the plan's transaction, then its pods created and bound (after commit)
+        steps.lap("start")  # after commit: the admitted jobs' pods created and bound, the victims' deleted
         allocated = sum(float(apply.placement_gpus(w.placements)) for w in snapshot.workloads if w.placements) + sum(
             float(apply.placement_gpus(a.placements)) for a in plan.admissions
         )

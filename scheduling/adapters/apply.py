@@ -84,6 +84,7 @@ def plan_apply(
     now: datetime,
     backend: ClusterBackend,
     fence: Callable[[], bool] | None = None,
+    committed: Callable[[], None] | None = None,
 ) -> dict[str, int]:
     """Write a plan in one transaction: evict victims, admit and place winners, store pending reasons.
 
@@ -91,12 +92,16 @@ def plan_apply(
     is neither admitted nor evicted. Pods are created/deleted only after the transaction commits.
     ``fence``, checked first inside the transaction, says whether the caller still holds the cycle
     lock; if not, nothing is written (another worker may be planning from a newer snapshot).
+    ``committed`` is called once the transaction commits, before any pod is touched (the cycle's
+    clock: the database's part of the step ends there).
     """
     nodes = {n.name: n for n in snapshot.nodes}
     gpu_models = {g.name: g for g in GpuModel.objects.all()}
     with transaction.atomic():
         if fence is not None and not fence():
             raise LostCycleLock("the cycle lock was lost before the plan was written")
+        if committed is not None:
+            transaction.on_commit(committed)  # registered first, so run before the pods' callbacks
         preempted = sum(preemption_apply(p, now=now, backend=backend) for p in plan.preemptions)
         started = admissions_apply(plan.admissions, now=now, nodes=nodes, gpu_models=gpu_models)
         # The admitted jobs' pods start after commit, all in one call when the backend can start many

@@ -56,7 +56,14 @@ from scheduling.adapters.k8s.observations import ActiveJob, job_observations
 from scheduling.adapters.k8s.pods import ANN_NODE, pod_job_attempt, pod_name, pod_phase
 from scheduling.adapters.k8s.training import procs_per_node
 from scheduling.adapters.k8s.usage import foreign_usage_from
-from scheduling.adapters.kubernetes_api import NETWORK_ERRORS, K8sOptions, api_client_from_settings, call, logger
+from scheduling.adapters.kubernetes_api import (
+    NETWORK_ERRORS,
+    K8sOptions,
+    api_client_from_settings,
+    call,
+    logger,
+    read_body,
+)
 from scheduling.adapters.kubernetes_informer import Informer
 from scheduling.adapters.kubernetes_namespaces import NamespaceWriter
 from scheduling.adapters.kubernetes_ray import RayJobs, RayWriter
@@ -163,6 +170,13 @@ class KubernetesBackend:
     def nodes(self) -> list[GpuNode]:
         known = list(GpuModel.objects.values_list("name", flat=True))
         return [gpu_node_from(node, known_models=known) for node in self.raw_nodes()]
+
+    def nodes_version(self) -> tuple[int, int]:
+        """Changes whenever the node cache does (so may ``nodes``, with the ``GpuModel`` rows, which
+        the callers version themselves): a submission's "never fits" test keeps its answers while it
+        is the same, instead of converting every node again (``selectors._feasibility``)."""
+        self._ensure_started()
+        return (self.node_informer.identity, self.node_informer.changes)
 
     def foreign_usage(self) -> list[ForeignUsage]:
         active = set(Job.objects.filter(state__in=ACTIVE_STATES).values_list("id", "attempt"))
@@ -272,13 +286,15 @@ class KubernetesBackend:
         uid = ""
         if not skip_create:
             try:
-                response = self._call(
-                    lambda: self.core.create_namespaced_pod(
-                        namespace, manifest, _preload_content=False, _request_timeout=self._timeout
+                body = self._call(
+                    lambda: read_body(
+                        self.core.create_namespaced_pod(
+                            namespace, manifest, _preload_content=False, _request_timeout=self._timeout
+                        )
                     ),
                     f"create pod {namespace}/{name}",
                 )
-                uid = (json.loads(response.data).get("metadata") or {}).get("uid", "")
+                uid = (json.loads(body).get("metadata") or {}).get("uid", "")
                 created = 1
             except ApiException as exc:
                 if exc.status != 409:
@@ -287,12 +303,14 @@ class KubernetesBackend:
         bound = 0
         try:
             self._call(
-                lambda: self.core.create_namespaced_pod_binding(
-                    name,
-                    namespace,
-                    binding_manifest(name, namespace, node),
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
+                lambda: read_body(
+                    self.core.create_namespaced_pod_binding(
+                        name,
+                        namespace,
+                        binding_manifest(name, namespace, node),
+                        _preload_content=False,
+                        _request_timeout=self._timeout,
+                    )
                 ),
                 f"bind pod {namespace}/{name} to {node}",
             )
@@ -316,7 +334,11 @@ class KubernetesBackend:
             source=self.options.scheduler_name,
         )
         try:
-            self.core.create_namespaced_event(namespace, body, _preload_content=False, _request_timeout=self._timeout)
+            read_body(
+                self.core.create_namespaced_event(
+                    namespace, body, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
         except (ApiException, *NETWORK_ERRORS) as exc:
             logger.info("kubernetes: event %s for %s/%s not recorded: %s", reason, namespace, pod, exc)
 
@@ -379,12 +401,14 @@ class KubernetesBackend:
         """Delete one pod with a grace period; False if it was already gone."""
         try:
             self._call(
-                lambda: self.core.delete_namespaced_pod(
-                    name,
-                    namespace,
-                    grace_period_seconds=grace_s,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
+                lambda: read_body(
+                    self.core.delete_namespaced_pod(
+                        name,
+                        namespace,
+                        grace_period_seconds=grace_s,
+                        _preload_content=False,
+                        _request_timeout=self._timeout,
+                    )
                 ),
                 f"delete pod {namespace}/{name}",
             )
@@ -459,10 +483,17 @@ class KubernetesBackend:
     def _create_missing(self, pods: _PortalPods, admitted: list[int]) -> int:
         """Reconcile, step 4: create an admitted job's missing pods and bind its unbound ones."""
         created = 0
-        jobs = Job.objects.select_related("team", "local_queue").filter(pk__in=admitted, state=JobState.ADMITTED)
+        jobs = (
+            Job.objects.select_related("team", "local_queue")
+            .prefetch_related(Prefetch("placements", queryset=ReplicaPlacement.objects.order_by("replica")))
+            .filter(pk__in=admitted, state=JobState.ADMITTED)
+        )
         for job in jobs.exclude(kind=Job.Kind.RAY):  # KubeRay makes a Ray job's pods (step 6)
             existing = pods.names.get((job.pk, job.attempt), set())
             stranded = pods.unbound.get((job.pk, job.attempt), set())
+            wanted = {pod_name(job.pk, job.attempt, p.replica) for p in job.placements.all()}
+            if wanted <= existing and not stranded:
+                continue  # every pod made and bound (most admitted jobs: their pods just have not run yet)
             manifests = self.pods_for(job)
             missing = [m for m in manifests if m["metadata"]["name"] not in existing]
             created += self._start_pods(job, missing)

@@ -8,6 +8,8 @@ package.
 - ``K8sOptions`` holds the timeouts, retries and names, from settings (``K8S_*``).
 - ``api_client_from_settings`` configures the client from ``KUBECONFIG`` or, without it, the
   pod's service account; the client's own retries are off (ours are bounded and back off).
+- ``read_body`` reads a ``_preload_content=False`` response to its end, which hands its connection
+  back to the pool;
 - ``call`` makes one API call: a retryable failure (status 0, 408, 429, 5xx; a network error or
   timeout) is retried with exponential backoff and finally raises :class:`ClusterApiError`; any other
   failure (403, 404, 409, 422 …) propagates at once, for the caller to judge.
@@ -20,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import urllib3
 from django.conf import settings
@@ -101,6 +103,18 @@ def api_client_from_settings() -> client.ApiClient:
     # One pooled connection per thread that starts pods (``K8sOptions.start_threads``), and the watches.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, settings.K8S_START_THREADS + 4)
     return client.ApiClient(configuration)
+
+
+def read_body(response: Any) -> bytes:
+    """The whole body of a ``_preload_content=False`` response (an ``urllib3.HTTPResponse``).
+
+    Every such call reads its answer with this, inside the retried call (a connection dropped mid-body
+    is a network error like any other): urllib3 hands a connection back to the pool only once its
+    response has been read to the end. A response left unread keeps its connection until it is
+    garbage-collected, so the next call opens a new one, and the API server accepts it; a pod's bind
+    and event used to, two new connections per pod.
+    """
+    return bytes(response.data)
 
 
 def call(fn: Callable[[], T], *, retries: int, backoff_s: float, what: str) -> T:

@@ -16,6 +16,7 @@ Part of the ``scheduling.adapters.kubernetes*`` family, the only modules that im
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -26,6 +27,8 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from scheduling.adapters.kubernetes_api import NETWORK_ERRORS, ClusterApiError, K8sOptions, call, logger
+
+_INFORMERS = itertools.count()
 
 
 def _key(obj: Mapping) -> str:
@@ -50,6 +53,8 @@ class Informer:
         self.watch_errors = 0
         self.last_contact = 0.0  # monotonic time of the last successful list, watch event or watch end
         self._generation = 0  # bumped by every relist; a watch started before it stops applying events
+        self.identity = next(_INFORMERS)  # never shared by two informers of one process
+        self.changes = 0  # bumped by every relist and every event applied: same count, same cache
 
     @property
     def resource_version(self) -> str | None:
@@ -73,6 +78,7 @@ class Informer:
             self._items = {_key(item): item for item in body.get("items") or []}
             self._rv = (body.get("metadata") or {}).get("resourceVersion")
             self._generation += 1
+            self.changes += 1
             self.relists += 1
             self.last_contact = time.monotonic()
             self._cond.notify_all()
@@ -106,6 +112,7 @@ class Informer:
                     self._items.pop(_key(obj), None)
                 if rv:
                     self._rv = rv
+                self.changes += 1
                 self.last_contact = time.monotonic()
                 self._cond.notify_all()
             if self._stop.is_set():

@@ -31,7 +31,7 @@ from scheduling.adapters.k8s.namespaces import (
     quota_drift,
     resource_quota_manifest,
 )
-from scheduling.adapters.kubernetes_api import ClusterApiError, K8sOptions, call
+from scheduling.adapters.kubernetes_api import ClusterApiError, K8sOptions, call, read_body
 
 
 class NamespaceWriter:
@@ -90,7 +90,9 @@ class NamespaceWriter:
             if live is None:
                 try:
                     self._call(
-                        lambda: create(namespace, manifest, _preload_content=False, _request_timeout=self._timeout),
+                        lambda: read_body(
+                            create(namespace, manifest, _preload_content=False, _request_timeout=self._timeout)
+                        ),
                         f"create {where}",
                     )
                 except ApiException as exc:
@@ -101,7 +103,9 @@ class NamespaceWriter:
             body = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": _version(live)}}
             try:
                 self._call(
-                    lambda: replace(name, namespace, body, _preload_content=False, _request_timeout=self._timeout),
+                    lambda: read_body(
+                        replace(name, namespace, body, _preload_content=False, _request_timeout=self._timeout)
+                    ),
                     f"replace {where}",
                 )
             except ApiException as exc:

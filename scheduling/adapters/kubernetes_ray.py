@@ -34,7 +34,7 @@ from scheduling.adapters.k8s.ray_objects import (
     ray_observation,
     ray_plural,
 )
-from scheduling.adapters.kubernetes_api import K8sOptions, logger
+from scheduling.adapters.kubernetes_api import K8sOptions, logger, read_body
 
 PLURALS = ("rayjobs", "rayclusters")
 
@@ -50,10 +50,11 @@ class RayWriter:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
             self.options.call(
-                lambda: self.custom.create_namespaced_custom_object(
+                lambda: read_body(
+    self.custom.create_namespaced_custom_object(
                     RAY_GROUP, RAY_VERSION, namespace, plural, body, _preload_content=False,
                     _request_timeout=self.options.request_timeout,
-                ),
+                )),
                 f"create {plural} {namespace}/{name}",
             )  # fmt: skip
         except ApiException as exc:
@@ -68,11 +69,12 @@ class RayWriter:
         """Delete one object and, through KubeRay's owner references, its pods; False if it was gone."""
         try:
             self.options.call(
-                lambda: self.custom.delete_namespaced_custom_object(
+                lambda: read_body(
+    self.custom.delete_namespaced_custom_object(
                     RAY_GROUP, RAY_VERSION, namespace, plural, name, propagation_policy="Foreground",
                     grace_period_seconds=self.options.grace_s, _preload_content=False,
                     _request_timeout=self.options.request_timeout,
-                ),
+                )),
                 f"delete {plural} {namespace}/{name}",
             )  # fmt: skip
         except ApiException as exc:

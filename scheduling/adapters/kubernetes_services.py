@@ -16,7 +16,7 @@ from portal.jobs.models import Job
 from portal.jobs.states import ACTIVE_STATES
 from scheduling.adapters.k8s.pods import LABEL_JOB, MANAGED_BY
 from scheduling.adapters.k8s.training import headless_service_manifest
-from scheduling.adapters.kubernetes_api import K8sOptions, logger
+from scheduling.adapters.kubernetes_api import K8sOptions, logger, read_body
 
 
 class ServiceWriter:
@@ -29,8 +29,10 @@ class ServiceWriter:
         body = headless_service_manifest(job_id=job.pk, namespace=job.team.namespace, labels={})
         try:
             self.options.call(
-                lambda: self.core.create_namespaced_service(
-                    job.team.namespace, body, _preload_content=False, _request_timeout=self.options.request_timeout
+                lambda: read_body(
+                    self.core.create_namespaced_service(
+                        job.team.namespace, body, _preload_content=False, _request_timeout=self.options.request_timeout
+                    )
                 ),
                 f"create service {job.team.namespace}/{body['metadata']['name']}",
             )
@@ -67,8 +69,10 @@ class ServiceWriter:
         """Delete one Service; 1 if it was there, 0 if gone (404) or refused (logged)."""
         try:
             self.options.call(
-                lambda: self.core.delete_namespaced_service(
-                    name, namespace, _preload_content=False, _request_timeout=self.options.request_timeout
+                lambda: read_body(
+                    self.core.delete_namespaced_service(
+                        name, namespace, _preload_content=False, _request_timeout=self.options.request_timeout
+                    )
                 ),
                 f"delete service {namespace}/{name}",
             )

@@ -5,7 +5,9 @@ log, the kubelet): LIST returns the current resourceVersion; WATCH from a versio
 events (newline-delimited JSON, the connection closed after ``timeoutSeconds``) and answers an ERROR
 event with code 410 when the version was compacted away. Creating an existing pod is 409
 AlreadyExists, binding a bound pod 409 Conflict. Faults are injected per method and path: a status
-code, or a delay (client timeouts).
+code, or a delay (client timeouts). As Go's ``net/http`` does, it sets ``TCP_NODELAY`` and keeps
+connections alive. It counts the connections it accepted, its answers (method, resource, status)
+and its threads' CPU time, for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,6 +54,15 @@ def status_body(code: int, reason: str, message: str) -> dict:
     }
 
 
+def resource_of(path: str) -> str:
+    """The resource (and subresource) a path names: ``pods``, ``pods/binding``, ``nodes`` ..."""
+    parts = urlparse(path).path.strip("/").split("/")
+    if "namespaces" in parts[:-1]:
+        rest = parts[parts.index("namespaces") + 2 :]
+        return "/".join(rest[:1] + rest[2:3]) or "namespaces"
+    return parts[-1]
+
+
 @dataclass
 class Fault:
     method: str
@@ -73,6 +85,10 @@ class FakeKubeApi(FakeCluster):
         self.closing = threading.Event()
         self.in_flight = 0  # POSTs being answered right now, and the most at once
         self.in_flight_max = 0
+        self.cpu_s = 0.0  # CPU time the server's threads spent answering (benchmarks report it)
+        self.connections = 0  # TCP connections accepted (a client that pools them opens few)
+        self.answered: Counter[tuple[str, str, int]] = Counter()  # (method, resource, status) -> answers
+        self._clock = threading.local()
         self._server: ThreadingHTTPServer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -82,9 +98,18 @@ class FakeKubeApi(FakeCluster):
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, and chunked watch streams as the real server sends
+            # TCP_NODELAY, as Go's net/http sets on every connection: an answer goes out as its headers
+            # and then its body, and with Nagle the body of an answer on a kept-alive connection waits
+            # for the client's delayed ACK of the headers (~40 ms a call).
+            disable_nagle_algorithm = True
 
             def log_message(self, *args) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with api.cond:
+                    api.connections += 1
 
             def do_GET(self) -> None:
                 api.handle(self, "GET")
@@ -154,16 +179,25 @@ class FakeKubeApi(FakeCluster):
     # -- HTTP --------------------------------------------------------------------------------------
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
-        if method != "POST":
-            return self._handle(handler, method)
-        with self.cond:
-            self.in_flight += 1
-            self.in_flight_max = max(self.in_flight_max, self.in_flight)
+        self._clock.since = time.thread_time()
+        post = method == "POST"
+        if post:
+            with self.cond:
+                self.in_flight += 1
+                self.in_flight_max = max(self.in_flight_max, self.in_flight)
         try:
             return self._handle(handler, method)
         finally:
             with self.cond:
-                self.in_flight -= 1
+                self.in_flight -= post
+            self._charge()
+
+    def _charge(self) -> None:
+        """Add this thread's CPU time since the last charge to ``cpu_s`` (a watch charges as it streams)."""
+        now = time.thread_time()
+        with self.cond:
+            self.cpu_s += now - self._clock.since
+        self._clock.since = now
 
     def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         parsed = urlparse(handler.path)
@@ -211,6 +245,8 @@ class FakeKubeApi(FakeCluster):
         return self.reply(handler, 404, status_body(404, "NotFound", f"{method} {path}"))
 
     def reply(self, handler: BaseHTTPRequestHandler, code: int, body: dict) -> None:
+        with self.cond:
+            self.answered[(handler.command, resource_of(handler.path), code)] += 1
         data = json.dumps(body).encode()
         handler.send_response(code)
         handler.send_header("Content-Type", "application/json")
@@ -239,6 +275,8 @@ class FakeKubeApi(FakeCluster):
     def watch(self, handler, kind: str, query: dict, namespace: str | None, selector: str) -> None:
         timeout_s = float(query.get("timeoutSeconds") or 30)
         deadline = time.monotonic() + timeout_s
+        with self.cond:
+            self.answered[("WATCH", resource_of(handler.path), 200)] += 1
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Transfer-Encoding", "chunked")
@@ -314,6 +352,7 @@ class FakeKubeApi(FakeCluster):
                 since = rv
                 if self._selected(obj, namespace, selector):
                     send({"type": kind_type, "object": obj})
+            self._charge()
             if time.monotonic() >= deadline:
                 return
 

@@ -6,7 +6,9 @@ import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from portal.jobs.models import Job, JobTransition
@@ -18,6 +20,7 @@ from scheduling.adapters.kubernetes import KubernetesBackend
 from scheduling.adapters.kubernetes_api import ClusterApiError
 from scheduling.adapters.pod_security import pod_spec_violations
 from scheduling.engine.model import ReplicaPlacement
+from scheduling.selectors import job_never_fits
 from scheduling.services import cluster_sync, cycle_run, jobs_sweep
 from tests.scheduling.adapters.conftest import backend_for, cycle, pods_of, settle
 
@@ -254,6 +257,36 @@ def test_a_retried_create_that_gets_409_counts_as_success(kworld, kube, backend)
     assert (len(creates), len(bindings)) == (6, 6)  # the retries' creates and bindings got 409, taken as done
 
 
+def test_pods_are_created_bound_and_announced_over_one_kept_alive_connection(kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    manifests = [
+        pod_manifest(
+            PodJob(700 + i, 1, "team-vision", "vision", "default", "x", (), 1, 100, 100),
+            0,
+            ReplicaPlacement(node="a100-0", gpu_indices=(i,), gpu_milli=1000),
+            scheduler_name="gpu-portal",
+            run_as_user=1000,
+        )
+        for i in range(5)
+    ]
+    opened = kube.connections
+    for manifest in manifests:
+        backend.create_and_bind(manifest)
+    backend.create_and_bind(manifests[0])  # a retry: 409 on the create and on the bind
+    assert [kube.pods[("team-vision", f"job-{700 + i}-a1-r0")]["spec"]["nodeName"] for i in range(5)] == ["a100-0"] * 5
+    answered = {(method, what, code): n for (method, what, code), n in kube.answered.items() if method == "POST"}
+    assert answered == {
+        ("POST", "pods", 201): 5,
+        ("POST", "pods/binding", 201): 5,
+        ("POST", "events", 201): 5,
+        ("POST", "pods", 409): 1,
+        ("POST", "pods/binding", 409): 1,
+    }
+    # Every answer was read to its end, so the one pooled connection served all 17 calls: a response
+    # left unread would keep its connection, and the next call would open another.
+    assert kube.connections - opened == 1
+
+
 def test_a_cycle_that_admits_many_jobs_creates_and_binds_their_pods_concurrently(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     kube.add_node("a100-1", gpus=8)
@@ -314,6 +347,52 @@ def test_a_pod_created_but_left_unbound_by_an_api_outage_is_bound_by_the_next_cy
     cycle(backend, kube)  # reconcile binds what the failed cycle created
     (pod,) = pods_of(kube, job)
     assert pod["spec"]["nodeName"] == "a100-0"
+
+
+def test_reconcile_leaves_admitted_jobs_with_every_pod_bound_alone_in_a_fixed_number_of_queries(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)  # no kubelet here: bound pods stay Pending, their jobs Admitted
+
+    def reconcile_cost() -> tuple[int, int]:
+        settle(backend, kube)
+        posts = len([r for r in kube.requests if r[0] == "POST"])
+        with CaptureQueriesContext(connection) as queries:
+            backend.reconcile(now=timezone.now())
+        return len(queries), len([r for r in kube.requests if r[0] == "POST"]) - posts
+
+    jobs = [kworld.submit(gpu=1) for _ in range(2)]
+    cycle(backend, kube)
+    few = reconcile_cost()
+    jobs += [kworld.submit(gpu=1) for _ in range(4)]
+    cycle(backend, kube)
+    many = reconcile_cost()
+    assert Job.objects.filter(pk__in=[j.pk for j in jobs], state=JobState.ADMITTED).count() == 6
+    assert few[1] == many[1] == 0  # nothing created or bound again
+    assert many[0] == few[0]  # the placements of all admitted jobs in one query
+
+
+def test_the_never_fits_test_follows_the_node_cache_and_reads_the_nodes_again_only_when_it_changed(kworld, kube):
+    class Counting(KubernetesBackend):
+        reads = 0
+
+        def nodes(self):
+            self.reads += 1
+            return super().nodes()
+
+    counting = Counting(api_client=backend_for(kube).api_client, options=backend_for(kube).options)
+    kube.add_node("a100-0", gpus=8)
+    big = kworld.submit(gpu=16, allowed_gpu_models=[kworld.models["A100-80GB"]])  # the simulated cluster: no node
+    settle(counting, kube)
+    assert job_never_fits(job=big, backend=counting) is not None  # the largest node has 8
+    assert job_never_fits(job=big, backend=counting) is not None
+    assert counting.reads == 1  # the second answer was kept: the node cache had not changed
+    kube.add_node("a100-big", gpus=16)
+    settle(counting, kube)
+    assert job_never_fits(job=big, backend=counting) is None
+    kube.delete_node("a100-big")
+    settle(counting, kube)
+    assert job_never_fits(job=big, backend=counting) is not None
+    assert counting.reads == 3
+    counting.close()
 
 
 def test_after_a_crash_it_creates_missing_pods_and_deletes_orphans(kworld, kube, backend):
