@@ -81,7 +81,9 @@ def cost_dashboard_figures(by_namespace: Allocation, by_model: Mapping[str, Figu
     namespaces = by_namespace.group_totals()
     # One unit per axis: GPU-hours and USD are two charts. Idle capacity is not a model's use: it has
     # its own chart (idle against allocated), where it cannot dwarf the teams' bars.
-    used_models = sorted(by_model)
+    # A model with no GPU-hours (the CPU-only jobs' row, which has CPU and memory cost only) is no bar
+    # of a GPU chart.
+    used_models = sorted(m for m, f in by_model.items() if f.gpu_hours or f.gpu_cost)
     hours_by_model = {"GPU-hours": [float(by_model[m].gpu_hours) for m in used_models]}
     cost_by_model = {"GPU cost": [float(by_model[m].gpu_cost) for m in used_models]}
     figures = {

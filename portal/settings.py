@@ -147,14 +147,12 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_THROTTLE_CLASSES": [
-        "portal.api.throttling.UserThrottle",
-        "portal.api.throttling.IpThrottle",
-    ],
+    # Per user and per address (``UserThrottle`` and ``IpThrottle``), both in one round trip to Redis.
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.ApiThrottle"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "PAGE_SIZE": env_int("API_PAGE_SIZE", 50),
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["portal.api.filtering.FilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
 }

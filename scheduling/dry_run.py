@@ -46,9 +46,9 @@ from django.conf import settings
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 from django.db import connection as db_connection
-from django.db.models import Max
 from django.utils import timezone
 
+from portal.prepared import Prepared
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
 from scheduling.engine.dryrun import Check, DryRun, Suggestion
@@ -104,8 +104,12 @@ _building: set[tuple[object, ...]] = set()  # keys being built behind the reques
 
 
 def _last_cycle_key() -> tuple[object, ...]:
-    """Changes with every scheduling cycle (one indexed query)."""
-    return (CycleRun.objects.aggregate(last=Max("id"))["last"], settings.CLUSTER_BACKEND)
+    """Changes with every scheduling cycle (one indexed query: the newest cycle's id, None before any)."""
+    last = _LAST_CYCLE.rows()
+    return (last[0][0] if last else None, settings.CLUSTER_BACKEND)
+
+
+_LAST_CYCLE = Prepared(lambda: CycleRun.objects.order_by("-id").values_list("id")[:1])
 
 
 def _fresh(state: _State | None, key: tuple[object, ...]) -> bool:

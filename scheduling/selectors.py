@@ -18,6 +18,7 @@ from django.conf import settings
 
 from portal.jobs.models import GpuModel, Job, JobAttempt, LocalQueue
 from portal.jobs.states import JobState
+from portal.prepared import Prepared
 from portal.tenants.models import Team
 from portal.tenants.selectors import team_holds, team_list_for_user
 from scheduling.adapters import orm
@@ -241,6 +242,22 @@ def runtime_speedup() -> float:
 HISTORY_RUNS = 200  # a team's latest finished runs that count
 
 
+def _team_runs(*, outcome: str, teams: Iterable[str]):
+    """The latest ``HISTORY_RUNS`` runs that ended in ``outcome`` of each of ``teams`` at most (their
+    latest ``HISTORY_RUNS`` × teams of all): (team, requested runtime, started, ended), newest first."""
+    teams = list(teams)
+    return (
+        JobAttempt.objects.filter(
+            outcome=outcome, job__team__slug__in=teams, started_at__isnull=False, ended_at__isnull=False
+        )
+        .order_by("-ended_at")
+        .values_list("job__team__slug", "job__runtime_s", "started_at", "ended_at")[: HISTORY_RUNS * len(teams)]
+    )
+
+
+_TEAM_RUNS = Prepared(lambda outcome, team: _team_runs(outcome=outcome, teams=[team]), outcome="\x00o", team="\x00t")
+
+
 def expected_runtimes(
     workloads: Iterable[Workload], *, speedup: float, running_at: float | None = None
 ) -> tuple[tuple[tuple[str, float, float], ...], tuple[tuple[str, float, float], ...]]:
@@ -254,13 +271,10 @@ def expected_runtimes(
     teams = {w.team for w in workloads}
     if not teams:
         return (), ()
-    rows = (
-        JobAttempt.objects.filter(
-            outcome=JobState.SUCCEEDED, job__team__slug__in=teams, started_at__isnull=False, ended_at__isnull=False
-        )
-        .order_by("-ended_at")
-        .values_list("job__team__slug", "job__runtime_s", "started_at", "ended_at")[: HISTORY_RUNS * len(teams)]
-    )
+    if len(teams) == 1:  # a submission's dry run: its own team's (the SQL compiled once)
+        rows = _TEAM_RUNS.rows(outcome=JobState.SUCCEEDED, team=next(iter(teams)))
+    else:
+        rows = _team_runs(outcome=JobState.SUCCEEDED, teams=teams)
     runs: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for team, asked, started, ended in rows:
         if len(runs[team]) < HISTORY_RUNS and started is not None and ended is not None:

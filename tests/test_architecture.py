@@ -162,6 +162,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("portal.jobs.transitions", 1),
     ("portal.jobs.errors", 1),
     ("portal.env", 1),
+    ("portal.prepared", 1),
     ("billing.records", 1),
     ("*.apps", 1),
     # 2: reads and the outside world

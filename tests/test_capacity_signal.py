@@ -52,3 +52,14 @@ def test_metrics_api_and_queues_page_show_the_signal_by_pool(world, client, api,
     page = client.get("/queues/").content.decode()
     assert "Capacity wanted" in page
     assert "<td>(no pool)</td><td>A100-80GB</td><td>2</td><td>3</td><td>2 nodes</td>" in page
+
+    # Bob's teams have no job waiting; another team's do: his page must not say that no job waits.
+    client.force_login(world.users["bob"])
+    page = client.get("/queues/").content.decode()
+    assert "No job is waiting for capacity" not in page
+    assert "None of your teams' jobs is waiting for capacity that new nodes would cure" in page
+    # A platform admin counts every team's jobs.
+    client.force_login(world.users["admin"])
+    page = client.get("/queues/").content.decode()
+    assert "<td>(no pool)</td><td>A100-80GB</td><td>2</td><td>3</td><td>2 nodes</td>" in page
+    assert "None of your teams" not in page

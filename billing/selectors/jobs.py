@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any, Protocol
 
 from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
@@ -97,8 +98,26 @@ def _expected_end(attempt: JobAttempt, *, runtime_s: int, speedup: float, now: d
     return max(now, start + timedelta(seconds=runtime_s / speedup))
 
 
+class CostedJob(Protocol):
+    """What ``job_costs`` reads of a job: a ``Job``, or any object with these attributes (the API
+    renders its job rows without building model instances: ``portal.api.job_rows``)."""
+
+    @property
+    def pk(self) -> Any: ...
+    @property
+    def runtime_s(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def finished_at(self) -> datetime | None: ...
+    @property
+    def restart_policy(self) -> str: ...
+    @property
+    def runs_until_stopped(self) -> bool: ...
+
+
 def job_costs(
-    *, jobs: Sequence[Job], now: datetime, speedup: float = 1.0, attempts_read: Iterable[JobAttempt] | None = None
+    *, jobs: Sequence[CostedJob], now: datetime, speedup: float = 1.0, attempts_read: Iterable[JobAttempt] | None = None
 ) -> dict[int, JobCost]:
     """Figures of each job and each of its attempts (two queries: the attempts and the price book).
 
@@ -127,7 +146,7 @@ def job_costs(
 
 
 def _job_cost(
-    job: Job, attempts: list[JobAttempt], *, prices: PriceLookup, expected: dict[int, datetime], now: datetime
+    job: CostedJob, attempts: list[JobAttempt], *, prices: PriceLookup, expected: dict[int, datetime], now: datetime
 ) -> JobCost:
     total = UsageSums()
     per_attempt: dict[int, AttemptCost] = {}
@@ -151,7 +170,7 @@ def _job_cost(
         total.add(so_far)
         run_s += attempt.run_s(now)
         estimate = None if estimate is None or attempt_estimate is None else estimate + attempt_estimate
-    figures = figures_exact(total)
+    figures = figures_exact(total) if attempts else _NOTHING
     if job.state == JobState.PENDING or (job.state not in ACTIVE_STATES and not _finished(job)):
         estimate = None
     elif _finished(job):
@@ -166,7 +185,11 @@ def _job_cost(
     )
 
 
-def _finished(job: Job) -> bool:
+# The figures of a job that never ran (every job of a queue's backlog): exact zeros, made once.
+_NOTHING = figures_exact(UsageSums())
+
+
+def _finished(job: CostedJob) -> bool:
     """Whether the job will not run again: a final state, or preempted without a requeue."""
     return job.finished_at is not None or (
         job.state == JobState.PREEMPTED and job.restart_policy != Job.RestartPolicy.REQUEUE

@@ -47,8 +47,24 @@ JOB_VALUES = tuple(
     for name in JobSerializer.Meta.fields  # type: ignore[attr-defined]
     if name not in _NESTED and name not in _FIGURES
 )
-# The attributes of a job that ``job_costs`` reads.
-_COST_FIELDS = ("id", "runtime_s", "state", "finished_at", "restart_policy")
+
+
+@dataclass(frozen=True, slots=True)
+class _CostedJob:
+    """What ``job_costs`` reads of a job (``billing.selectors.CostedJob``), from a row: a model
+    instance of ~50 fields, most of them defaults, cost more to build than the costs themselves."""
+
+    pk: int
+    kind: str
+    runtime_s: int
+    state: str
+    finished_at: datetime | None
+    restart_policy: str
+
+    @property
+    def runs_until_stopped(self) -> bool:
+        return Job.kind_runs_until_stopped(self.kind)
+
 
 _ATTEMPT_VALUES = (
     "job_id", "number", "queued_at", "admitted_at", "started_at", "ended_at", "outcome", "requeued", "end_reason",
@@ -56,15 +72,46 @@ _ATTEMPT_VALUES = (
 )  # fmt: skip
 
 
-def _renderers(serializer: serializers.Serializer, names: Iterable[str]) -> list[tuple[str, Any]]:
-    """``(name, render)`` of the serializer's plain fields named ``names``: the field's
-    ``to_representation``, and None for None (as ``Serializer.to_representation`` does)."""
-    fields = serializer.fields
+# DRF fields whose ``to_representation`` answers a value of this exact type as it is: ``str(value)``,
+# ``int(value)``, ``float(value)``; a BooleanField's True or False.
+_KEPT_AS_IS: dict[type, type] = {
+    serializers.CharField: str,
+    serializers.IntegerField: int,
+    serializers.FloatField: float,
+    serializers.BooleanField: bool,
+}
 
-    def none_or(render):
-        return lambda value: None if value is None else render(value)
 
-    return [(name, none_or(fields[name].to_representation)) for name in names]
+def _as_is(field: serializers.Field) -> type | None:
+    """The type of value ``field`` renders as it is (``object``: any value), else None."""
+    if type(field) is serializers.JSONField and not field.binary:  # type: ignore[attr-defined]
+        return object
+    if type(field) is serializers.ChoiceField and all(type(key) is str for key in field.choices):  # type: ignore[attr-defined]
+        return str  # a choice's key: the string itself (any other string is answered as it is too)
+    return _KEPT_AS_IS.get(type(field))
+
+
+_Renderer = tuple[str, str, Any, "type | None"]
+
+
+def _renderers(
+    serializer: serializers.Serializer, names: Iterable[str], sources: dict[str, str] | None = None
+) -> list[_Renderer]:
+    """``(name, source, render, kept)`` of the serializer's plain fields named ``names``: the row's key
+    (``sources``, default the name), the field's ``to_representation``, and the type of value it
+    answers as it is (``_render`` skips the call)."""
+    fields, sources = serializer.fields, sources or {}
+    return [(name, sources.get(name, name), fields[name].to_representation, _as_is(fields[name])) for name in names]
+
+
+def _render(row: dict[str, Any], renderers: list[_Renderer]) -> dict[str, Any]:
+    """Each field's value rendered by its DRF field, None as None (as ``Serializer.to_representation``
+    does); a value the field would answer as it is is taken as it is."""
+    out = {}
+    for name, source, render, kept in renderers:
+        value = row[source]
+        out[name] = value if value is None or kept is object or type(value) is kept else render(value)
+    return out
 
 
 def _field_names(serializer_class: type[serializers.ModelSerializer]) -> tuple[str, ...]:
@@ -78,7 +125,7 @@ class _Shapes:
         job = JobSerializer()
         self.job_order = _field_names(JobSerializer)
         plain = [name for name in self.job_order if name not in _NESTED and name not in _FIGURES]
-        self.job = _renderers(job, plain)
+        self.job = _renderers(job, plain, _RENAMED)
         self.placement = _renderers(PlacementSerializer(), _field_names(PlacementSerializer))
         self.transition = _renderers(TransitionSerializer(), _field_names(TransitionSerializer))
         attempt_names = [n for n in _field_names(AttemptSerializer) if n not in _FIGURES]
@@ -110,6 +157,108 @@ def _figures(cost) -> dict[str, Any]:
 def job_page_rows(jobs: QuerySet[Job]) -> QuerySet:
     """``jobs`` as the plain rows ``jobs_render`` takes (keeps the queryset's filters and order)."""
     return jobs.values(*JOB_VALUES)
+
+
+# Stand-ins for the parameters of ``JobRows``' SQL while the ORM compiles it: no team or job id is negative.
+_TEAMS, _PK = -7_000_001, -7_000_002
+
+
+class _JobRowsSql:
+    """The SQL of ``job_page_rows(Job.objects.filter(team_id__in=teams, pk=pk).order_by(*ordering))``,
+    compiled by the ORM once per process with stand-in parameters, the team ids as one array parameter
+    (``team_id = ANY(%s)``: the same text for any number of teams), and the converters ``values()``
+    applies to its columns. ``teams``: False for every team (a platform admin's list)."""
+
+    def __init__(self, *, teams: bool, one: bool, ordering: tuple[str, ...]) -> None:
+        jobs = Job.objects.all()
+        if teams:
+            jobs = jobs.filter(team_id__in=[_TEAMS])
+        if one:
+            jobs = jobs.filter(pk=_PK)
+        query = job_page_rows(jobs.order_by(*ordering)).query
+        compiler = query.get_compiler(connection=connection)
+        sql, params = compiler.as_sql()
+        if teams:
+            quote = connection.ops.quote_name
+            in_teams = f"{quote(Job._meta.db_table)}.{quote('team_id')} IN (%s)"
+            if sql.count(in_teams) != 1:
+                raise RuntimeError(f"the job rows' SQL changed shape: {sql}")
+            sql = sql.replace(in_teams, in_teams.replace(" IN (%s)", " = ANY(%s)"))
+        self.sql = sql
+        self.params = [{_TEAMS: "teams", _PK: "pk"}[value] for value in params]  # any other: fail loudly
+        self.names = [*query.extra_select, *query.values_select, *query.annotation_select]
+        self.converters = list(compiler.get_converters([column[0] for column in compiler.select]).items())
+        # Every job has a team, a queue and an owner (non-null foreign keys): the page's inner joins
+        # drop no row, so the jobs are counted on their own table.
+        table = connection.ops.quote_name(Job._meta.db_table)
+        where = f" WHERE {connection.ops.quote_name('team_id')} = ANY(%s)" if teams else ""
+        self.count_sql = f"SELECT COUNT(*) FROM {table}{where}"
+
+    def rows(self, values: dict[str, Any], *, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+        sql, params = self.sql, [values[name] for name in self.params]
+        if limit is not None:
+            sql, params = f"{sql} LIMIT %s OFFSET %s", [*params, limit, offset]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        out = []
+        for row in rows:
+            found = list(row)
+            for i, (convert, expression) in self.converters:
+                for one in convert:
+                    found[i] = one(found[i], expression, connection)
+            out.append(dict(zip(self.names, found, strict=True)))
+        return out
+
+
+_job_rows_sql: dict[tuple[bool, bool, tuple[str, ...]], _JobRowsSql] = {}
+
+
+class JobRows:
+    """The rows of ``job_page_rows`` for the jobs of some teams in an order, without building the
+    ORM's query on every request (building and compiling it costs the web more CPU than PostgreSQL
+    takes to answer it): its SQL is compiled once per process and shape (``_JobRowsSql``).
+
+    ``team_ids``: the teams whose jobs these are (None: every team's). A sequence for Django's
+    ``Paginator`` (``count()`` and slices: one query each); ``one(pk)`` reads one job.
+    ``tests/portal/api/test_job_rows.py`` checks the rows, counts and pages equal the ORM's."""
+
+    ordered = True  # for ``Paginator``'s check: the order is ``ordering``
+
+    def __init__(self, *, team_ids: Sequence[int] | None, ordering: Sequence[str]) -> None:
+        self.team_ids, self.ordering = team_ids, tuple(ordering)
+
+    @staticmethod
+    def available() -> bool:
+        """Whether the database has arrays (the embedded demo's SQLite has none: the ORM's path)."""
+        return connection.vendor == "postgresql"
+
+    def _sql(self, *, one: bool) -> _JobRowsSql:
+        shape = (self.team_ids is not None, one, self.ordering)
+        made = _job_rows_sql.get(shape)
+        if made is None:
+            made = _job_rows_sql[shape] = _JobRowsSql(teams=shape[0], one=one, ordering=self.ordering)
+        return made
+
+    def _values(self, pk: int | None = None) -> dict[str, Any]:
+        return {"teams": list(self.team_ids or ()), "pk": pk}
+
+    def count(self) -> int:
+        sql = self._sql(one=False)
+        with connection.cursor() as cursor:
+            cursor.execute(sql.count_sql, [] if self.team_ids is None else [list(self.team_ids)])
+            return int(cursor.fetchone()[0])
+
+    def __getitem__(self, part: slice) -> list[dict[str, Any]]:
+        if not isinstance(part, slice) or part.step is not None:
+            raise TypeError("JobRows takes a slice without a step")
+        start = part.start or 0
+        limit = None if part.stop is None else max(part.stop - start, 0)
+        return self._sql(one=False).rows(self._values(), limit=limit, offset=start)
+
+    def one(self, pk: int) -> dict[str, Any] | None:
+        found = self._sql(one=True).rows(self._values(pk))
+        return found[0] if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,23 +404,26 @@ def jobs_render(
     attempts: dict[int, list[dict]] = defaultdict(list)
     for instance in relations.attempt_rows:
         attempts[instance.job_id].append({name: getattr(instance, name) for name in _ATTEMPT_VALUES})
-    # 2. Costs, from unsaved jobs carrying the fields ``job_costs`` reads.
-    cost_jobs = [Job(**{name: row[name] for name in _COST_FIELDS}) for row in rows]
+    # 2. Costs, from the fields of each row ``job_costs`` reads.
+    cost_jobs = [
+        _CostedJob(row["id"], row["kind"], row["runtime_s"], row["state"], row["finished_at"], row["restart_policy"])
+        for row in rows
+    ]
     costs = job_costs(jobs=cost_jobs, now=now, speedup=speedup, attempts_read=relations.attempt_rows)
     # 3. Render.
     out = []
     for row in rows:
         job_id = row["id"]
         cost = costs[job_id]
-        values = {name: render(row[_RENAMED.get(name, name)]) for name, render in shapes.job}
+        values = _render(row, shapes.job)
         values["allowed_gpu_models"] = allowed.get(job_id, [])
-        values["placements"] = [{n: r(p[n]) for n, r in shapes.placement} for p in placements.get(job_id, ())]
-        values["transitions"] = [{n: r(t[n]) for n, r in shapes.transition} for t in transitions.get(job_id, ())]
+        values["placements"] = [_render(p, shapes.placement) for p in placements.get(job_id, ())]
+        values["transitions"] = [_render(t, shapes.transition) for t in transitions.get(job_id, ())]
         values.update(_figures(cost))
         rendered_attempts = []
         for attempt in attempts.get(job_id, ()):
             attempt["gpus"] = billed_gpus(attempt["gpu_share_7000ths"])
-            one = {n: r(attempt[n]) for n, r in shapes.attempt}
+            one = _render(attempt, shapes.attempt)
             one.update(_figures(cost.attempts[attempt["number"]]))
             rendered_attempts.append({name: one[name] for name in shapes.attempt_order})
         values["attempts"] = rendered_attempts

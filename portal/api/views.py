@@ -19,8 +19,9 @@ from rest_framework.views import APIView
 
 from billing.selectors import JOB_SORTS, job_cost_report, job_list_costed, job_ordering
 from portal.api.answers import JobCostSerializer, check_data
+from portal.api.filtering import filters_asked
 from portal.api.job_create import JobCreateSerializer
-from portal.api.job_rows import job_page_rows, jobs_render, submitted_rows
+from portal.api.job_rows import JobRows, job_page_rows, jobs_render, submitted_rows
 from portal.api.serializers import (
     GpuModelSerializer,
     JobSerializer,
@@ -42,7 +43,7 @@ from portal.jobs.states import JobState
 from portal.ops.selectors import cluster_view, queue_overview, queue_standings_now
 from portal.ops.selectors.governance import below_use_warnings
 from portal.tenants.models import Team
-from portal.tenants.selectors import team_list_for_user
+from portal.tenants.selectors import team_ids_for_user, team_list_for_user
 from scheduling.selectors import capacity_wanted, runtime_speedup
 
 
@@ -75,11 +76,20 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
     def job_one(self, pk: int, jobs: QuerySet[Job] | None = None) -> dict:
         """One job of ``jobs`` (default: the user's teams') in the API shape (404 if it is not one)."""
-        jobs = self.get_queryset() if jobs is None else jobs
-        rows = list(job_page_rows(jobs.filter(pk=pk)))
+        if jobs is None and JobRows.available():
+            row = JobRows(team_ids=team_ids_for_user(user=self.request.user), ordering=()).one(pk)
+            rows = [] if row is None else [row]
+        else:
+            jobs = self.get_queryset() if jobs is None else jobs
+            rows = list(job_page_rows(jobs.filter(pk=pk)))
         if not rows:
             raise Http404("No Job matches the given query.")
         return self.job_data(rows)[0]
+
+    def filtered(self) -> bool:
+        """Whether the request asks for a filter (``JobFilter``'s parameters): else the jobs are all
+        of the user's teams', read without the filter set and the ORM's query (``JobRows``)."""
+        return filters_asked(self.request, self.filterset_class)
 
     @extend_schema(
         parameters=[
@@ -92,15 +102,22 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         ]
     )
     def list(self, request, *args, **kwargs):
-        jobs = self.filter_queryset(self.get_queryset())
         sort, ordering = job_ordering(request.query_params.get("ordering", ""))
-        if sort.lstrip("-") in ("run", "gpu_hours", "cost"):
-            jobs = job_list_costed(jobs, now=timezone.now())
-        page = self.paginate_queryset(job_page_rows(jobs.order_by(*ordering)))
+        costed = sort.lstrip("-") in ("run", "gpu_hours", "cost")
+        rows: JobRows | QuerySet
+        if not costed and not self.filtered() and JobRows.available():
+            rows = JobRows(team_ids=team_ids_for_user(user=request.user), ordering=ordering)
+        else:
+            jobs = self.filter_queryset(self.get_queryset())
+            if costed:
+                jobs = job_list_costed(jobs, now=timezone.now())
+            rows = job_page_rows(jobs.order_by(*ordering))
+        page = self.paginate_queryset(rows)
         return self.get_paginated_response(self.job_data(list(page or [])))
 
     def retrieve(self, request, *args, **kwargs):
-        return Response(self.job_one(self._lookup_pk(), self.filter_queryset(self.get_queryset())))
+        jobs = self.filter_queryset(self.get_queryset()) if self.filtered() else None
+        return Response(self.job_one(self._lookup_pk(), jobs))
 
     def _lookup_pk(self) -> int:
         """The URL's job id (a 404 for anything but a number, as ``get_object`` answers)."""

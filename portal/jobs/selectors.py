@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 
 from portal.jobs.models import ClusterQueue, FlavorQuota, Job, JobAttempt, LocalQueue, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
-from portal.tenants.selectors import team_list_for_user
+from portal.tenants.selectors import team_ids_for_user, team_list_for_user
 from scheduling.adapters.k8s.affinity import describe
 from scheduling.adapters.workloads import job_rules
 from scheduling.engine.model import ReplicaPlacement as EnginePlacement
@@ -19,11 +19,12 @@ from scheduling.engine.shares import QUOTA_MILLI_PER_GPU, billed_gpus, placement
 def job_list(*, user) -> QuerySet[Job]:
     """Jobs of the teams the user belongs to (all jobs for platform admins)."""
     jobs = Job.objects.select_related("team", "local_queue", "priority_class", "gpu_model", "owner")
-    if user.is_staff:
+    team_ids = team_ids_for_user(user=user)
+    if team_ids is None:
         return jobs
     # The team ids as a list, not a subquery: the page query of every job list and detail request
     # plans a five-table join, and a DISTINCT subquery inside it costs more to plan than to run.
-    return jobs.filter(team_id__in=list(team_list_for_user(user=user).values_list("id", flat=True)))
+    return jobs.filter(team_id__in=team_ids)
 
 
 def job_get(*, user, pk: int) -> Job | None:

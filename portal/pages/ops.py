@@ -53,6 +53,7 @@ def queue_list(request):
             "local_queues": selectors.local_queue_list(user=request.user),
             "node_pools": node_pool_list(),
             "capacity_wanted": capacity_wanted(user=request.user),
+            "capacity_all_teams": request.user.is_staff,
             "quota_changes": QuotaChange.objects.select_related("cluster_queue", "changed_by")[:50],
         },
     )

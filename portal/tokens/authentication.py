@@ -1,7 +1,8 @@
 """DRF authentication by API token: ``Authorization: Token <key>`` (or ``Bearer <key>``).
 
 Failed attempts are counted per client address; past ``API_THROTTLE_AUTH_FAILURES`` the address gets
-429 with ``Retry-After`` before its next key is even looked at.
+429 with ``Retry-After`` for whatever key it sends next, valid or not (one Redis round trip: a valid
+key's also takes the request's throttle logs, ``AuthFailureThrottle.admit``).
 """
 
 from __future__ import annotations
@@ -25,19 +26,19 @@ class ApiTokenAuthentication(BaseAuthentication):
         if not parts or parts[0].lower() not in KEYWORDS:
             return None
         failures = AuthFailureThrottle(request)
-        failures.check()
         if len(parts) != 2:
-            failures.record()
+            failures.refuse()
             raise AuthenticationFailed("invalid token header: expected 'Token <key>'")
         try:
             key = parts[1].decode("ascii")
         except UnicodeDecodeError:
-            failures.record()
+            failures.refuse()
             raise AuthenticationFailed("invalid token header: the key is not ASCII") from None
         token = api_token_for_key(key=key)
         if token is None:
-            failures.record()
+            failures.refuse()
             raise AuthenticationFailed("invalid, expired or revoked token")
+        failures.admit(request, token.user)  # past the limit: 429 for a valid key as for any other
         api_token_touch(token=token)
         return (token.user, token)
 

@@ -31,6 +31,10 @@ def _token_with_user(hashed: str) -> ApiToken | None:
     compiling that query on every request (it costs the ORM more CPU than PostgreSQL takes to answer):
     the SQL is made once per process and both instances are made as the ORM makes them (``from_db``)."""
     global _token_sql
+    if connection.vendor != "postgresql":
+        # The embedded demo's SQLite: its driver gives datetimes as naive values unless the ORM converts
+        # them, so it reads through the ORM (the hot path is PostgreSQL's).
+        return ApiToken.objects.select_related("user").filter(key_hash=hashed).first()
     user_model = ApiToken._meta.get_field("user").related_model
     token_fields = ApiToken._meta.concrete_fields
     user_fields = user_model._meta.concrete_fields  # type: ignore[union-attr]

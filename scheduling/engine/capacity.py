@@ -132,6 +132,8 @@ class Cluster:
         self._cap: list[int] = self.dev_cap.tolist()
         self._inv_cpu: list[float] = self.inv_cpu_total.tolist()
         self._inv_gpu: list[float] = self.inv_gpu_total.tolist()
+        # Nodes a MIG placement was ever applied to (the only ones whose ``mig_mask`` may be non-zero).
+        self._masked: set[int] = set(np.flatnonzero(self.mig_node).tolist())
         # Bin-packing score per node, kept current by ``apply`` (``scorers.score_binpack``'s formula):
         # GPU replicas -(free GPU share) - 0.01 (free CPU share); CPU-only replicas -(free CPU share).
         self.pack_score = np.zeros(n, dtype=np.float64)
@@ -171,13 +173,16 @@ class Cluster:
         i = self.index.get(placement.node)
         if i is None:
             return False
-        self.cpu_free[i] -= sign * placement.cpu_milli
-        self.mem_free[i] -= sign * placement.memory_mib
+        if placement.cpu_milli:  # (subtracting nothing changes nothing: skipped on a hot path)
+            self.cpu_free[i] -= sign * placement.cpu_milli
+        if placement.memory_mib:
+            self.mem_free[i] -= sign * placement.memory_mib
         if placement.gpu_indices:
             if placement.mig_profile is not None:
                 geometry = self.mig(placement.mig_profile, int(self.device_memory_gib[i]))
                 if geometry is not None:
                     start = placement.mig_slot or 0
+                    self._masked.add(i)
                     for d in placement.gpu_indices:
                         if d < self.width:
                             if sign > 0:
@@ -242,22 +247,30 @@ class Cluster:
             used = sum(int(m).bit_count() for m in self.mig_mask[i, :count].tolist())
             self.gpu_free_total[i] = (count * 8 - used) * FULL // 8
             return
-        row = self.dev_free[i, :count].tolist()
-        masks = self.mig_mask[i, :count].tolist()
+        row = self.dev_free[i].tolist()
+        if count < len(row):
+            row = row[:count]
+        # Only a node a MIG placement ever touched can have a used slice on a device (``_masked``).
+        masks = self.mig_mask[i, :count].tolist() if i in self._masked else None
         cap = self._cap[i]
-        bits = run = longest = 0
+        bits = run = longest = top = total = 0
         for d, v in enumerate(row):
-            if v == cap and not masks[d]:
+            if v > 0:
+                total += v
+                if v > top:
+                    top = v
+            if v == cap and (masks is None or not masks[d]):
                 bits |= 1 << d
                 run += 1
-                longest = max(longest, run)
+                if run > longest:
+                    longest = run
             else:
                 run = 0
         self.free_bits[i] = bits
         self.free_run[i] = longest
         self.full_free[i] = bits.bit_count()
-        self.max_share[i] = max(0, *row) if row else 0
-        self.gpu_free_total[i] = sum(v for v in row if v > 0)
+        self.max_share[i] = top
+        self.gpu_free_total[i] = total
 
     def refresh_all(self) -> None:
         """Recompute every per-node summary from the device arrays (vectorised)."""

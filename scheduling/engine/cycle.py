@@ -329,13 +329,14 @@ class _Cycle(ForecastHost):
             message = f"budget: team {job.team} may not start new jobs" + (f": {why}" if why else "")
             return NoFit(Reason(ReasonKind.BUDGET, message, (("team", job.team), ("waits_for", "budget"))))
         # b. The same job failed already.
-        key = (borrow, self.holds.indices, self._job_key(job, cq))
+        number = self._job_key(job, cq)
+        key = (borrow, self.holds.indices, number)
         cached = self.memo.failed.get(key)
         if cached is not None:
             self.stats["cache_hits"] += 1
             return cached
         # c.-e.
-        outcome = self._attempt(job, cq, borrow)
+        outcome = self._attempt(job, cq, borrow, number)
         if isinstance(outcome, NoFit | Deferred):
             self.memo.failed[key] = outcome
         return outcome
@@ -349,10 +350,11 @@ class _Cycle(ForecastHost):
             entry = self._job_keys[id(job)] = (job, number)
         return entry[1]
 
-    def _model_try(self, job: Workload, cq: str, model: str | None) -> _ModelTry | str:
-        """Step 3c's view of ``job`` on ``model`` (or why its request cannot exist there), derived once
-        per decision key and model: it depends only on the key's fields."""
-        key = (self._job_key(job, cq), model)
+    def _model_try(self, job: Workload, number: int, model: str | None) -> _ModelTry | str:
+        """Step 3c's view of ``job`` (its decision key's ``number``, ``_job_key``) on ``model`` (or why its
+        request cannot exist there), derived once per decision key and model: it depends only on the
+        key's fields."""
+        key = (number, model)
         found = self._model_tries.get(key)
         if found is None:
             shape = self.placer.shape_for(job, model)
@@ -372,12 +374,13 @@ class _Cycle(ForecastHost):
             self._model_tries[key] = found
         return found
 
-    def _attempt(self, job: Workload, cq: str, borrow: bool) -> Outcome:
+    def _attempt(self, job: Workload, cq: str, borrow: bool, number: int) -> Outcome:
+        """Steps 3c-e for ``job`` (its decision key's ``number``, ``_job_key``)."""
         models = models_to_try(job, self.quota.flavors[cq])  # not empty: step 2 refused jobs without any
         misses = Misses()
         # c. Quota, then placement, model by model.
         for model in models:
-            fit = self._try_model(job, cq, model, borrow, misses)
+            fit = self._try_model(job, cq, model, borrow, misses, number)
             if fit is not None:
                 return fit
         # d. Victims.
@@ -403,8 +406,10 @@ class _Cycle(ForecastHost):
             reason = protected_reason(reason, *misses.protected, self.now)
         return NoFit(reason)
 
-    def _try_model(self, job: Workload, cq: str, model: str | None, borrow: bool, misses: Misses) -> Fit | None:
-        tried = self._model_try(job, cq, model)
+    def _try_model(
+        self, job: Workload, cq: str, model: str | None, borrow: bool, misses: Misses, number: int
+    ) -> Fit | None:
+        tried = self._model_try(job, number, model)
         if isinstance(tried, str):
             misses.invalid.append(tried)
             return None

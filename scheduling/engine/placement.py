@@ -22,8 +22,10 @@ of nodes (``votes.Votes.fast_pick`` for binpack and spread, ``Votes.block_pick``
 
 A gang places replica by replica in a ``Statement``; the caller commits or discards it. A replica
 first tries the node the previous one went to; while the replicas so far share one rack with room,
-only that rack's nodes are candidates. When a replica does not fit, :meth:`Placer.explain` counts,
-for every node, the first filter that rejected it.
+only that rack's nodes are candidates. Otherwise, once the node the previous scored replica chose is
+full, the next replica's candidates, raw policy scores and contiguity votes are that replica's without
+the full node (``votes.Trail``: nothing else changed in between), not measured again. When a replica
+does not fit, :meth:`Placer.explain` counts, for every node, the first filter that rejected it.
 
 A job with placement rules (``Workload.rules``) takes :meth:`Placer._place_ruled`: the same steps
 with the rules between its replicas (``replicas.GangRules``: anti-affinity, topology spread) applied
@@ -62,7 +64,7 @@ from .fit import Shape
 from .model import Policy, ReplicaPlacement, Workload
 from .replicas import GangRules
 from .scorers import PluginSetup, pick_devices
-from .votes import Votes
+from .votes import Trail, Votes
 
 # A gang that must stay in one domain tries at most this many domains per attempt (bounded work).
 MAX_DOMAIN_TRIALS = 32
@@ -145,13 +147,16 @@ class Placer:
         node: int | None = None,
         gang: GangRules | None = None,
         first: tuple[np.ndarray, np.ndarray] | None = None,
+        trail: Trail | None = None,
     ) -> int | None:
         """The node one more replica goes to, or ``None``; nothing is placed. With ``node``, only that
         node is tried (it must already pass the static filters). ``gang``: the job's rules between
         its replicas (jobs with placement rules only). ``first``: for a gang's first replica (no rules,
         not MIG), the feasible nodes and their replica capacity as :meth:`place_gang` just measured
-        them, so they are not measured again."""
+        them, so they are not measured again. ``trail``: the gang's previous scored replica
+        (``votes.Trail``), read and written."""
         node_cap = None
+        whole = False  # the candidates are the model's whole block (the fit rule on every node of it)
         if node is not None:
             if gang is None:  # the scalar form of the same rule
                 return node if fit.fits_node(self.cluster, shape, node) else None
@@ -170,21 +175,35 @@ class Placer:
                         return picked
             if len(eligible) == 0:
                 return None
-            in_rack = None if gang is not None else self._same_rack(shape, mask, lo, gang_nodes)
-            if in_rack is not None:
-                cand = in_rack
-            elif shape.kind == "mig":  # few MIG nodes: test them, not the model's whole block
-                cand = self.feasible(shape, eligible)
+            if trail is not None and trail.follows(gang_nodes):
+                # Only the node the previous scored replica chose changed since, and it is full now.
+                assert trail.cand is not None
+                cand, whole = np.delete(trail.cand, trail.position), True
+                trail.following = True
             else:
-                cand = self._feasible_in(shape, mask, lo)
+                if trail is not None:
+                    trail.following = False
+                in_rack = None if gang is not None else self._same_rack(shape, mask, lo, gang_nodes)
+                if in_rack is not None:
+                    cand = in_rack
+                elif shape.kind == "mig":  # few MIG nodes: test them, not the model's whole block
+                    cand = self.feasible(shape, eligible)
+                else:
+                    cand, whole = self._feasible_in(shape, mask, lo), True
         if gang is not None and len(cand):
             cand = cand[gang.allowed(cand, gang_nodes)]
+        record = trail if trail is not None and whole and gang_nodes and len(cand) > 1 else None
+        if trail is not None and record is None:
+            trail.cand = None  # the next replica cannot follow this one
         if len(cand) == 0:
             return None
         if len(cand) == 1:
             return int(cand[0])
-        scores = self.votes.score(workload, shape, cand, gang_nodes, remaining, gang, node_cap)
-        return int(cand[scores.argmax()])
+        scores = self.votes.score(workload, shape, cand, gang_nodes, remaining, gang, node_cap, record)
+        best = int(scores.argmax())
+        if record is not None:
+            record.cand, record.position, record.chosen, record.placed = cand, best, int(cand[best]), len(gang_nodes)
+        return int(cand[best])
 
     def place_one(
         self,
@@ -196,10 +215,11 @@ class Placer:
         node: int | None = None,
         gang: GangRules | None = None,
         first: tuple[np.ndarray, np.ndarray] | None = None,
+        trail: Trail | None = None,
     ) -> ReplicaPlacement | None:
-        """Place one replica (on ``node`` only, when given: it must already be eligible; ``first``: see
-        :meth:`choose_node`)."""
-        best = self.choose_node(workload, shape, gang_nodes, remaining, node, gang, first)
+        """Place one replica (on ``node`` only, when given: it must already be eligible; ``first`` and
+        ``trail``: see :meth:`choose_node`)."""
+        best = self.choose_node(workload, shape, gang_nodes, remaining, node, gang, first, trail)
         if best is None:
             return None
         plugin = self.plugins[int(self.votes.pool_scorer[best])]
@@ -262,6 +282,8 @@ class Placer:
         gang_nodes: list[int] = []
         last: int | None = None
         fill = gang is None or not gang.dynamic
+        # A gang without rules scores each next replica from the previous one's arrays (``votes.Trail``).
+        trail = self.votes.trail() if gang is None and shape.kind != "mig" and wanted > 1 else None
         while len(placements) < wanted:
             # Fill the node the previous replica went to before scoring again: replicas of a gang
             # on one node talk over NVLink/shared memory, and it saves a scoring pass per replica.
@@ -271,7 +293,7 @@ class Placer:
             if fill and last is not None and fit.fits_node(self.cluster, shape, last):
                 placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, last, gang)
             if placement is None:
-                placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, None, gang, first)
+                placement = self.place_one(workload, shape, stmt, gang_nodes, remaining, None, gang, first, trail)
             first = None
             if placement is None:
                 break

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .capacity import Cluster, Statement
@@ -146,9 +146,7 @@ class VictimIndex:
             # The cost order does not depend on the kind: sort each queue once, relabel per kind.
             ordered = self._ordered.get(cq)
             if ordered is None:
-                now = self.now
-                group = (Victim(h, kind, h.lost_gpu_milli_s(now)) for h in self._holders.get(cq, ()))
-                ordered = self._ordered[cq] = found = sorted(group, key=victim_cost)
+                ordered = self._ordered[cq] = found = self._in_cost_order(self._holders.get(cq, ()), kind)
             else:
                 found = [v if v.kind == kind else Victim(v.holder, kind, v.lost_gpu_milli_s) for v in ordered]
             self._victims[key] = found
@@ -160,12 +158,28 @@ class VictimIndex:
         key = (cq, kind, gpu_key, now)
         found = self._open.get(key)
         if found is None:
-            found = self._open[key] = [
-                v
-                for v in self.victims(cq, kind)
-                if (gpu_key is None or v.holder.request.get(gpu_key, 0) > 0) and not protected(v.holder, now)
-            ]
+            if cq in self._ordered:
+                found = [
+                    v
+                    for v in self.victims(cq, kind)
+                    if (gpu_key is None or v.holder.request.get(gpu_key, 0) > 0) and not protected(v.holder, now)
+                ]
+            else:  # the same list: filtering keeps the cost order, and fewer holders are costed and sorted
+                found = self._in_cost_order(
+                    [
+                        h
+                        for h in self._holders.get(cq, ())
+                        if (gpu_key is None or h.request.get(gpu_key, 0) > 0) and not protected(h, now)
+                    ],
+                    kind,
+                )
+            self._open[key] = found
         return found
+
+    def _in_cost_order(self, holders: Sequence[Holder], kind: str) -> list[Victim]:
+        """``holders`` as victims of ``kind``, in cost order."""
+        now = self.now
+        return sorted((Victim(h, kind, h.lost_gpu_milli_s(now)) for h in holders), key=victim_cost)
 
     def queues(self) -> list[str]:
         """The queues that hold preemptible workloads, by name."""

@@ -25,6 +25,9 @@ class PlacementProbes:
         self.shape = shape
         self.eligible = np.zeros(self.cluster.n, dtype=bool)  # the static filters, fixed for a cycle
         self.eligible[placer.eligible(job, shape)] = True
+        # Per holder (by id: the search keeps every holder it asks about alive), its nodes that pass the
+        # static filters: they do not change while the victims are searched.
+        self._useful: dict[int, np.ndarray] = {}
 
     def fits(self) -> bool:
         if not self.sets:
@@ -35,13 +38,18 @@ class PlacementProbes:
         index = self.cluster.index
         return np.array([index[p.node] for p in holder.placements if p.node in index], dtype=np.int64)
 
+    def _useful_nodes(self, holder: Holder) -> np.ndarray:
+        useful = self._useful.get(id(holder))
+        if useful is None:
+            nodes = self._nodes_of(holder)
+            useful = self._useful[id(holder)] = nodes[self.eligible[nodes]]
+        return useful
+
     def on_useful_node(self, holder: Holder) -> bool:
-        nodes = self._nodes_of(holder)
-        return bool(len(nodes)) and bool(self.eligible[nodes].any())
+        return bool(len(self._useful_nodes(holder)))
 
     def frees_a_node(self, holder: Holder) -> bool:
-        nodes = self._nodes_of(holder)
-        return bool(len(self.placer.feasible(self.shape, nodes[self.eligible[nodes]])))
+        return bool(len(self.placer.feasible(self.shape, self._useful_nodes(holder))))
 
     def placed_on(self) -> set[str]:
         trial = Statement(self.cluster)

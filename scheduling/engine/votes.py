@@ -12,13 +12,16 @@ When only the placement policy votes on a single replica, two fast paths test th
 model's block of nodes in place and skip the general scoring: :meth:`Votes.fast_pick` (binpack,
 spread: a masked argmax over the block) and :meth:`Votes.block_pick` (a plugin that scores nodes
 directly, fgd and portal: its scores of the feasible nodes only). Both pick the node the scored path
-picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``).
+picks (``test_the_fast_path_picks_the_node_the_scored_path_picks``). A gang's next replica may be
+scored from its predecessor's arrays (:class:`Trail`); it lands where scoring afresh sends it
+(``test_a_gangs_next_replica_goes_where_scoring_it_afresh_sends_it``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,6 +48,35 @@ CONTIGUOUS_WEIGHT = 0.2
 _UNIT_SCALE_POLICIES = ("binpack", "spread")
 
 
+@dataclass(slots=True)
+class Trail:
+    """A gang's previous scored replica (no placement rules, not MIG, one scorer), so that its next
+    replica is scored from that replica's arrays (``placement.Placer._place_replicas``).
+
+    Between the two only the chosen node changed (the replicas between them filled it, and the fill
+    test found it full before the next replica is scored), so when the previous candidates were the
+    model's whole block (``cand``, the gang's replicas then not in one rack with room), the next
+    replica's candidates are the same without the chosen node, and their raw policy scores (when the
+    scorer's depend only on each node's own state, ``follows_nodes``) and contiguity votes too.
+    """
+
+    cand: np.ndarray | None = None  # the previous scored replica's candidates (None: not reusable)
+    placed: int = 0  # how many replicas the gang had placed then
+    position: int = -1  # where the node it chose is in ``cand``
+    chosen: int = -1  # that node
+    raw: np.ndarray | None = None  # the single scorer's raw scores of ``cand``, when reusable
+    contiguous: np.ndarray | None = None  # the contiguity votes of ``cand`` (multi-GPU replicas)
+    following: bool = False  # this call's candidates are ``cand`` without ``chosen``
+
+    def follows(self, gang_nodes: Sequence[int]) -> bool:
+        """Whether every replica placed since the previous scored one went to its chosen node (the
+        gang's replicas then were not in one rack with room, so they are not now either)."""
+        if self.cand is None or self.placed == 0 or len(gang_nodes) <= self.placed:
+            return False
+        chosen = self.chosen
+        return all(node == chosen for node in gang_nodes[self.placed :])
+
+
 class Votes:
     """The scorers of one cycle (one per pool policy in use) and the side votes, over one cluster."""
 
@@ -63,6 +95,9 @@ class Votes:
         self.gpu_avoid = 2 * GPU_AVOID_WEIGHT * (cluster.gpu_count > 0)
         self.rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
         self._zone_of: list[int] = self.zone.tolist()
+        # Each rack's and zone's nodes (static), for the topology vote of a gang's next replica.
+        self._rack_members = _members(self.rack, self.rack_top)
+        self._zone_members = _members(self.zone, self.zone_top)
         # The first replica's tiers (zone, then rack), each label's codes shifted by one (0: no label)
         # and how many codes that makes; a label no node has is left out (it changes no score).
         self._domain_levels = [
@@ -75,9 +110,15 @@ class Votes:
         single = self.scorer_names == [policy.placement]
         self.unit_scale = single and policy.placement in _UNIT_SCALE_POLICIES
         self.fast = self.unit_scale and fast_path
+        self.fast_path = fast_path
         # A single plugin that scores nodes without a ScoreContext (fgd, portal): see :meth:`block_pick`.
         block = self.plugins[0] if single and fast_path else None
         self.block: ScorerPlugin | None = block if hasattr(block, "score_at") else None
+
+    def trail(self) -> Trail | None:
+        """A new :class:`Trail` for one gang's replicas, when one scorer scores every node (and the fast
+        paths are on: ``test_a_gangs_next_replica_goes_where_scoring_it_afresh_sends_it`` compares)."""
+        return Trail() if self.fast_path and len(self.scorer_names) == 1 else None
 
     def pool_scorers(self) -> tuple[list[str], np.ndarray]:
         """The scorer names in use and, per node, the index of its pool's scorer among them."""
@@ -173,16 +214,22 @@ class Votes:
         remaining: int,
         gang: GangRules | None = None,
         node_cap: np.ndarray | None = None,
+        trail: Trail | None = None,
     ) -> np.ndarray:
         """How much each candidate node is wanted; the votes combine here and only here. ``node_cap``:
-        the candidates' replica capacity (``fit.replica_capacity``), when the caller has it."""
+        the candidates' replica capacity (``fit.replica_capacity``), when the caller has it. ``trail``:
+        a gang's previous scored replica (see :class:`Trail`): read when it is ``following``, and
+        written with this call's arrays."""
         if self.single_vote(workload, gang_nodes, remaining) and (
             self.unit_scale or (shape.kind != "cpu" and shape.gpus <= 1)
         ):
             # One vote (plus the side votes on a unit-scale policy): its own scale is as good as any.
             ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
             return self.single_vote_score(shape, cand, np.asarray(self.plugins[0].score(ctx), dtype=np.float64))
-        total = self.policy_votes(workload, shape, cand)
+        if trail is not None:
+            total = _unit(self._trail_raw(workload, shape, cand, trail))
+        else:
+            total = self.policy_votes(workload, shape, cand)
         preferred = self.preferred_terms(workload)
         if preferred:
             # kube-scheduler's NodeAffinity score: the matched terms' weights over the highest.
@@ -201,8 +248,33 @@ class Votes:
             # Keeping a gang together, unless its own rules spread it.
             total += TOPOLOGY_WEIGHT * self.topology(shape, cand, gang_nodes, remaining, node_cap)
         if shape.gpus > 1:
-            total += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, cand)
+            if trail is None:
+                contiguous = fit.contiguous(self.cluster, shape.gpus, cand)
+            else:
+                contiguous = trail.contiguous = (
+                    np.delete(trail.contiguous, trail.position)
+                    if trail.following and trail.contiguous is not None
+                    else fit.contiguous(self.cluster, shape.gpus, cand)
+                )
+            total += CONTIGUOUS_WEIGHT * contiguous
         return total
+
+    def _trail_raw(self, workload: Workload, shape: Shape, cand: np.ndarray, trail: Trail) -> np.ndarray:
+        """The single scorer's raw scores of ``cand``: the trail's without its chosen node when it is
+        following and the scorer's scores depend only on each node's own state, else computed; kept in
+        the trail when they may be reused."""
+        if trail.following and trail.raw is not None:
+            raw = np.delete(trail.raw, trail.position)
+        else:
+            plugin = self.plugins[0]
+            ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
+            raw = np.asarray(plugin.score(ctx), dtype=np.float64)
+            follows = getattr(plugin, "follows_nodes", None)
+            if follows is None or not follows(shape):
+                trail.raw = None
+                return raw
+        trail.raw = raw
+        return raw
 
     @staticmethod
     def preferred_terms(workload: Workload) -> tuple[PreferredTerm, ...]:
@@ -237,17 +309,20 @@ class Votes:
         """Keep a gang together, in tiers: same node 1, same rack 0.6, same zone 0.3 as replicas already
         placed. For the first replica: a node, else a rack, else a zone that can hold the whole gang, and
         within a tier the tightest such domain (keeps big free blocks for big gangs)."""
-        score = np.zeros(len(cand), dtype=np.float64)
-        rack, zone = self.rack, self.zone
         if gang_nodes:
-            levels = ((0.3, zone, self._zone_of, self.zone_top), (0.6, rack, self.rack_of, self.rack_top))
-            for weight, codes, of_node, top in levels:
+            # Per node, then read for the candidates: a few scatters of the domains' (static) members
+            # cost less than a comparison per candidate and domain.
+            per_node = np.zeros(self.cluster.n, dtype=np.float64)
+            for weight, members, of_node in (
+                (0.3, self._zone_members, self._zone_of),
+                (0.6, self._rack_members, self.rack_of),
+            ):
                 # The domains the gang's replicas are in (nodes without the label, code -1, share nothing).
-                domains = {of_node[i] for i in gang_nodes} - {-1}
-                if domains:
-                    score[_among(codes[cand], domains, top + 1)] = weight
-            score[_among(cand, set(gang_nodes), self.cluster.n)] = 1.0
-            return score
+                for domain in sorted({of_node[i] for i in gang_nodes} - {-1}):
+                    per_node[members[domain]] = weight
+            per_node[list(gang_nodes)] = 1.0
+            return per_node[cand]
+        score = np.zeros(len(cand), dtype=np.float64)
         # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
         if node_cap is None:
             node_cap = fit.replica_capacity(self.cluster, shape, cand)
@@ -264,18 +339,11 @@ class Votes:
         return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
 
 
-def _among(values: np.ndarray, wanted: set[int], size: int) -> np.ndarray:
-    """Where ``values`` (each -1 or in ``0..size-1``) is one of ``wanted`` (in ``0..size-1``)."""
-    if len(wanted) == 1:
-        return values == next(iter(wanted))
-    if len(wanted) == 2:  # two comparisons beat a table
-        found = np.zeros(len(values), dtype=bool)
-        for value in wanted:
-            found |= values == value
-        return found
-    table = np.zeros(size + 1, dtype=bool)  # shifted by one: -1 reads the first entry, never set
-    table[[value + 1 for value in wanted]] = True
-    return table[values + 1]
+def _members(codes: np.ndarray, top: int) -> list[np.ndarray]:
+    """Per code ``0..top``, the indices where ``codes`` has it."""
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(top + 2))
+    return [order[bounds[c] : bounds[c + 1]] for c in range(top + 1)]
 
 
 def _unit(raw: np.ndarray) -> np.ndarray:

@@ -260,7 +260,11 @@ def _stats(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def _summarise_arrival(results: list[dict[str, Any]], policies: list[str], seeds: list[int]) -> dict[str, Any]:
+def _summarise_arrival(
+    results: list[dict[str, Any]], policies: list[str], seeds: list[int], trace: str | None = None
+) -> dict[str, Any]:
+    """Per policy over the seeds; ``trace``: the paper's name of the trace (``report.paper_trace``), whose
+    published figure is shown beside each policy's (none for a trace the paper did not publish)."""
     out: dict[str, Any] = {}
     x = list(range(CURVE_MAX_PCT + 1))
     for policy in policies:
@@ -276,7 +280,7 @@ def _summarise_arrival(results: list[dict[str, Any]], policies: list[str], seeds
             "headline": {
                 **_stats(head),
                 "per_seed": {r["seed"]: r["headline"] for r in rs},
-                "paper": report.PAPER_HEADLINE.get(policy),
+                "paper": report.paper_headline(trace, policy),
                 "metric": "unallocated GPU % at 100 % arrived GPU request",
             },
             "curve": {"arrival_pct": x, "unallocated_pct": curve_mean, "per_seed": {r["seed"]: r["curve"] for r in rs}},
@@ -423,7 +427,9 @@ def _write_outputs(
 ) -> None:
     if args.mode == "arrival":
         summary["ratio"] = args.ratio
-        summary["policies"] = _summarise_arrival(results, policies, seeds)
+        trace = report.paper_trace(args.pods, args.nodes)
+        summary["paper_trace"] = trace
+        summary["policies"] = _summarise_arrival(results, policies, seeds, trace)
         report.write_summary(out / "summary.json", summary)
         report.write_arrival_report(out / "report.html", summary)
         _print_arrival(summary)

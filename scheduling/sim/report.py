@@ -47,6 +47,30 @@ PAPER_VARIANT_HEADLINE = {
 }
 
 
+PAPER_NODE_LISTS = ("openb_node_list_gpu_node.csv", "openb_node_list_all_node.csv")
+"""The paper's node list (only its GPU nodes are simulated, so the list with CPU-only nodes is the same)."""
+
+
+def paper_trace(pods: str | Path, nodes: str | Path) -> str | None:
+    """Which of the paper's traces the files are, by the published names: ``default`` or a variant
+    (``gpuspec33``) when the pod list is ``openb_pod_list_<name>.csv`` and the node list openb's; None
+    for any other trace, which the paper has no figure for."""
+    pods_name, nodes_name = Path(pods).name, Path(nodes).name
+    if nodes_name not in PAPER_NODE_LISTS or not pods_name.startswith("openb_pod_list_"):
+        return None
+    name = pods_name.removeprefix("openb_pod_list_").removesuffix(".csv")
+    return name if name == "default" or name in PAPER_VARIANT_HEADLINE else None
+
+
+def paper_headline(trace: str | None, policy: str) -> float | None:
+    """The paper's published unallocated GPU % at 100 % arrival for ``policy`` on ``trace`` (a name of
+    :func:`paper_trace`): every policy on ``default``, FGD and BestFit on a variant, else None."""
+    published = PAPER_VARIANT_HEADLINE.get(trace or "")
+    if published is not None:
+        return published[0] if policy == "fgd" else published[1] if policy == "bestfit" else None
+    return PAPER_HEADLINE.get(policy) if trace == "default" else None
+
+
 def placements_path(out: Path, policy: str, seed: int) -> Path:
     return out / f"placements-{policy}-{seed}.csv"
 
@@ -114,7 +138,7 @@ def write_arrival_report(path: Path, summary: dict[str, Any]) -> None:
                 y=[policies[n]["headline"]["mean"] for n in names],
                 error_y={"type": "data", "array": [policies[n]["headline"]["sd"] or 0 for n in names]},
             ),
-            go.Bar(name="paper", x=names, y=[PAPER_HEADLINE.get(n) for n in names]),
+            go.Bar(name="paper", x=names, y=[policies[n]["headline"].get("paper") for n in names]),
         ]
     )
     bars.update_layout(title="Unallocated GPU % at 100 % arrival", barmode="group")
@@ -144,7 +168,7 @@ def write_replay_report(path: Path, summary: dict[str, Any]) -> None:
 def _write_html(path: Path, title: str, summary: dict[str, Any], figures: list[Any]) -> None:
     rows = "".join(
         f"<tr><td>{name}</td><td>{_fmt(p.get('headline', {}).get('mean'))}</td>"
-        f"<td>{_fmt(p.get('headline', {}).get('sd'))}</td><td>{_fmt(PAPER_HEADLINE.get(name))}</td>"
+        f"<td>{_fmt(p.get('headline', {}).get('sd'))}</td><td>{_fmt(p.get('headline', {}).get('paper'))}</td>"
         f"<td>{_fmt(p.get('wall_s', {}).get('total'))}</td></tr>"
         for name, p in summary["policies"].items()
     )

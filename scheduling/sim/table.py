@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scheduling.sim.report import PAPER_HEADLINE, PAPER_VARIANT_HEADLINE
+from scheduling.sim.report import PAPER_VARIANT_HEADLINE, paper_headline, paper_trace
 
 NAMES = {
     "random": "Random",
@@ -48,8 +48,9 @@ def paper_table(summary: dict[str, Any]) -> str:
         "| policy | ours | paper | ours − paper | failed pods | run wall s (median) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
+    trace = paper_trace(summary["pods"], summary["nodes"])
     for name, p in summary["policies"].items():
-        paper = PAPER_HEADLINE.get(name)
+        paper = paper_headline(trace, name)
         mean = p["headline"]["mean"]
         diff = f"{mean - paper:+.2f}" if paper is not None and mean is not None else ""
         lines.append(
@@ -59,17 +60,10 @@ def paper_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _paper(label: str, policy: str) -> float | None:
-    published = PAPER_VARIANT_HEADLINE.get(label)
-    if published is not None:
-        return published[0] if policy == "fgd" else published[1] if policy == "bestfit" else None
-    return PAPER_HEADLINE.get(policy) if label == "default" else None
-
-
 def _vs_paper(label: str, ps: dict[str, Any], policy: str) -> str:
     if policy not in ps:
         return ""
-    mean, paper = ps[policy]["headline"]["mean"], _paper(label, policy)
+    mean, paper = ps[policy]["headline"]["mean"], paper_headline(label, policy)
     if paper is None or mean is None:
         return _cell(ps[policy])
     return f"{_cell(ps[policy])} ({paper:.2f}, {mean - paper:+.2f})"

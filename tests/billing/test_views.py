@@ -146,6 +146,21 @@ def test_no_cost_chart_puts_two_units_on_one_axis():
         assert title in {"GPU-hours", "USD", "%"}, (name, title)
 
 
+def test_the_gpu_charts_by_model_have_no_bar_for_cpu_only_jobs():
+    from billing.charts import cost_dashboard_figures
+    from billing.core.allocation import ZERO, Allocation
+
+    now = timezone.now()
+    used = ZERO._replace(gpu_hours=Decimal("3"), gpu_cost=Decimal("12"))
+    cpu_only = ZERO._replace(cpu_cost=Decimal("2"), total_cost=Decimal("2"))  # CPU and memory, no GPU
+    allocation = Allocation(now, now, 1, "namespace", [], {"team-a": used}, {"A100-80GB": used})
+    figures = cost_dashboard_figures(allocation, {"A100-80GB": used, "cpu-only": cpu_only})
+    assert list(figures["models"].data[0].x) == ["A100-80GB"]
+    assert list(figures["models"].data[0].y) == [3.0]
+    assert list(figures["models_cost"].data[0].x) == ["A100-80GB"]
+    assert list(figures["models_cost"].data[0].y) == [12.0]
+
+
 @pytest.mark.django_db
 def test_the_page_and_its_fragments_say_when_their_figures_were_read(world, logged_in, monkeypatch):
     """The breakdown loads after the page: a running job has accrued more by then, so each table says

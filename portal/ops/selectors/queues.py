@@ -155,12 +155,16 @@ def _queue_row(q: QueueStanding) -> dict:
 
 def sample_series(*, now: datetime, days: int = CHART_DAYS) -> dict[str, dict[str, dict[str, list]]]:
     """``cluster queue -> GPU model -> {at, nominal, used, pending}`` in GPUs: the first sample of each
-    hour of the last ``days`` days (every sample when they are an hour or more apart). Hourly points
-    are read straight from the index on ``at``; averaging 50,000 samples a week costs a sort."""
+    hour of the last ``days`` days (every sample when they are an hour or more apart), and the latest
+    sample, so the charts reach the present (and a portal sampled for less than an hour has a chart).
+    Hourly points are read straight from the index on ``at``; averaging 50,000 samples a week costs a
+    sort."""
     step_minutes = math.ceil(settings.QUEUE_SAMPLE_INTERVAL_S / 60)
-    samples = QueueSample.objects.filter(at__gt=now - timedelta(days=days), at__lte=now)
+    window = QueueSample.objects.filter(at__gt=now - timedelta(days=days), at__lte=now)
+    samples = window
     if step_minutes < 60:
-        samples = samples.filter(at__minute__lt=step_minutes)
+        latest = window.order_by("-at").values_list("at", flat=True).first()
+        samples = window.filter(Q(at__minute__lt=step_minutes) | Q(at=latest))
     rows = samples.order_by("at").values_list("cluster_queue", "gpu_model", "at", "nominal_milli", "used_milli",
                                               "pending_milli")  # fmt: skip
     out: dict[str, dict[str, dict[str, list]]] = defaultdict(dict)

@@ -153,13 +153,17 @@ class FragPlugin:
                 self.scorer.sync(nodes, *self._rows(nodes))
             else:  # a placement or two since the last score: scalar work beats array calls
                 c, width, counts, caps = self.cluster, self._width, self._counts, self._caps
+                dev_free, cpu_free, mem_free, sync_node = c.dev_free, c.cpu_free, c.mem_free, self.scorer.sync_node
                 for i in dirty:
                     count, taken = counts[i], FULL - caps[i]
-                    row = c.dev_free[i, :count].tolist()
+                    row = dev_free[i].tolist()
+                    if count < len(row):
+                        row = row[:count]
                     if taken or (row and not 0 <= min(row) <= max(row) <= FULL):  # else clipping changes nothing
                         row = [min(max(taken + v, 0), FULL) for v in row]
-                    row += [-1] * (width - count)
-                    self.scorer.sync_node(i, int(c.cpu_free[i]), int(c.mem_free[i]), row)
+                    if count < width:
+                        row += [-1] * (width - count)
+                    sync_node(i, cpu_free.item(i), mem_free.item(i), row)
         return self.scorer
 
     def _rows(self, nodes: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -206,6 +210,15 @@ class FragPlugin:
             self._device = device
             self._device_key = (pod.cpu_milli, pod.gpu_milli, pod.gpu_count)
         return np.asarray(scores, dtype=np.float64)
+
+    def follows_nodes(self, shape: Shape) -> bool:
+        """Whether :meth:`score` of a node depends only on that node's own state (fgd; portal without
+        the terms read from the whole cluster, model pressure and scarcity), so that a node that did
+        not change keeps its score (``votes.Trail``)."""
+        scorer = self.scorer
+        if scorer is None or self.frag_policy not in ("fgd", "portal") or shape.kind == "mig":
+            return False
+        return scorer.state_only(self._pod(shape))
 
     def score_at(self, shape: Shape, nodes: np.ndarray) -> np.ndarray | None:
         """``score`` of the (feasible) ``nodes`` for one replica (not MIG) under fgd or portal, without a

@@ -25,6 +25,7 @@ policy) is kept current for ``frag_milli()``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -152,6 +153,16 @@ class NodeScorer:
             return np.zeros(idx.size), None
         return self._baseline_scores(pod, idx), None
 
+    def state_only(self, pod: PodShape) -> bool:
+        """Whether :meth:`score_nodes` gives each node a score that depends only on its own state (and
+        the pod): fgd; portal once its model pressure term is known to be off (no typical pod is
+        constrained) for a GPU pod, and without a scarcity term."""
+        if self.policy == "fgd":
+            return True
+        if self.policy != "portal" or self._scarcity is not None:
+            return False
+        return pod.gpu_count == 0 or (self._press_share is not None and not self._press_any)
+
     def _baseline_scores(self, pod: PodShape, idx: np.ndarray) -> np.ndarray:
         free_total = self._gpu_free_total[idx]
         if self.policy == "dotprod":
@@ -169,8 +180,10 @@ class NodeScorer:
         and node state."""
         key, table, ids = self._table_of(pod)
         node_ids = ids[idx]
-        self._fill(pod, table, idx, node_ids)
-        score = table.values[node_ids, 0]  # a copy (fancy indexing)
+        score = table.values[:, 0][node_ids]  # a copy (fancy indexing; one column's gather is cheaper)
+        if math.isnan(np.add.reduce(score)):  # a state not known yet (its score is NaN), or a NaN score
+            self._fill(pod, table, idx, node_ids)
+            score = table.values[:, 0][node_ids]
         device = table.devices(ids)
         self._last = (key, table)
         if self.policy == "portal":
@@ -379,9 +392,10 @@ class NodeScorer:
 
     def sync_node(self, n: int, cpu: int, memory: int, gpu: list[int]) -> None:
         """:meth:`sync` of one node (plain numbers: cheaper than arrays for one row)."""
+        # ``item``: plain numbers, cheaper than numpy scalars (a hot path)
         if (
-            cpu == self.cpu_free_milli[n]
-            and memory == self.memory_free_mib[n]
+            cpu == self.cpu_free_milli.item(n)
+            and memory == self.memory_free_mib.item(n)
             and gpu == self.gpu_free_milli[n].tolist()
         ):
             return
@@ -389,12 +403,13 @@ class NodeScorer:
         self.memory_free_mib[n] = memory
         self.gpu_free_milli[n] = gpu
         total = sum([v for v in gpu if v > 0])
-        self._row_free[self._row_of[n]] += total - int(self._gpu_free_total[n])
+        row = self._row_of[n]
+        self._row_free[row] += total - self._gpu_free_total.item(n)
         self._gpu_free_total[n] = total
         self._gpu_max[n] = max(gpu)
         self._gpu_full[n] = gpu.count(MILLI)
-        self._version[n] += 1
-        self._states.set_one(n, self._row_of[n], cpu, gpu)
+        self._version[n] = self._version.item(n) + 1
+        self._states.set_one(n, row, cpu, gpu)
         self._last = None
         if self._table is not None:
             self._metric_fresh[n] = False

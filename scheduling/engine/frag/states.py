@@ -96,7 +96,7 @@ class StateIndex:
 @dataclass(slots=True)
 class ShapeTable:
     """One shape's delta rows by state id: ``values[id]`` is (score, device, the policy's measure
-    after, FGD's measure after) where ``known[id]``."""
+    after, FGD's measure after) where ``known[id]``. The score of a state not known yet is NaN."""
 
     epoch: int = 0
     values: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
@@ -119,6 +119,7 @@ class ShapeTable:
         if size < states:
             size = max(states, 2 * size, 256)
             values = np.zeros((size, 4))
+            values[:, 0] = np.nan  # the score of a state not known yet: a sum over scores tells (``NodeScorer``)
             known = np.zeros(size, dtype=bool)
             values[: len(self.known)] = self.values
             known[: len(self.known)] = self.known

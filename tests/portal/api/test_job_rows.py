@@ -136,3 +136,51 @@ def test_the_relations_rows_are_the_orms_rows(world):
         assert _ROWS[model].read(ids) == expected
     assert any(t["detail"] for t in _ROWS[JobTransition].read(ids))  # JSON decoded, not text
     assert dict(_allowed_read(ids)) == {a.pk: ["A100-80GB", "T4"]}
+
+
+def test_the_prepared_job_rows_are_the_orms_rows_for_any_teams_order_and_page(world):
+    from billing.selectors import job_ordering
+    from portal.api.job_rows import JobRows
+
+    for team in ("vision", "nlp", "vision", "nlp", "vision"):
+        world.submit(team, gpu=1, allowed_gpu_models=(world.models["T4"], world.models["A100-80GB"]))
+    world.submit("nlp", owner="carol", gpu=2)
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())  # some admitted: states, models, times differ
+    job_cancel(job=Job.objects.order_by("id").last(), by=world.users["admin"], at=timezone.now())
+    vision, nlp = world.teams["vision"].pk, world.teams["nlp"].pk
+    for team_ids, count in ((None, 6), ([vision], 3), ([nlp, vision], 6), ([], 0)):
+        jobs = Job.objects.all() if team_ids is None else Job.objects.filter(team_id__in=team_ids)
+        for sort in ("", "submitted", "-owner", "owner", "state", "-state"):
+            _, ordering = job_ordering(sort)
+            expected = list(job_page_rows(jobs.order_by(*ordering)))
+            rows = JobRows(team_ids=team_ids, ordering=ordering)
+            assert rows.count() == len(expected) == count
+            assert rows[0:50] == expected
+            assert rows[1:3] == expected[1:3]
+            assert rows[4:6] == expected[4:6]
+        for job in Job.objects.all():
+            one = JobRows(team_ids=team_ids, ordering=()).one(job.pk)
+            if team_ids is None or job.team_id in team_ids:
+                assert one == next(iter(job_page_rows(Job.objects.filter(pk=job.pk))))
+            else:
+                assert one is None  # another team's job is not read
+    assert JobRows(team_ids=None, ordering=()).one(-1) is None
+
+
+def test_a_running_inference_replica_is_rendered_as_the_serializer_renders_it(world):
+    """Its cost estimate runs until stopped (priced over the next hour, no expected end): the row
+    renderer reads the job's kind as the serializer does."""
+    world.submit(gpu=1, kind="inference", runtime_s=3600)
+    start = timezone.now()
+    cycle_run(now=start, backend=SimulatedCluster())
+    cycle_run(now=start + timedelta(seconds=30), backend=SimulatedCluster())
+    now = start + timedelta(minutes=10)
+    instances = list(
+        Job.objects.select_related("team", "local_queue", "priority_class", "gpu_model", "owner").prefetch_related(
+            "allowed_gpu_models", "placements", "transitions", "attempts"
+        )
+    )
+    assert [(job.kind, job.state) for job in instances] == [("inference", "Running")]
+    costs = job_costs(jobs=instances, now=now, speedup=60.0)
+    expected = JobSerializer(instances, many=True, context={"costs": costs}).data
+    assert jobs_render(list(job_page_rows(Job.objects.all())), now=now, speedup=60.0) == expected

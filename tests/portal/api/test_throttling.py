@@ -71,3 +71,35 @@ def test_a_list_an_older_version_left_under_the_key_is_not_read_as_the_log():
     now = time.time()
     cache.set("throttle_test", [now, now, now], 60)  # DRF's list, as the portal kept it before
     assert log_add("throttle_test", window_s=60, now=now, limit=2) is None
+
+
+def test_several_keys_are_each_judged_on_their_own_log_in_one_step():
+    from portal.api.throttling import LogEntry, log_steps
+
+    now = 1_000_000.0
+    user = LogEntry("throttle_test", window_s=60, limit=2)
+    address = LogEntry("throttle_test_ip", window_s=30, limit=3)
+    cache.delete("throttle_test_ip")
+    assert log_steps([user, address], now=now) == [None, None]
+    assert log_steps([user, address], now=now + 1) == [None, None]
+    # The user's log is full (2 of 2): refused there, still logged for the address (3 of 3).
+    assert log_steps([user, address], now=now + 2) == [pytest.approx(58.0), None]
+    # Both full: each answers its own wait, from its own oldest entry and window.
+    assert log_steps([user, address], now=now + 3) == [pytest.approx(57.0), pytest.approx(27.0)]
+    assert log_steps([], now=now) == []
+    cache.delete("throttle_test_ip")
+
+
+def test_a_refused_stop_entry_ends_the_step_and_the_entries_after_it_are_not_logged():
+    from portal.api.throttling import LogEntry, log_steps
+
+    now = 1_000_000.0
+    cache.delete("throttle_test_ip")
+    assert log_add("throttle_test", window_s=60, now=now, limit=1) is None  # the gate's log: full
+    gate = LogEntry("throttle_test", window_s=60, limit=1, add=False, stop=True)
+    after = LogEntry("throttle_test_ip", window_s=60, limit=1)
+    assert log_steps([gate, after], now=now + 10) == [pytest.approx(50.0), None]
+    # Not logged: once the gate's entry has left its window, ``after`` still has room for one.
+    assert log_steps([gate, after], now=now + 61) == [None, None]
+    assert log_steps([after], now=now + 62) == [pytest.approx(59.0)]
+    cache.delete("throttle_test_ip")

@@ -1,8 +1,11 @@
 """The REST API (``portal.api``): submit, list, cancel, isolation between teams, bad input, quotas."""
 
 import pytest
+from django.utils import timezone
 
 from portal.jobs.models import FlavorQuota, Job, JobTransition, QuotaChange
+from scheduling.adapters.simulated import SimulatedCluster
+from scheduling.services import cycle_run
 
 pytestmark = pytest.mark.django_db
 
@@ -559,3 +562,25 @@ def test_a_quota_cut_below_current_use_answers_with_a_warning(api, world):
         "/api/v1/cluster-queues/cq-vision/", {"flavors": {"A100-80GB": {"nominal_gpus": 3}}}, format="json"
     )
     assert fine.json()["warnings"] == []
+
+
+def test_the_job_list_and_a_job_read_a_fixed_number_of_queries(api, world, django_assert_num_queries):
+    """Token, the user's teams, (the count and) the page, then one query per relation: placements,
+    attempts, transitions, allowed GPU models, and the price book for the attempts' costs."""
+    alice = api("alice")
+    alice.get("/api/v1/teams/")  # the token's first use is recorded (a write at most once a minute)
+    job = world.submit("vision", gpu=1)
+    world.submit("vision", gpu=2)
+    world.submit("nlp", gpu=1)  # another team's: neither listed nor counted
+    cycle_run(now=timezone.now(), backend=SimulatedCluster())
+    with django_assert_num_queries(2 + 2 + 5):
+        page = alice.get("/api/v1/jobs/").json()
+    assert page["count"] == 2
+    assert {row["id"] for row in page["results"]} == set(
+        Job.objects.filter(team__slug="vision").values_list("id", flat=True)
+    )
+    with django_assert_num_queries(2 + 1 + 5):
+        assert alice.get(f"/api/v1/jobs/{job.pk}/").json()["id"] == job.pk
+    other = Job.objects.get(team__slug="nlp")
+    with django_assert_num_queries(2 + 1):  # not one of her teams' jobs: nothing more is read
+        assert alice.get(f"/api/v1/jobs/{other.pk}/").status_code == 404

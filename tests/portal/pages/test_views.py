@@ -62,6 +62,18 @@ def test_login_then_submit_with_the_form_and_see_the_job(client, world, django_c
     assert f'href="/jobs/{job.pk}/"' in listing
     filtered = client.get("/jobs/?state=Succeeded").content.decode()
     assert f'href="/jobs/{job.pk}/"' not in filtered
+    # A job exists: an empty filtered list says the filters match none, not that there are no jobs.
+    assert "No job matches these filters." in filtered
+    assert "No jobs yet." not in filtered
+    assert "No job matches" not in listing
+
+
+def test_an_empty_job_list_says_whether_there_are_no_jobs_or_the_filters_match_none(client, world):
+    client.force_login(world.users["alice"])
+    assert "No jobs yet." in client.get("/jobs/").content.decode()
+    for query in ("state=Failed", "q=nothing-like-this", f"team={world.teams['vision'].slug}"):
+        page = client.get(f"/jobs/?{query}").content.decode()
+        assert "No job matches these filters." in page, query
 
 
 def test_the_form_shows_field_errors_and_creates_nothing(client, world):

@@ -11,7 +11,7 @@ from scheduling.engine.fit import Shape
 from scheduling.engine.mig import mig_geometry
 from scheduling.engine.model import GpuNode, Snapshot
 
-from .builders import node
+from .builders import RACK, ZONE, node
 
 MODELS = ("A100-80GB", "L40S")
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
@@ -19,11 +19,18 @@ SHARES = (0, 0, 0, 250, 500, 1000, 1000)  # device milli in use: coarse values m
 
 
 @st.composite
-def gpu_nodes(draw: Any, mig: bool = False) -> tuple[GpuNode, ...]:
-    """Nodes in name order; with ``mig``, some A100 nodes are MIG nodes."""
+def gpu_nodes(draw: Any, mig: bool = False, racks: bool = False) -> tuple[GpuNode, ...]:
+    """Nodes in name order; with ``mig``, some A100 nodes are MIG nodes; with ``racks``, nodes in racks
+    of a few nodes and two zones (some without a rack label)."""
     out = []
+    per_rack = draw(st.integers(1, 4)) if racks else 0
     for i in range(draw(st.integers(1, 16) | st.integers(8, 16))):
         model = draw(st.sampled_from((MODELS[0], MODELS[0], MODELS[0], MODELS[1], None)))
+        labels = None
+        if racks:
+            labels = {ZONE: f"z{i // (2 * per_rack) % 2}"}
+            if draw(st.integers(0, 9)):
+                labels[RACK] = f"r{i // per_rack}"
         out.append(
             node(
                 f"n{i:02d}",
@@ -31,6 +38,7 @@ def gpu_nodes(draw: Any, mig: bool = False) -> tuple[GpuNode, ...]:
                 draw(st.sampled_from((1, 2, 4, 8, 8))),
                 cpu=draw(st.sampled_from((8000, 32_000, 64_000))),
                 mem=draw(st.sampled_from((16_000, 64_000))),
+                labels=labels,
                 cordoned=draw(st.integers(0, 9)) == 0,
                 mig=mig and model == "A100-80GB" and draw(st.booleans()),
                 gpu_memory_gib=80 if model == "A100-80GB" else 48 if model else 0,
@@ -40,9 +48,10 @@ def gpu_nodes(draw: Any, mig: bool = False) -> tuple[GpuNode, ...]:
 
 
 @st.composite
-def loaded_clusters(draw: Any, mig: bool = False) -> Cluster:
-    """A :class:`Cluster` whose free capacity was set at random (over-committed CPU/memory included)."""
-    cluster = Cluster(Snapshot(draw(gpu_nodes(mig)), (), (), ()))
+def loaded_clusters(draw: Any, mig: bool = False, racks: bool = False) -> Cluster:
+    """A :class:`Cluster` whose free capacity was set at random (over-committed CPU/memory included);
+    ``racks``: see :func:`gpu_nodes`."""
+    cluster = Cluster(Snapshot(draw(gpu_nodes(mig, racks)), (), (), ()))
     for i in range(cluster.n):
         for d in range(int(cluster.gpu_count[i])):
             if cluster.mig_node[i]:

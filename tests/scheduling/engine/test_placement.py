@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduling.engine.capacity import Statement
 from scheduling.engine.cycle import run_cycle
-from scheduling.engine.model import Policy, Taint, Toleration, labels_of
+from scheduling.engine.model import Policy, ReplicaPlacement, Taint, Toleration, labels_of
 from scheduling.engine.placement import Placer
 
 from .builders import RACK, ZONE, admitted_ids, cq, job, lq, node, reason_of, running, snapshot
@@ -316,3 +317,29 @@ def test_the_fast_path_picks_the_node_the_scored_path_picks(data, placement):
         assert fast.plugins[0].pick(cluster, chosen, shape, "j") == scored.plugins[0].pick(cluster, chosen, shape, "j")
     feasible = scored.feasible(shape, scored.eligible(workload, shape))
     assert (chosen is None) == (len(feasible) == 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), placement=st.sampled_from(("portal", "fgd", "binpack", "spread")))
+def test_a_gangs_next_replica_goes_where_scoring_it_afresh_sends_it(data, placement):
+    """A gang's next replica (no placement rules) takes its predecessor's candidates without the node
+    the gang filled, and their raw scores and contiguity votes (``votes.Trail``), instead of measuring
+    them again: the gang takes the same nodes and devices as with every replica scored afresh, on any
+    load, racks, shape (not MIG), gang size and minimum."""
+    cluster = data.draw(loaded_clusters(racks=True))
+    shape = data.draw(shapes(cluster))
+    wanted = data.draw(st.integers(2, 12))
+    needed = data.draw(st.integers(1, wanted))
+    workload = job("j", "a")
+
+    def gang(placer: Placer) -> tuple[ReplicaPlacement, ...]:
+        stmt = Statement(cluster)
+        placements = placer.place_gang(workload, shape, stmt, wanted, needed, explain=False).placements
+        stmt.discard()
+        return placements
+
+    trailed = Placer(cluster, Policy(placement=placement), typical=_MIX)
+    afresh = Placer(cluster, Policy(placement=placement), typical=_MIX, fast_path=False)
+    assert trailed.votes.trail() is not None
+    assert afresh.votes.trail() is None
+    assert gang(trailed) == gang(afresh)

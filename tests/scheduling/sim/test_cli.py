@@ -46,6 +46,43 @@ def test_arrival_mode_writes_summary_placements_and_report(trace_files, tmp_path
     assert "portal vs FGD" in printed
 
 
+def test_the_papers_figure_is_shown_only_beside_the_papers_own_trace(trace_files, tmp_path, capsys):
+    """A trace the paper did not publish gets no "paper" figure; the same pods under the paper's file
+    names get the published means of that trace (FGD on gpuspec33: 12.16; the default's: 4.77)."""
+    nodes, pods = trace_files
+    runs = {
+        "mine": (nodes, pods),
+        "spec": (tmp_path / "openb_node_list_gpu_node.csv", tmp_path / "openb_pod_list_gpuspec33.csv"),
+        "default": (tmp_path / "openb_node_list_all_node.csv", tmp_path / "openb_pod_list_default.csv"),
+    }
+    for name, (n, p) in runs.items():
+        if name != "mine":
+            n.write_bytes(nodes.read_bytes())
+            p.write_bytes(pods.read_bytes())
+        out = tmp_path / name
+        args = ["--nodes", str(n), "--pods", str(p), "--seeds", "1", "--out", str(out), "--no-progress"]
+        assert main([*args, "--policy", "fgd", "--policy", "random", "--no-placements"]) == 0
+    printed = capsys.readouterr().out
+    fgd_rows = [line.split() for line in printed.splitlines() if line.startswith("fgd ")]
+    assert [len(row) for row in fgd_rows] == [6, 7, 7]  # no paper column value for "mine"
+    assert [row[3] for row in fgd_rows[1:]] == ["12.16", "4.77"]
+    papers = {
+        name: {
+            k: v["headline"]["paper"]
+            for k, v in json.loads((tmp_path / name / "summary.json").read_text())["policies"].items()
+        }
+        for name in runs
+    }
+    assert papers == {
+        "mine": {"fgd": None, "random": None},
+        "spec": {"fgd": 12.16, "random": None},  # the paper publishes FGD and BestFit per variant
+        "default": {"fgd": 4.77, "random": 13.70},
+    }
+    assert table.main([str(tmp_path / "mine")]) == 0
+    fgd_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| FGD |"))
+    assert fgd_line.split("|")[3].strip() == ""  # the paper column
+
+
 def test_replay_mode_reports_delays_and_allocation_over_time(trace_files, tmp_path):
     nodes, pods = trace_files
     out = tmp_path / "replay"

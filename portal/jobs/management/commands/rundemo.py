@@ -1,9 +1,9 @@
 """``python manage.py rundemo``: serve the portal and run the scheduler loop in the same process.
 
 For the embedded demo (SQLite, simulated cluster, no Redis): a background thread runs the Celery
-tasks in-process (the scheduling cycle every SCHEDULER_INTERVAL_S, metering every METERING_INTERVAL_S)
-while Django's development server serves the pages. In production use docker-compose (gunicorn,
-a Celery worker and beat).
+tasks in-process (the scheduling cycle every ``--interval`` seconds, every other task of the beat
+schedule at its own period) while Django's development server serves the pages. In production use
+docker-compose (gunicorn, a Celery worker and beat).
 """
 
 from __future__ import annotations
@@ -11,36 +11,55 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
+from typing import Any
 
+from celery import Task
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from billing.tasks import budget_check_task, capacity_record_task, metering_run_task
+from portal.celery import app
 from scheduling.tasks import scheduling_cycle_task
 
 logger = logging.getLogger("portal.rundemo")
 
 
+def beat_tasks() -> list[tuple[Task, dict, float]]:
+    """Every task of the beat schedule (``CELERY_BEAT_SCHEDULE``) but the cycle, with its keyword
+    arguments and its period in seconds: what beat would run in production, read from one place."""
+    app.loader.import_default_modules()  # every app's tasks module, as a worker imports them
+    out = []
+    entries: dict[str, dict[str, Any]] = settings.CELERY_BEAT_SCHEDULE
+    for entry in entries.values():
+        if entry["task"] == scheduling_cycle_task.name:
+            continue
+        every = entry["schedule"]
+        every_s = every.total_seconds() if isinstance(every, timedelta) else float(every)
+        out.append((app.tasks[entry["task"]], dict(entry.get("kwargs") or {}), every_s))
+    return out
+
+
 def scheduler_loop(stop: threading.Event, interval_s: float) -> None:
-    """Run the beat schedule's tasks in-process: the cycle every tick, the others at their own periods."""
-    periodic = [
-        (metering_run_task, settings.METERING_INTERVAL_S),
-        (capacity_record_task, settings.CAPACITY_SNAPSHOT_INTERVAL_S),
-        (budget_check_task, settings.BUDGET_CHECK_INTERVAL_S),
-    ]
-    last_run = {task.name: float("-inf") for task, _ in periodic}
+    """Run the beat schedule's tasks in-process: the cycle every tick, the others at their own periods
+    (metering, schedules, services' autoscaler, notifications, queue samples, ...: ``beat_tasks``)."""
+    periodic = beat_tasks()
+    last_run = [float("-inf")] * len(periodic)
     while not stop.wait(interval_s):
         close_old_connections()
         try:
             scheduling_cycle_task.apply()
-            for task, every_s in periodic:
-                if time.monotonic() - last_run[task.name] >= every_s:
-                    task.apply()
-                    last_run[task.name] = time.monotonic()
         except Exception:  # keep the demo loop alive; the error is logged with its traceback
-            logger.exception("scheduler loop iteration failed")
+            logger.exception("scheduling cycle failed")
+        for i, (task, kwargs, every_s) in enumerate(periodic):
+            if time.monotonic() - last_run[i] < every_s:
+                continue
+            last_run[i] = time.monotonic()
+            try:
+                task.apply(kwargs=kwargs)
+            except Exception:
+                logger.exception("%s failed", task.name)
 
 
 class Command(BaseCommand):

@@ -103,15 +103,35 @@ def test_wait_percentiles_interpolate_between_ranks_per_window(world):
     assert percentile([60, 120, 180, 240, 600], 0.9) == pytest.approx(456.0)
 
 
-def test_the_charts_read_the_first_sample_of_each_hour(world):
+def test_the_charts_read_the_first_sample_of_each_hour_and_the_latest(world):
     now = timezone.now().replace(minute=30, second=0, microsecond=0)
     hour = now.replace(minute=0)
-    for minute, used in ((0, 1000), (20, 3000)):
+    for minute, used in ((0, 1000), (10, 2000), (20, 3000)):
         QueueSample.objects.create(
             at=hour + timedelta(minutes=minute), cluster_queue="cq-vision", gpu_model="A100-80GB",
             nominal_milli=8000, used_milli=used, pending_milli=500,
         )  # fmt: skip
     QueueSample.objects.create(at=now - timedelta(days=8), cluster_queue="cq-vision", gpu_model="A100-80GB")
     series = sample_series(now=now)["cq-vision"]["A100-80GB"]
-    # Samples every 5 minutes (the default interval): the one at minute 0 stands for the hour.
-    assert (series["at"], series["used"], series["nominal"], series["pending"]) == ([hour], [1.0], [8.0], [0.5])
+    # Samples every 5 minutes (the default interval): the one at minute 0 stands for the hour; the
+    # latest (minute 20) ends the chart at the present; minute 10 is left out.
+    at = [hour, hour + timedelta(minutes=20)]
+    assert (series["at"], series["used"], series["nominal"], series["pending"]) == (
+        at,
+        [1.0, 3.0],
+        [8.0] * 2,
+        [0.5] * 2,
+    )
+
+
+def test_a_portal_sampled_for_less_than_an_hour_has_its_charts(world):
+    """The first samples after install fall mid-hour: the charts show the latest rather than none
+    (the page would say "No samples yet" with samples stored)."""
+    now = timezone.now().replace(minute=40, second=0, microsecond=0)
+    for minute in (27, 32):
+        QueueSample.objects.create(
+            at=now.replace(minute=minute), cluster_queue="cq-vision", gpu_model="A100-80GB",
+            nominal_milli=8000, used_milli=1000 * minute, pending_milli=0,
+        )  # fmt: skip
+    series = sample_series(now=now)["cq-vision"]["A100-80GB"]
+    assert (series["at"], series["used"]) == ([now.replace(minute=32)], [32.0])
