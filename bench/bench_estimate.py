@@ -125,7 +125,6 @@ def replay(args: argparse.Namespace) -> None:
         arrival_horizon_s=known_period if args.known_arrivals else args.arrival_horizon,
         reserved_jobs=args.reserved_jobs,
         arrival_upper_p90=args.arrival_upper,
-        forecast_samples=args.samples,
     )
 
     pending: dict[str, Workload] = {}
@@ -370,12 +369,6 @@ def main() -> None:
         dest="aged_runtimes",
         action="store_false",
         help="running jobs end at their plain expected runtime, not given how long they have run (the method before)",
-    )
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=Policy().forecast_samples,
-        help="estimated starts over this many sampled forward runs (Policy.forecast_samples; 0: point values)",
     )
     parser.add_argument("--dump", default="", help="write each job's estimates and actual start to this CSV file")
     replay(parser.parse_args())

@@ -79,7 +79,6 @@ from .placement import Placer
 from .preemption import Holder, Victim
 from .quota import QuotaBook, models_to_try, request_of
 from .reservations import Holds, Reservation, active, held_reason, reservable
-from .sampled import sampled_starts
 from .standing import capacity_totals
 from .taints import granted_snapshot
 from .timeline import Timeline
@@ -519,24 +518,6 @@ class _Cycle(ForecastHost):
             self.forecasts = (p50, p50)
         else:
             self.forecasts = (p50, self.forecast(self.waiting, P90, recorder=self.timelines[P90]))
-        if self.policy.forecast_samples > 0 and not (same and arrivals is None):
-            # Sampled worlds (``sampled``); with nothing to draw (no spread, no submissions) each would be
-            # the P50 run.
-            self.forecasts = sampled_starts(
-                self,
-                self.now,
-                self.runtimes,
-                self.running_runtimes,
-                self.quota.flavors,
-                self.waiting,
-                self.holders,
-                self.taken,
-                arrivals,
-                self.policy.forecast_samples,
-                self.policy.seed,
-                max_decisions=self.policy.forecast_decisions,
-                reservations=self.reservations,
-            )
         stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
         return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
 

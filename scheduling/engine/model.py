@@ -348,11 +348,6 @@ class Policy:
     # (off, the default: measured in docs/engine.md, it did not bring more starts within the P90 estimate
     # on bench_estimate's seed 1 and made the P90 run cost more).
     arrival_upper_p90: bool = False
-    # Estimated starts as the median and 90th percentile over this many sampled forward runs (runtimes
-    # and submissions drawn, ``sampled``; 0, the default: one run at the P50 values and one at the P90
-    # values; measured in docs/engine.md, K = 9 lowered bench_estimate's median error a few points on
-    # seeds 1-7 and costs K more forward runs per cycle).
-    forecast_samples: int = 0
     # Backfill reservations (``reservations``, Slurm's backfill): the first this many jobs of a cycle's
     # order that wait for capacity hold the room they get at their forecast start; later jobs may use it
     # only if they are expected to end by then (0, the default: none; measured in docs/engine.md, they did

@@ -38,7 +38,7 @@ def test_the_estimate_bench_runs_with_every_option(tmp_path):
     script = BENCH.parent / "bench_estimate.py"
     dump = tmp_path / "estimates.csv"
     args = ["--nodes", "2", "--jobs", "30", "--hours", "2", "--censored", "--arrival-upper", "--no-aged-runtimes"]
-    args += ["--known-runtimes", "--known-arrivals", "--samples", "3", "--dump", str(dump)]
+    args += ["--known-runtimes", "--known-arrivals", "--dump", str(dump)]
     done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "P50 estimate" in done.stdout
