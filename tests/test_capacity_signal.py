@@ -58,6 +58,8 @@ def test_metrics_api_and_queues_page_show_the_signal_by_pool(world, client, api,
     page = client.get("/queues/").content.decode()
     assert "No job is waiting for capacity" not in page
     assert "None of your teams' jobs is waiting for capacity that new nodes would cure" in page
+    assert "{#" not in page  # the template's comment stays out
+    assert "include with capacity_wanted" not in page
     # A platform admin counts every team's jobs.
     client.force_login(world.users["admin"])
     page = client.get("/queues/").content.decode()

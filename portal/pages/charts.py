@@ -84,10 +84,11 @@ def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> dict:
     data: list[dict[str, object]] = []
     for model, s in sorted(series.items()):
         at = [t.isoformat() for t in s["at"]]
-        data.append({"type": "scatter", "x": at, "y": s["used"], "name": f"{model} in use", "mode": "lines"})
-        data.append({"type": "scatter", "x": at, "y": s["pending"], "name": f"{model} pending", "mode": "lines",
+        mode = "lines" if len(at) > 1 else "markers"  # one sample (a new portal) draws no line: a point
+        data.append({"type": "scatter", "x": at, "y": s["used"], "name": f"{model} in use", "mode": mode})
+        data.append({"type": "scatter", "x": at, "y": s["pending"], "name": f"{model} pending", "mode": mode,
                      "line": {"dash": "dot"}})  # fmt: skip
-        data.append({"type": "scatter", "x": at, "y": s["nominal"], "name": f"{model} quota", "mode": "lines",
+        data.append({"type": "scatter", "x": at, "y": s["nominal"], "name": f"{model} quota", "mode": mode,
                      "line": {"dash": "dash"}})  # fmt: skip
     layout = {
         "title": {"text": f"{name}: use and pending demand vs quota (hourly)"},

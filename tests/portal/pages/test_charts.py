@@ -35,3 +35,15 @@ def test_the_charts_draw_only_trace_types_of_the_basic_bundle():
     traces = {name for name in used if name not in {"Figure", "Layout"}}
     assert traces
     assert traces <= BASIC_TRACES, traces - BASIC_TRACES
+
+
+def test_a_queue_chart_of_one_sample_draws_points_not_an_empty_line():
+    from datetime import UTC, datetime, timedelta
+
+    from portal.pages.charts import queue_history_figure
+
+    t = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
+    one = {"at": [t], "used": [1.0], "pending": [0.0], "nominal": [8.0]}
+    two = {"at": [t, t + timedelta(hours=1)], "used": [1.0, 2.0], "pending": [0.0, 0.0], "nominal": [8.0, 8.0]}
+    assert {d["mode"] for d in queue_history_figure("cq", {"A100-80GB": one})["data"]} == {"markers"}
+    assert {d["mode"] for d in queue_history_figure("cq", {"A100-80GB": two})["data"]} == {"lines"}
