@@ -23,8 +23,11 @@ def test_an_expired_watch_410_relists_and_misses_nothing(kworld, kube, backend):
 def test_watch_errors_reconnect_with_backoff(kworld, kube, backend):
     kube.add_node("a100-0", gpus=8)
     settle(backend, kube)
-    kube.fail("GET", r"^/api/v1/nodes$", status=500, times=2)
-    kube.compact()  # ends the open watch; its reconnects fail twice, then relist after a 410
+    # More failures than one LIST retries (FAST.retries == 3), so the informer's loop sees an error
+    # whichever request meets them first: usually the watch's reconnects, but when a reconnect was
+    # already in flight as the faults were set, it gets the 410 and the relist meets them instead.
+    kube.fail("GET", r"^/api/v1/nodes$", status=500, times=4)
+    kube.compact()  # ends the open watch; its reconnects fail, then relist after a 410
     kube.add_node("a100-1", gpus=8)
     deadline = time.monotonic() + 10
     while len(backend.nodes()) < 2 and time.monotonic() < deadline:
