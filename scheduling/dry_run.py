@@ -14,12 +14,17 @@ a submission's answer ask the engine).
    that needs the state of a cycle builds it (the others wait for it, up to ``DRY_RUN_WAIT_S``) and
    stores it pickled; the others load it instead of running the cycle again. Without a shared cache
    (a cache other than Redis) each process builds its own.
-3. The answers, per request shape, on that state: the engine is a function of the state and the
+3. Jobs submitted since the state's snapshot was read are not in it: each check reads the ids of
+   those still live (one indexed query: pending, or admitted since by a newer cycle while this state
+   still answers), loads those it has not seen yet (kept per state), and the engine decides them
+   before the job (``scheduling.engine.dryrun``, step 5), so a burst of submissions is not each told
+   the same free room.
+4. The answers, per request shape and later jobs, on that state: the engine is a function of the state and the
    request, and a request's ``created_at`` (its submission time) only orders it among the queued
    jobs, so two requests that differ in nothing else, both newer than every job of the state, get
    the same answer. Kept in the process and in the shared cache, dropped with the state.
 
-4. Handed over by the scheduler: with a shared cache, a process that needs a newer state says so
+5. Handed over by the scheduler: with a shared cache, a process that needs a newer state says so
    (``WANTED``, for ``DRY_RUN_STALE_S``), and the scheduler's next cycle, at most every
    ``DRY_RUN_REFRESH_EVERY_S``, runs as a ``DryRun`` (the same cycle, its plan applied as always) and
    stores its final state under its own cycle's key (``dry_run_publish``): the web processes load it
@@ -40,7 +45,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache, caches
@@ -48,11 +53,13 @@ from django.core.cache.backends.redis import RedisCache
 from django.db import connection as db_connection
 from django.utils import timezone
 
+from portal.jobs.models import Job, JobState
 from portal.prepared import Prepared
 from scheduling.adapters.contract import ClusterBackend, node_capacity_type
 from scheduling.adapters.factory import cluster_backend
+from scheduling.adapters.workloads import workload_from_job
 from scheduling.engine.dryrun import Check, DryRun, Suggestion
-from scheduling.engine.model import Workload
+from scheduling.engine.model import Workload, WorkloadState
 from scheduling.models import CycleRun
 from scheduling.selectors import expected_runtimes, policy_from_settings, runtime_speedup, snapshot_for_cycle
 
@@ -61,7 +68,7 @@ logger = logging.getLogger(__name__)
 DRY_RUN_WAIT_S = 30.0  # at most, a process waits this long for another that builds the same state
 ANSWERS_KEPT = 256  # request shapes remembered per state in a process
 SHARED = "dry-run:v1"  # cache key prefix
-WANTED = f"{SHARED}:wanted"  # a web process asked for a newer state (step 4)
+WANTED = f"{SHARED}:wanted"  # a web process asked for a newer state (step 5)
 PUBLISHED = f"{SHARED}:published"  # the scheduler handed one over within DRY_RUN_REFRESH_EVERY_S
 LATEST = f"{SHARED}:latest"  # the key of the last state the scheduler handed over
 
@@ -95,6 +102,9 @@ class _Kept:
     # computed on it (a check of a waiting job replays the forecast: ~1 s at 2,000 pending jobs)
     cost_s: float = 0.0
     answers: dict[str, JobCheck] = field(default_factory=dict)
+    # Step 3: the ids of the snapshot's jobs, and the later jobs loaded so far (id -> job, runtimes)
+    known: frozenset[str] | None = None
+    later: dict[str, tuple[Workload, tuple[float, float] | None]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one dry run at a time on the state
 
 
@@ -189,7 +199,7 @@ def refresh_every_s(cost_s: float) -> float:
 
 
 def _handed_over(latest: object, key: tuple[object, ...]) -> _State | None:
-    """The state the scheduler handed over last (step 4; ``latest``: its key) for the backend of
+    """The state the scheduler handed over last (step 5; ``latest``: its key) for the backend of
     ``key``, while it is younger than ``DRY_RUN_STALE_S``."""
     if not isinstance(latest, tuple) or latest[1:] != key[1:]:
         return None
@@ -269,7 +279,7 @@ def dry_run_forget() -> None:
 
 
 def dry_run_to_publish() -> bool:
-    """Whether the scheduler's next cycle should hand its final state to the web processes (step 4 of
+    """Whether the scheduler's next cycle should hand its final state to the web processes (step 5 of
     the module docstring): ``DRY_RUN_PUBLISH``, a shared cache, a process asked for a newer state, and
     none handed over within ``DRY_RUN_REFRESH_EVERY_S``."""
     if not settings.DRY_RUN_PUBLISH or _cache_call("get", WANTED) is None:
@@ -287,27 +297,68 @@ def dry_run_publish(*, dry_run: DryRun, cycle_id: int, as_of: datetime) -> None:
     _cache_call("set", LATEST, key, timeout=int(settings.DRY_RUN_STALE_S) + 1)
 
 
+LATER_MARGIN = timedelta(seconds=30)  # a job saved this long before the snapshot may commit after it
+LATER_MAX = 500  # later jobs read per check, oldest first
+# Live jobs submitted since: pending ones, and those a cycle after the state's admitted meanwhile (the
+# state, answering until a newer one is obtained, does not hold them either).
+LATER_STATES = (JobState.PENDING, JobState.ADMITTED, JobState.RUNNING)
+
+
+def _later(kept: _Kept) -> list[tuple[Workload, tuple[float, float] | None]]:
+    """The live jobs submitted since the kept state's snapshot was read (step 3 of the module
+    docstring), oldest first, as pending ones, with their expected runtimes; call under ``kept.lock``."""
+    state = kept.state
+    if kept.known is None:
+        kept.known = frozenset(w.id for w in state.dry_run.snapshot.workloads)
+    rows = (
+        Job.objects.filter(state__in=LATER_STATES, created_at__gte=state.as_of - LATER_MARGIN)
+        .order_by("created_at", "id")
+        .values_list("id")[:LATER_MAX]
+    )
+    ids = [str(pk) for (pk,) in rows if str(pk) not in kept.known]
+    new = [int(pk) for pk in ids if pk not in kept.later]
+    if new:
+        jobs = (
+            Job.objects.filter(pk__in=new)
+            .select_related("local_queue__team", "team", "priority_class", "gpu_model")
+            .prefetch_related("allowed_gpu_models")
+        )
+        # As submitted: one admitted since (by a cycle after the state's) took its room as the next
+        # cycle would have given it, and keeps its place in the list (the copy goes on).
+        loaded = [
+            replace(workload_from_job(job, []), state=WorkloadState.PENDING, gpu_model=None, started_at=None)
+            for job in jobs
+        ]
+        runtimes = {i: (a, b) for i, a, b in expected_runtimes(loaded, speedup=runtime_speedup())[0]}
+        for w in loaded:
+            kept.later[w.id] = (w, runtimes.get(w.id))
+    return [kept.later[pk] for pk in ids if pk in kept.later]
+
+
 def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> JobCheck:
     """What the next cycle decides for ``workload`` (not submitted), when it would start, and the
-    smallest changes that start it sooner (``scheduling.engine.dryrun``); remembered per request
-    shape on the kept state (step 3 of the module docstring)."""
+    smallest changes that start it sooner (``scheduling.engine.dryrun``), the jobs submitted since the
+    state was read decided first; remembered per request shape and later jobs on the kept state (steps
+    3-4 of the module docstring)."""
     kept = _kept_state(backend)
     state = kept.state
     runtimes = {i: (a, b) for i, a, b in expected_runtimes([workload], speedup=runtime_speedup())[0]}
     runtime = runtimes.get(workload.id)
-    shape = None
-    if workload.created_at > state.newest_created_at:
-        text = repr((replace(workload, created_at=0.0), runtime))  # frozen dataclasses: a stable repr
-        shape = hashlib.sha256(text.encode()).hexdigest()
-    shared = f"{SHARED}:answer:{state.state_id}:{shape}"
     with kept.lock:  # the dry run sets the job's runtimes on the shared cycle while it answers
+        later = _later(kept)
+        shape = None
+        if workload.created_at > state.newest_created_at:
+            later_ids = tuple(w.id for w, _ in later)
+            text = repr((replace(workload, created_at=0.0), runtime, later_ids))  # frozen dataclasses: stable
+            shape = hashlib.sha256(text.encode()).hexdigest()
+        shared = f"{SHARED}:answer:{state.state_id}:{shape}"
         if shape is not None:
             known = kept.answers.get(shape) or _cache_call("get", shared)
             if isinstance(known, JobCheck):
                 kept.answers.setdefault(shape, known)
                 return known
         started = time.thread_time()
-        answer = _job_check(state, workload, runtime)
+        answer = _job_check(state, workload, runtime, later)
         kept.cost_s += time.thread_time() - started  # under kept.lock
         if shape is not None:
             if len(kept.answers) < ANSWERS_KEPT:
@@ -316,12 +367,17 @@ def job_check(*, workload: Workload, backend: ClusterBackend | None = None) -> J
         return answer
 
 
-def _job_check(state: _State, workload: Workload, runtime: tuple[float, float] | None) -> JobCheck:
+def _job_check(
+    state: _State,
+    workload: Workload,
+    runtime: tuple[float, float] | None,
+    later: list[tuple[Workload, tuple[float, float] | None]],
+) -> JobCheck:
     dry_run = state.dry_run
-    check = dry_run.check(workload, runtime)
+    check = dry_run.check(workload, runtime, later)
     lq = dry_run.cycle.lq_by_name.get(workload.local_queue)
     models = dry_run.cycle.quota.flavors.get(lq.cluster_queue, ()) if lq is not None else ()
-    suggestions = dry_run.suggestions(workload, check, models) if check.verdict != "never" else ()
+    suggestions = dry_run.suggestions(workload, check, models, later) if check.verdict != "never" else ()
     nodes = {n.name: n for n in dry_run.snapshot.nodes}
     types = {node_capacity_type(nodes[p.node]) for p in check.placements if p.node in nodes}
     return JobCheck(check, suggestions, state.as_of, types.pop() if len(types) == 1 else "on-demand")

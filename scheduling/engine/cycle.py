@@ -521,16 +521,18 @@ class _Cycle(ForecastHost):
         stats = {**self.stats, "nodes": self.cluster.n, "pending_considered": len(self.considered)}
         return plan_of(self.snapshot.workloads, self.pending, self.admissions, self.preemptions, self.forecasts, stats)
 
-    def trial(self, job: Workload) -> Outcome:
-        """Steps 2 and 3 for one more pending ``job`` on the final state, keeping nothing: what the next
-        cycle decides for it when nothing else changes (``dryrun``). A job that never fits is a
-        ``NoFit`` whose reason has ``waits`` false."""
+    def trial(self, job: Workload, keep: bool = False) -> Outcome:
+        """Steps 2 and 3 for one more pending ``job`` on the final state: what the next cycle decides for
+        it when nothing else changes (``dryrun``). A job that never fits is a ``NoFit`` whose reason has
+        ``waits`` false. Keeps nothing, unless ``keep`` (a job submitted after the snapshot, decided on
+        a ``clone`` before the dry run's job): then a fit takes its room, quota and fair share, and a
+        preemption its victims, as in step 3."""
         job = granted_snapshot(replace(self.snapshot, workloads=(job,))).workloads[0]
         aside = set_aside(job, self.feasibility, self.now)
         if aside is not None:
             return NoFit(aside[0])
         saved = (dict(self.preemptors), self.keep_fits)
-        self.keep_fits = False
+        self.keep_fits = keep
         try:
             # The reservations made before its place in the order (as it stands on the final state).
             self._hold(job, self._reserved_before((0, *sort_key(self.fair, job))))
@@ -541,6 +543,15 @@ class _Cycle(ForecastHost):
         finally:
             self.holds.clear()
             self.preemptors, self.keep_fits = saved
+        if keep:
+            match outcome:
+                case Fit(admission, request):
+                    cq = self.lq_by_name[job.local_queue].cluster_queue
+                    self.quota.add(cq, request)
+                    self.fair.add(job.local_queue, cq, request)
+                    self.holders.append(Holder(job, job.local_queue, cq, request, admission.placements))
+                case Preempt(victims):
+                    self.taken.update(v.holder.workload.id for v in victims)
         return outcome
 
     def _reserved_before(self, order: tuple[object, ...]) -> int:

@@ -19,10 +19,22 @@ cycle's own steps about one more job, changing nothing:
    running the forecast again (the same answer: ``test_timeline``); the forecast's admission also says
    which GPU model and nodes it would get (what its cost is priced on).
 
+5. Jobs submitted after the snapshot was read (``later``; they are not in it) are decided first, as
+   the next cycle would decide them before the job: those of its priority or higher, oldest first,
+   each with the cycle's decision on a copy of the final state (``_Cycle.clone``) that keeps what it
+   decides (``trial(keep=True)``: a fit takes its room and quota, a preemption its victims). The job
+   is then decided on that copy; its position counts those still waiting in its queue; and its
+   estimated starts come from the forecast run again on the copy, with them among the waiting jobs
+   (the recorded runs do not hold them: no replay). A burst of submissions is thus told the truth:
+   the first takes the free room, the next waits for it. The copy is kept for the next check (per
+   priority) while the later jobs only grow (the next submission of the burst decides one more job
+   on it). Its suggestions then list only changes that run now (each other answer would cost a
+   forecast run).
+
 On a snapshot where the cycle still admits jobs, the job is decided after them (they are admitted
 first when this cycle's plan is applied). Each ``check`` costs one decision and, for a waiting job,
 a few more on copies of the state moved along the record: far less than a cycle
-(``bench/bench_dryrun.py``).
+(``bench/bench_dryrun.py``); with later jobs, the copy (once per state) and a forecast run.
 
 ``suggestions`` tries the smallest changes to the request that start it sooner (each a ``check`` of
 the changed job, its P50 start only): another GPU model the queue has quota for, half a GPU instead of
@@ -31,16 +43,18 @@ one, fewer replicas (down to its gang minimum... and the gang minimum halved).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from .collector import collector_paused
 from .cycle import _Cycle
-from .estimate import P50, P90, expected_runtime
+from .estimate import P50, P90, Start, expected_runtime
 from .model import Plan, Policy, Reason, ReasonKind, ReplicaPlacement, Resources, Snapshot, Workload, WorkloadState
 from .outcome import Deferred, Fit, NoFit, Preempt
 from .windows import opens_at
 
 RUNS_NOW, WAITS, NEVER = "runs_now", "waits", "never"
+LATER_COPIES = 3  # step 5's copies kept (one per priority asked about last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +82,17 @@ class Suggestion:
     check: Check
 
 
+@dataclass(slots=True)
+class _Later:
+    """The final state with jobs submitted after the snapshot decided on it (step 5 of the module
+    docstring): a copy of the cycle, the ids decided on it in order, and those still waiting."""
+
+    cycle: _Cycle
+    ids: tuple[str, ...] = ()
+    waiting: list[tuple[Workload, str]] = field(default_factory=list)
+    by_lq: dict[str, list[Workload]] = field(default_factory=dict)  # those waiting, per local queue
+
+
 class DryRun:
     """One cycle's final state, kept to answer dry runs (see the module docstring)."""
 
@@ -88,26 +113,103 @@ class DryRun:
         for w in snapshot.workloads:
             if w.state == WorkloadState.PENDING and w.id in still_pending:
                 self._pending_by_lq.setdefault(w.local_queue, []).append(w)
+        self._later: dict[int, _Later] = {}  # step 5's copies by the job's priority, kept for the next check
+
+    def __getstate__(self) -> dict[str, object]:
+        """Shared between processes without step 5's copies (each process decides its later jobs)."""
+        return {**self.__dict__, "_later": {}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
 
     def warm(self) -> None:
         """Make the replays' copies of the state now rather than in the first checks."""
         for replay in set(self._replays):
             replay.warm()
 
-    def check(self, workload: Workload, runtimes: tuple[float, float] | None = None) -> Check:
+    def check(
+        self,
+        workload: Workload,
+        runtimes: tuple[float, float] | None = None,
+        later: Sequence[tuple[Workload, tuple[float, float] | None]] = (),
+    ) -> Check:
         """The answer for ``workload`` (a pending job not in the snapshot, its id unused there);
-        ``runtimes``: its (P50, P90) expected runtime in the cluster's seconds (default ``runtime_s``)."""
+        ``runtimes``: its (P50, P90) expected runtime in the cluster's seconds (default ``runtime_s``);
+        ``later``: the pending jobs submitted after the snapshot was read, oldest first, each with its
+        expected runtimes (step 5 of the module docstring)."""
+        ahead = self._later_for(workload, later)
+        cycle = ahead.cycle if ahead is not None else self.cycle
         if runtimes is None:
-            return self._check(workload)
-        self.cycle.runtimes[workload.id] = runtimes
+            return self._check(workload, ahead=ahead)
+        cycle.runtimes[workload.id] = runtimes
         try:
-            return self._check(workload)
+            return self._check(workload, ahead=ahead)
         finally:
-            del self.cycle.runtimes[workload.id]
+            del cycle.runtimes[workload.id]
 
-    def _check(self, workload: Workload, p90: bool = True) -> Check:
-        """The answer; without ``p90`` its P90 start is left out (``None``: suggestions show P50 only)."""
-        cycle = self.cycle
+    def suggestions(
+        self,
+        workload: Workload,
+        check: Check,
+        models: tuple[str, ...],
+        later: Sequence[tuple[Workload, tuple[float, float] | None]] = (),
+    ) -> tuple[Suggestion, ...]:
+        """Changes that start ``workload`` sooner than ``check`` says, smallest first; ``models``: the
+        GPU models its queue has quota for; ``later`` as for ``check``. Only for a job that does not
+        run now."""
+        if check.verdict == RUNS_NOW:
+            return ()
+        ahead = self._later_for(workload, later)
+        out: list[Suggestion] = []
+        for message, change, changed in self._variants(workload, models):
+            # With later jobs a waiting answer costs a forecast run: only changes that run now count.
+            answer = self._check(changed, p90=False, ahead=ahead, estimate=ahead is None)
+            if _sooner(answer, check):
+                out.append(Suggestion(message, change, answer))
+        out.sort(key=lambda s: (s.check.verdict != RUNS_NOW, s.check.estimated_start_p50 or float("inf")))
+        return tuple(out[:3])
+
+    def _later_for(
+        self, workload: Workload, later: Sequence[tuple[Workload, tuple[float, float] | None]]
+    ) -> _Later | None:
+        """Step 5's copy with the later jobs the next cycle decides before ``workload`` (its priority or
+        higher) decided on it; None without any. The kept copy goes on when its ids lead the new ones."""
+        ahead = [(w, r) for w, r in later if w.priority >= workload.priority and w.local_queue in self.cycle.lq_by_name]
+        if not ahead:
+            return None
+        ids = tuple(w.id for w, _ in ahead)
+        kept = self._later.get(workload.priority)  # a copy per priority: each decides its own subset
+        if kept is None or ids[: len(kept.ids)] != kept.ids:
+            twin = self.cycle.clone()
+            # What deciding a job changes beyond the cloned state: its own lists, and the runtimes.
+            twin.holders = list(self.cycle.holders)
+            twin.taken = set(self.cycle.taken)
+            twin.runtimes = dict(self.cycle.runtimes)
+            kept = _Later(twin)
+            self._later.pop(workload.priority, None)
+            while len(self._later) >= LATER_COPIES:
+                del self._later[next(iter(self._later))]  # the oldest
+            self._later[workload.priority] = kept
+        twin = kept.cycle
+        for w, runtimes in ahead[len(kept.ids) :]:
+            if runtimes is not None:
+                twin.runtimes[w.id] = runtimes
+            outcome = twin.trial(w, keep=True)
+            if isinstance(outcome, NoFit) and not outcome.reason.waits:
+                continue  # never fits: it waits for nothing
+            if not isinstance(outcome, Fit):  # it waits (for room, quota, or its victims to stop)
+                cq = twin.lq_by_name[w.local_queue].cluster_queue
+                kept.waiting.append((w, cq))
+                kept.by_lq.setdefault(w.local_queue, []).append(w)
+        if len(ids) > len(kept.ids):
+            twin._forecast = None  # its ends heap holds the earlier holders only
+        kept.ids = ids
+        return kept
+
+    def _check(self, workload: Workload, p90: bool = True, ahead: _Later | None = None, estimate: bool = True) -> Check:
+        """The answer; without ``p90`` its P90 start is left out (``None``: suggestions show P50 only),
+        without ``estimate`` both; ``ahead``: step 5's copy to decide it on."""
+        cycle = ahead.cycle if ahead is not None else self.cycle
         runtime = expected_runtime(workload, cycle.runtimes, P50)
         runtime_p90 = expected_runtime(workload, cycle.runtimes, P90)
         # 1.-2. The cycle's decision.
@@ -132,7 +234,7 @@ class DryRun:
                 return replace(
                     base,
                     reason=reason,
-                    position=self._position(workload),
+                    position=self._position(workload, ahead),
                     preempts=names,
                     estimated_start_p50=self.now,
                     estimated_start_p90=self.now,
@@ -142,17 +244,16 @@ class DryRun:
             case Deferred():  # pragma: no cover - trial decides a deferred job in the borrowing pass
                 reason = Reason(ReasonKind.QUOTA, "quota: would have to borrow")
         # 3.-4. Position and forecast.
-        check = replace(base, reason=reason, position=self._position(workload))
-        if reason.kind == ReasonKind.BUDGET:
+        check = replace(base, reason=reason, position=self._position(workload, ahead))
+        if reason.kind == ReasonKind.BUDGET or not estimate:
             return check
         if reason.kind == ReasonKind.WINDOW and workload.start_window is not None:
             opens = opens_at(workload.start_window, self.now)  # the cycle's estimate for such a job
             return replace(check, estimated_start_p50=opens, estimated_start_p90=opens)
         cq = cycle.lq_by_name[workload.local_queue].cluster_queue
-        early = self._replays[P50].start(workload, cq)
+        early, late = self._starts(workload, cq, p90, ahead)
         if early is None:
             return check
-        late = self._replays[P90].start(workload, cq) if p90 else None
         return replace(
             check,
             gpu_model=early.gpu_model,
@@ -161,22 +262,31 @@ class DryRun:
             estimated_start_p90=max(early.at, late.at) if late is not None else None,
         )
 
-    def _position(self, workload: Workload) -> int:
-        ahead = self._pending_by_lq.get(workload.local_queue, [])
-        return 1 + sum(1 for w in ahead if w.priority >= workload.priority)
+    def _starts(
+        self, workload: Workload, cq: str, p90: bool, ahead: _Later | None
+    ) -> tuple[Start | None, Start | None]:
+        """Its estimated starts, P50 and P90 (None: beyond the forecast's reach; P90 also when not
+        ``p90``): replayed from the cycle's recorded runs, or with later jobs (step 5) from the forecast
+        run again on their copy, with them and the job last among the waiting jobs."""
+        if ahead is None:
+            early = self._replays[P50].start(workload, cq)
+            late = self._replays[P90].start(workload, cq) if p90 and early is not None else None
+            return early, late
+        cycle = ahead.cycle
+        waiting = [*cycle.waiting, *ahead.waiting, (workload, cq)]
+        early = cycle.forecast(waiting, P50, until=workload.id).get(workload.id)
+        if early is None or not p90:
+            return early, None
+        spread = (cycle.runtimes.get(i, (0.0, 0.0)) for i in (*ahead.ids, workload.id))
+        if self._replays[P50] is self._replays[P90] and all(p50 == p90 for p50, p90 in spread):
+            return early, early  # the P90 run would be the P50 one (``_Cycle._plan``)
+        return early, cycle.forecast(waiting, P90, until=workload.id).get(workload.id)
 
-    def suggestions(self, workload: Workload, check: Check, models: tuple[str, ...]) -> tuple[Suggestion, ...]:
-        """Changes that start ``workload`` sooner than ``check`` says, smallest first; ``models``: the
-        GPU models its queue has quota for. Only for a job that does not run now."""
-        if check.verdict == RUNS_NOW:
-            return ()
-        out: list[Suggestion] = []
-        for message, change, changed in self._variants(workload, models):
-            answer = self._check(changed, p90=False)
-            if _sooner(answer, check):
-                out.append(Suggestion(message, change, answer))
-        out.sort(key=lambda s: (s.check.verdict != RUNS_NOW, s.check.estimated_start_p50 or float("inf")))
-        return tuple(out[:3])
+    def _position(self, workload: Workload, ahead: _Later | None = None) -> int:
+        queued = [*self._pending_by_lq.get(workload.local_queue, [])]
+        if ahead is not None:
+            queued += ahead.by_lq.get(workload.local_queue, [])
+        return 1 + sum(1 for w in queued if w.priority >= workload.priority)
 
     def _variants(
         self, w: Workload, models: tuple[str, ...]

@@ -44,9 +44,9 @@ def engine_checks(monkeypatch) -> list[str]:
     asked: list[str] = []
     check = DryRun.check
 
-    def counting(self, workload, runtimes=None):
+    def counting(self, workload, runtimes=None, later=()):
         asked.append(workload.id)
-        return check(self, workload, runtimes)
+        return check(self, workload, runtimes, later)
 
     monkeypatch.setattr(DryRun, "check", counting)
     return asked

@@ -276,3 +276,74 @@ def test_the_dry_run_and_the_next_cycle_agree_on_a_snapshot_the_cycle_has_settle
         info = pending_info(plan, "new")
         assert check.verdict == (WAITS if info.reason.waits else NEVER)
         assert check.reason == info.reason
+
+
+# -- jobs submitted after the snapshot was read (step 5) ------------------------------------------
+
+BURST_RUNTIME = 600.0
+
+
+def burst_job(id: str, created: float, gpu: int = 8, priority: int = 0) -> Workload:
+    return job(
+        id, "a", gpu=gpu, created=created, priority=priority, runtime_s=BURST_RUNTIME, allowed_gpu_models=("A100-80GB",)
+    )
+
+
+def one_free_node() -> Snapshot:
+    return snapshot([node("n1", gpus=8)], QUEUE, [lq("a", "q")], [])
+
+
+def test_a_burst_is_not_each_told_the_same_free_room():
+    # One free 8-GPU node; two 8-GPU jobs were submitted after the snapshot, then a third asks.
+    # By hand: the first takes the node now and ends at NOW+600, the second then runs to NOW+1200,
+    # so the third waits second in its queue (behind the second) and starts at NOW+1200.
+    snap = one_free_node()
+    first, second, candidate = (burst_job(i, NOW + k) for k, i in enumerate(("b1", "b2", "new"), start=1))
+    dry = DryRun(snap, Policy(), NOW)
+    assert dry.check(candidate).verdict == RUNS_NOW  # what it said before: the later jobs unseen
+    check = dry.check(candidate, later=[(first, None), (second, None)])
+    assert check.verdict == WAITS
+    assert check.position == 2
+    assert check.estimated_start_p50 == check.estimated_start_p90 == NOW + 2 * BURST_RUNTIME
+    # The next cycle with all three submitted says the same.
+    plan = run_cycle(replace(snap, workloads=(first, second, candidate)), Policy(), NOW)
+    assert [a.workload_id for a in plan.admissions] == ["b1"]
+    info = pending_info(plan, "new")
+    assert (info.position, info.estimated_start) == (check.position, check.estimated_start_p50)
+
+
+def test_the_copy_kept_for_a_burst_answers_as_a_fresh_one():
+    snap = one_free_node()
+    jobs = [burst_job(f"b{k}", NOW + k) for k in range(1, 5)]
+    kept = DryRun(snap, Policy(), NOW)
+    for n in range(1, 4):  # each submission of the burst sees one more later job
+        candidate = burst_job(f"c{n}", NOW + 10 + n)
+        later = [(w, None) for w in jobs[:n]]
+        assert kept.check(candidate, later=later) == DryRun(snap, Policy(), NOW).check(candidate, later=later)
+        assert kept.check(candidate, later=later).estimated_start_p50 == NOW + n * BURST_RUNTIME
+    # A later job gone (cancelled, or admitted: a new state) starts a new copy.
+    candidate = burst_job("c9", NOW + 20)
+    later = [(jobs[1], None)]
+    assert kept.check(candidate, later=later) == DryRun(snap, Policy(), NOW).check(candidate, later=later)
+    assert kept.check(candidate, later=later).estimated_start_p50 == NOW + BURST_RUNTIME
+
+
+def test_a_later_job_of_lower_priority_is_decided_after_it_and_one_that_never_fits_holds_nothing():
+    snap = one_free_node()
+    low = burst_job("low", NOW + 1, priority=-10)
+    huge = burst_job("huge", NOW + 2, gpu=16)  # larger than any node: never fits
+    candidate = burst_job("new", NOW + 3)
+    check = DryRun(snap, Policy(), NOW).check(candidate, later=[(low, None), (huge, None)])
+    assert check.verdict == RUNS_NOW
+    assert check.position is None
+    plan = run_cycle(replace(snap, workloads=(low, huge, candidate)), Policy(), NOW)
+    assert [a.workload_id for a in plan.admissions] == ["new"]
+
+
+def test_a_later_job_with_its_own_expected_runtime_moves_the_start_by_it():
+    snap = one_free_node()
+    first, candidate = burst_job("b1", NOW + 1), burst_job("new", NOW + 2)
+    check = DryRun(snap, Policy(), NOW).check(candidate, later=[(first, (100.0, 250.0))])
+    assert check.verdict == WAITS
+    # The first runs 100 s at P50 and 250 s at P90: the candidate starts after it.
+    assert (check.estimated_start_p50, check.estimated_start_p90) == (NOW + 100.0, NOW + 250.0)
