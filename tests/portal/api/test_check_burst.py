@@ -9,28 +9,17 @@ from datetime import datetime
 
 import pytest
 
-from billing.services import price_book_seed_defaults
 from portal.jobs.models import Job
 from portal.jobs.states import JobState
 from scheduling.adapters.simulated import SimulatedCluster
-from scheduling.dry_run import dry_run_forget, dry_run_state
+from scheduling.dry_run import dry_run_state
 from scheduling.services import cycle_run
-from tests.portal.api.test_check import BODY, SPEEDUP
+from tests.portal.api.test_check import BODY, SPEEDUP, prices  # noqa: F401 (its autouse fixture: simulated, priced)
 
 pytestmark = pytest.mark.django_db
 
 RUNTIME_S = 3600
 EIGHT = {**BODY, "gpu": 8, "cpu_milli": 1000, "memory_mib": 1024, "runtime_s": RUNTIME_S}
-
-
-@pytest.fixture(autouse=True)
-def simulated(settings):
-    settings.SIM_SPEEDUP = SPEEDUP
-    settings.CLUSTER_BACKEND = "simulated"
-    price_book_seed_defaults()
-    dry_run_forget()
-    yield
-    dry_run_forget()
 
 
 def at(value: str) -> float:
