@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from billing.core.advice import HIGH_UTILIZATION_PCT, LOW_UTILIZATION_PCT
 from billing.core.allocation import IDLE, Allocation, Figures
-from portal.chart_layout import TIME_AXIS, chart_layout
+from portal.chart_layout import chart_layout, time_axis
 
 LAYOUT = chart_layout(340)
 TOP_GROUPS = 12  # charts show the costliest groups and one "other" series: 100 stacked series are unreadable
@@ -29,7 +29,7 @@ def stacked_over_time(
         else:
             fig.add_trace(go.Scatter(x=times, y=values, name=name, stackgroup="one", mode="lines", line_shape="hv"))
     fig.update_layout(title=title, yaxis_title=y_title, barmode="stack", **LAYOUT)
-    fig.update_xaxes(**TIME_AXIS)
+    fig.update_xaxes(**time_axis(times))
     return fig
 
 

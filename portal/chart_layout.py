@@ -10,13 +10,19 @@ plotly turned them 30 degrees, and the turned labels ran into each other and int
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
 _DAY_MS = 24 * 3600 * 1000
 
+_MINUTE_MS = 60 * 1000
+
 # Plotly's ``tickformatstops``: ticks under a day apart show the time over the day (plotly writes the
-# day only where it changes); a day or more apart, the day alone.
+# day only where it changes); a day or more apart, the day alone; under a minute apart, the seconds.
 TIME_AXIS: dict[str, object] = {
     "tickformatstops": [
-        {"dtickrange": [None, _DAY_MS - 1], "value": "%H:%M\n%b %-d"},
+        {"dtickrange": [None, _MINUTE_MS - 1], "value": "%H:%M:%S\n%b %-d"},
+        {"dtickrange": [_MINUTE_MS, _DAY_MS - 1], "value": "%H:%M\n%b %-d"},
         {"dtickrange": [_DAY_MS, None], "value": "%b %-d"},
     ]
 }
@@ -29,3 +35,18 @@ def chart_layout(height: int = 340) -> dict[str, object]:
         "height": height,
         "legend": {"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0, "xanchor": "left"},
     }
+
+
+ONE_TIME_SPAN = timedelta(minutes=30)
+
+
+def time_axis(times: Iterable[datetime | str]) -> dict[str, object]:
+    """``TIME_AXIS`` for a chart of these times. One time alone (a new portal's first sample) is shown
+    in the hour around it: plotly spans a lone point a few milliseconds each way and wrote the same
+    "21:26" under each of its four ticks, which read as four samples."""
+    distinct = set(times)
+    if len(distinct) != 1:
+        return dict(TIME_AXIS)
+    at = next(iter(distinct))
+    at = datetime.fromisoformat(at) if isinstance(at, str) else at
+    return {**TIME_AXIS, "range": [(at - ONE_TIME_SPAN).isoformat(), (at + ONE_TIME_SPAN).isoformat()]}

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from portal.chart_layout import TIME_AXIS, chart_layout
+from portal.chart_layout import chart_layout, time_axis
 
 LAYOUT = chart_layout(380)
 
@@ -52,7 +52,7 @@ def allocation_figure(times: list[datetime], series: dict[str, list[float]], cap
             )
         )  # fmt: skip
     fig.update_layout(title="Cluster GPU allocation (average GPUs per bucket, by model)", yaxis_title="GPUs", **LAYOUT)
-    fig.update_xaxes(**TIME_AXIS)
+    fig.update_xaxes(**time_axis(times))
     return fig
 
 
@@ -82,8 +82,10 @@ def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> dict:
     quota. A figure as plain data (``figure_dict_html`` renders it without plotly's validation, which
     costs ~150 ms a figure: the Queues page draws one per queue)."""
     data: list[dict[str, object]] = []
+    times: set[str] = set()
     for model, s in sorted(series.items()):
         at = [t.isoformat() for t in s["at"]]
+        times.update(at)
         mode = "lines" if len(at) > 1 else "markers"  # one sample (a new portal) draws no line: a point
         data.append({"type": "scatter", "x": at, "y": s["used"], "name": f"{model} in use", "mode": mode})
         data.append({"type": "scatter", "x": at, "y": s["pending"], "name": f"{model} pending", "mode": mode,
@@ -93,7 +95,7 @@ def queue_history_figure(name: str, series: dict[str, dict[str, list]]) -> dict:
     layout = {
         "title": {"text": f"{name}: use and pending demand vs quota (hourly)"},
         "yaxis": {"title": {"text": "GPUs"}},
-        "xaxis": TIME_AXIS,
+        "xaxis": time_axis(times),
     }
     return {"data": data, "layout": {**layout, **LAYOUT}}
 
@@ -117,5 +119,5 @@ def service_figure(name: str, samples: list[dict], *, target: float, metric: str
     asked.line.dash = "dot"
     fig.add_trace(asked)
     fig.update_layout(title=f"{name}: replicas against load", yaxis_title="replicas", **LAYOUT)
-    fig.update_xaxes(**TIME_AXIS)
+    fig.update_xaxes(**time_axis(at))
     return fig

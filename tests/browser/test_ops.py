@@ -81,3 +81,23 @@ def test_the_queues_page_shows_standings_heads_and_charts_inside_their_cards(pag
     page.click("text=how it is computed")
     page.wait_for_load_state("networkidle")
     assert page.get_by_text("share(u, P, w)").count() >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_chart_of_one_sample_never_writes_one_time_twice_on_its_axis(page, world, tmp_path):
+    """A new portal's first sample: plotly spans the one point a few seconds each way, and ticks
+    written to the minute read "21:26" four times over (``portal.chart_layout.time_axis``)."""
+    QueueSample.objects.create(
+        at=timezone.now(), cluster_queue="cq-vision", gpu_model="A100-80GB", nominal_milli=8000, used_milli=2000,
+        pending_milli=1000,
+    )  # fmt: skip
+    login(page, "alice")
+    page.goto("/queues/")
+    page.wait_for_selector(".js-plotly-plot g.xtick text", state="attached")
+    labels = page.evaluate(
+        """() => [...document.querySelectorAll('.js-plotly-plot')]
+            .flatMap(chart => [...chart.querySelectorAll('g.xtick text')].map(t => t.textContent))"""
+    )
+    assert len(labels) >= 2
+    assert len(set(labels)) == len(labels), labels
+    _both_widths(page, "queues-one-sample", tmp_path)
