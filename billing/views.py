@@ -19,7 +19,7 @@ from billing import charts
 from billing.api.params import parse_window
 from billing.core.advice import CENTS
 from billing.core.allocation import IDLE
-from billing.core.units import hours_between
+from billing.core.units import epoch_us, hours_between
 from billing.core.windows import month_start, next_month
 from billing.selectors import AllocationQuery, cost_allocation, team_efficiency_list
 from billing.selectors.allocation import SharedReads, cost_totals
@@ -69,6 +69,7 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
         {
             "window": window_text,
             "as_of": now,
+            "as_of_us": epoch_us(now),  # the breakdown fragment's figures run up to the same time
             "windows": list(WINDOWS),
             "start": start,
             "end": end,
@@ -87,11 +88,26 @@ def cost_dashboard(request: HttpRequest) -> HttpResponse:
     )
 
 
+AS_OF_KEPT = timedelta(minutes=10)  # a page's own time, kept by its fragments for this long
+
+
+def _as_of(request: HttpRequest) -> datetime:
+    """The time a fragment's figures run up to: its page's (``as_of``, POSIX microseconds), so that the
+    breakdown loaded after the page adds up to the page's totals (running jobs accrue cost every
+    second); now when it is absent, malformed, in the future or older than ``AS_OF_KEPT``."""
+    now = timezone.now()
+    try:
+        at = datetime.fromtimestamp(int(request.GET.get("as_of", "")) / 1_000_000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return now
+    return at if now - AS_OF_KEPT <= at <= now else now
+
+
 @login_required
 def cost_breakdown(request: HttpRequest) -> HttpResponse:
     """The page's breakdowns over its window (an htmx fragment, loaded after the page): by user, by a
     label, guaranteed vs borrowed quota."""
-    now = timezone.now()
+    now = _as_of(request)
     window_text, query = _window_query(request, now)
     breakdown = cost_by_user_and_label(query, key=request.GET.get("label", ""), now=now)
     return render(
@@ -99,7 +115,8 @@ def cost_breakdown(request: HttpRequest) -> HttpResponse:
         "billing/_breakdown.html",
         {
             "window": window_text,
-            "as_of": now,  # loaded after the page: running jobs have accrued a few more seconds
+            "as_of": now,
+            "as_of_us": epoch_us(now),
             "by_user": breakdown.by_user,
             "label_keys": breakdown.label_keys,
             "label": breakdown.label,

@@ -232,8 +232,14 @@ class GroupReads:
         self.label_sets: dict[str, dict[str, Any]] = {text: json.loads(text) for text in {r[1] for r in self.rows}}
 
     def label_keys(self) -> list[str]:
-        """Every label key of the window's usage, sorted."""
-        return sorted({key for labels in self.label_sets.values() for key in labels})
+        """Every label key of the window's usage, sorted: the rollup's, and the running jobs' open usage
+        (which ``by_label`` counts too: a labelled job not metered yet left the breakdown empty)."""
+        keys = {key for labels in self.label_sets.values() for key in labels}
+        query = self.inputs.query
+        if query.include_running and query.start < self.inputs.now:
+            for record in self.inputs.shared.running_usage(min(self.inputs.now, query.end), query.team_ids):
+                keys.update(record.labels or {})
+        return sorted(keys)
 
     def by_owner(self) -> dict[str, Figures]:
         names = owner_names()

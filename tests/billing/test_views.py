@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -179,3 +180,50 @@ def test_the_page_and_its_fragments_say_when_their_figures_were_read(world, logg
     # 2 GPU-hours when the page was read; 2.5 (and 7 s) when the fragment was.
     assert '<td>team-vision</td><td class="num">2.00</td>' in page.replace("\n", "").replace("  ", "")
     assert '<td>alice</td><td class="num">2.50</td>' in fragment
+
+
+@pytest.mark.django_db
+def test_the_breakdown_the_page_loads_runs_up_to_the_pages_own_time(world, logged_in, monkeypatch):
+    """The page asks its breakdown for its own time (``as_of``): by user adds up to by namespace even
+    though a job runs on while the fragment loads; a stale or malformed time is not taken."""
+    read_at = timezone.now().replace(minute=20, second=0, microsecond=0)
+    run_job(world, gpu=1, runs=[Run(read_at - timedelta(hours=2), None)])  # still running
+    finished = Run(read_at - timedelta(hours=5), read_at - timedelta(hours=4))
+    run_job(world, gpu=1, labels=(("project", "lidar"),), runs=[finished])  # gives the label select
+    metering_run()
+    alice = logged_in("alice")
+    monkeypatch.setattr(timezone, "now", lambda: read_at)
+    page = alice.get("/cost/?window=24h").content.decode()
+    found = re.search(r'hx-get="(/cost/breakdown/\?window=24h&amp;as_of=\d+)"', page)
+    assert found is not None
+    url = found.group(1).replace("&amp;", "&")
+    later = read_at + timedelta(seconds=7)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    fragment = alice.get(url).content.decode()
+    # 3 GPU-hours at the page's time, by namespace on the page and by user in its fragment.
+    assert '<td>team-vision</td><td class="num">3.00</td>' in page.replace("\n", "").replace("  ", "")
+    assert '<td>alice</td><td class="num">3.00</td>' in fragment
+    assert f'By user, 24h<span class="muted">, as of {read_at:%H:%M:%S} UTC</span>' in fragment
+    # Switching the label keeps the page's time.
+    assert f"as_of={int(read_at.timestamp() * 1_000_000)}" in fragment
+    # Eleven minutes on, the page's time is no longer kept; nonsense is ignored: both read now.
+    much_later = read_at + timedelta(minutes=11)
+    monkeypatch.setattr(timezone, "now", lambda: much_later)
+    for stale in (url, "/cost/breakdown/?window=24h&as_of=x", "/cost/breakdown/?window=24h&as_of=99999999999999999999"):
+        text = alice.get(stale).content.decode()
+        assert f"as of {much_later:%H:%M:%S} UTC" in text
+
+
+@pytest.mark.django_db
+def test_a_running_labelled_job_not_metered_yet_is_in_the_label_breakdown(world, logged_in):
+    """By user counts a running job's open usage; by label listed no key for it ("No labelled usage")."""
+    now = timezone.now()
+    run_job(world, gpu=1, labels=(("project", "lidar"),), runs=[Run(now - timedelta(hours=2), None)])
+    fragment = logged_in("alice").get("/cost/breakdown/?window=24h").content.decode()
+    assert '<option value="project" selected>' in fragment
+    by_user = re.search(r'<td>alice</td><td class="num">([\d.]+)</td><td class="num">(\$[\d.,]+)</td>', fragment)
+    by_label = re.search(r'<td>lidar</td><td class="num">([\d.]+)</td><td class="num">(\$[\d.,]+)</td>', fragment)
+    assert by_user is not None
+    assert by_label is not None
+    assert by_label.groups() == by_user.groups()
+    assert float(by_user.group(1)) == pytest.approx(2.0, abs=0.01)  # 1 GPU for 2 hours

@@ -176,7 +176,7 @@ def test_the_live_check_says_when_the_state_it_answers_from_was_read(client, wor
     html = client.post("/jobs/new/check/", FORM).content.decode()
     assert 'id="check-verdict"' in html
     stamp = timezone.localtime(as_of).strftime("%Y-%m-%d %H:%M:%S")
-    assert f"On the cluster and queues as they stood at {stamp} UTC." in html
+    assert f"On the cluster and queues as they stood at {stamp} UTC, and the jobs submitted since." in html
     dry_run_forget()
 
 
