@@ -69,15 +69,20 @@ class ForecastHost:
         which: int,
         until: str | None = None,
         recorder: Timeline | None = None,
+        max_decisions: int | None = None,
     ) -> dict[str, Start]:
-        """Step 4's forward run from the final state (``estimate.Forecast``); changes nothing."""
+        """Step 4's forward run from the final state (``estimate.Forecast``); changes nothing.
+        ``max_decisions``: fewer than the policy's (``Policy.forecast_decisions``)."""
+        budget = self.policy.forecast_decisions
+        if max_decisions is not None:
+            budget = min(budget, max_decisions)
         return self._forecaster().run(
             waiting,
             self.holders,
             self.taken,
             which,
             until,
-            max_decisions=self.policy.forecast_decisions,
+            max_decisions=budget,
             recorder=recorder,
             arrivals=self._arrivals(),
             reservations=self.reservations,

@@ -21,15 +21,17 @@ cycle's own steps about one more job, changing nothing:
 
 5. Jobs submitted after the snapshot was read (``later``; they are not in it) are decided first, as
    the next cycle would decide them before the job: those of its priority or higher, oldest first,
-   each with the cycle's decision on a copy of the final state (``_Cycle.clone``) that keeps what it
-   decides (``trial(keep=True)``: a fit takes its room and quota, a preemption its victims). The job
-   is then decided on that copy; its position counts those still waiting in its queue; and its
-   estimated starts come from the forecast run again on the copy, with them among the waiting jobs
-   (the recorded runs do not hold them: no replay). A burst of submissions is thus told the truth:
-   the first takes the free room, the next waits for it. The copy is kept for the next check (per
-   priority) while the later jobs only grow (the next submission of the burst decides one more job
-   on it). Its suggestions then list only changes that run now (each other answer would cost a
-   forecast run).
+   each with the cycle's decision; from the first that fits or preempts on, on a copy of the final
+   state (``_Cycle.clone``) that keeps what it decides (``trial(keep=True)``: a fit takes its room and
+   quota, a preemption its victims; one that waits changes nothing). The job is then decided on that
+   copy; its position counts those still waiting in its queue; and its estimated starts come from
+   the forecast run again with them among the waiting jobs (the recorded runs do not hold them). A
+   burst of submissions is thus told the truth: the first takes the free room, the next waits for
+   it. The later jobs decided are kept for the next check (per priority) while they only grow (the
+   next submission of a burst decides one more job; under a steady stream into a long queue nothing
+   fits and no copy is made). The forecast run stops after ``LATER_DECISIONS`` decisions: a job
+   deeper in the queues gets the replayed starts, which leave the later jobs out.
+   Suggestions then list only changes that run now (each other answer would cost a forecast run).
 
 On a snapshot where the cycle still admits jobs, the job is decided after them (they are admitted
 first when this cycle's plan is applied). Each ``check`` costs one decision and, for a waiting job,
@@ -55,6 +57,7 @@ from .windows import opens_at
 
 RUNS_NOW, WAITS, NEVER = "runs_now", "waits", "never"
 LATER_COPIES = 3  # step 5's copies kept (one per priority asked about last)
+LATER_DECISIONS = 100  # step 5's forecast run stops after this many decisions (then: the replayed starts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +88,10 @@ class Suggestion:
 @dataclass(slots=True)
 class _Later:
     """The final state with jobs submitted after the snapshot decided on it (step 5 of the module
-    docstring): a copy of the cycle, the ids decided on it in order, and those still waiting."""
+    docstring): a copy of the cycle (None while none of them changed the state: each waits), the ids
+    decided in order, and those still waiting."""
 
-    cycle: _Cycle
+    cycle: _Cycle | None = None
     ids: tuple[str, ...] = ()
     waiting: list[tuple[Workload, str]] = field(default_factory=list)
     by_lq: dict[str, list[Workload]] = field(default_factory=dict)  # those waiting, per local queue
@@ -138,7 +142,7 @@ class DryRun:
         ``later``: the pending jobs submitted after the snapshot was read, oldest first, each with its
         expected runtimes (step 5 of the module docstring)."""
         ahead = self._later_for(workload, later)
-        cycle = ahead.cycle if ahead is not None else self.cycle
+        cycle = self._cycle_of(ahead)
         if runtimes is None:
             return self._check(workload, ahead=ahead)
         cycle.runtimes[workload.id] = runtimes
@@ -178,38 +182,49 @@ class DryRun:
         if not ahead:
             return None
         ids = tuple(w.id for w, _ in ahead)
-        kept = self._later.get(workload.priority)  # a copy per priority: each decides its own subset
+        kept = self._later.get(workload.priority)  # one per priority: each decides its own subset
         if kept is None or ids[: len(kept.ids)] != kept.ids:
-            twin = self.cycle.clone()
-            # What deciding a job changes beyond the cloned state: its own lists, and the runtimes.
-            twin.holders = list(self.cycle.holders)
-            twin.taken = set(self.cycle.taken)
-            twin.runtimes = dict(self.cycle.runtimes)
-            kept = _Later(twin)
+            kept = _Later()
             self._later.pop(workload.priority, None)
             while len(self._later) >= LATER_COPIES:
                 del self._later[next(iter(self._later))]  # the oldest
             self._later[workload.priority] = kept
-        twin = kept.cycle
         for w, runtimes in ahead[len(kept.ids) :]:
-            if runtimes is not None:
-                twin.runtimes[w.id] = runtimes
-            outcome = twin.trial(w, keep=True)
+            cycle = self._cycle_of(kept)
+            if runtimes is not None:  # its own id: kept on the cycle (no other job has it)
+                cycle.runtimes[w.id] = runtimes
+            outcome = cycle.trial(w, keep=kept.cycle is not None)
+            if kept.cycle is None and isinstance(outcome, Fit | Preempt):
+                # The first that changes the state: copied from here on (one that waits changes nothing).
+                kept.cycle = self._copy()
+                outcome = kept.cycle.trial(w, keep=True)
             if isinstance(outcome, NoFit) and not outcome.reason.waits:
                 continue  # never fits: it waits for nothing
             if not isinstance(outcome, Fit):  # it waits (for room, quota, or its victims to stop)
-                cq = twin.lq_by_name[w.local_queue].cluster_queue
-                kept.waiting.append((w, cq))
+                kept.waiting.append((w, self.cycle.lq_by_name[w.local_queue].cluster_queue))
                 kept.by_lq.setdefault(w.local_queue, []).append(w)
-        if len(ids) > len(kept.ids):
-            twin._forecast = None  # its ends heap holds the earlier holders only
+        if len(ids) > len(kept.ids) and kept.cycle is not None:
+            kept.cycle._forecast = None  # its ends heap holds the earlier holders only
         kept.ids = ids
-        return kept
+        return kept if kept.cycle is not None or kept.waiting else None
+
+    def _copy(self) -> _Cycle:
+        """A copy of the final state that step 5's decisions may change (``_Cycle.clone``, and the lists
+        and runtimes a kept decision adds to)."""
+        twin = self.cycle.clone()
+        twin.holders = list(self.cycle.holders)
+        twin.taken = set(self.cycle.taken)
+        twin.runtimes = dict(self.cycle.runtimes)
+        return twin
+
+    def _cycle_of(self, ahead: _Later | None) -> _Cycle:
+        """The cycle to decide on: step 5's copy, else the final state itself."""
+        return ahead.cycle if ahead is not None and ahead.cycle is not None else self.cycle
 
     def _check(self, workload: Workload, p90: bool = True, ahead: _Later | None = None, estimate: bool = True) -> Check:
         """The answer; without ``p90`` its P90 start is left out (``None``: suggestions show P50 only),
-        without ``estimate`` both; ``ahead``: step 5's copy to decide it on."""
-        cycle = ahead.cycle if ahead is not None else self.cycle
+        without ``estimate`` both; ``ahead``: step 5's later jobs, decided before it."""
+        cycle = self._cycle_of(ahead)
         runtime = expected_runtime(workload, cycle.runtimes, P50)
         runtime_p90 = expected_runtime(workload, cycle.runtimes, P90)
         # 1.-2. The cycle's decision.
@@ -266,21 +281,30 @@ class DryRun:
         self, workload: Workload, cq: str, p90: bool, ahead: _Later | None
     ) -> tuple[Start | None, Start | None]:
         """Its estimated starts, P50 and P90 (None: beyond the forecast's reach; P90 also when not
-        ``p90``): replayed from the cycle's recorded runs, or with later jobs (step 5) from the forecast
-        run again on their copy, with them and the job last among the waiting jobs."""
+        ``p90``): replayed from the cycle's recorded runs; with later jobs (step 5), from the forecast
+        run again with them and the job last among the waiting jobs, on their copy. That run stops after
+        ``LATER_DECISIONS`` decisions: a job deeper in the queues gets the replayed starts (which leave
+        the later jobs out: a few among more than that many decisions ahead of it)."""
         if ahead is None:
-            early = self._replays[P50].start(workload, cq)
-            late = self._replays[P90].start(workload, cq) if p90 and early is not None else None
-            return early, late
-        cycle = ahead.cycle
+            return self._replayed(workload, cq, p90)
+        cycle = self._cycle_of(ahead)
+        budget = LATER_DECISIONS
         waiting = [*cycle.waiting, *ahead.waiting, (workload, cq)]
-        early = cycle.forecast(waiting, P50, until=workload.id).get(workload.id)
-        if early is None or not p90:
+        early = cycle.forecast(waiting, P50, until=workload.id, max_decisions=budget).get(workload.id)
+        if early is None:
+            return self._replayed(workload, cq, p90)
+        if not p90:
             return early, None
         spread = (cycle.runtimes.get(i, (0.0, 0.0)) for i in (*ahead.ids, workload.id))
         if self._replays[P50] is self._replays[P90] and all(p50 == p90 for p50, p90 in spread):
             return early, early  # the P90 run would be the P50 one (``_Cycle._plan``)
-        return early, cycle.forecast(waiting, P90, until=workload.id).get(workload.id)
+        late = cycle.forecast(waiting, P90, until=workload.id, max_decisions=budget).get(workload.id)
+        return early, late
+
+    def _replayed(self, workload: Workload, cq: str, p90: bool) -> tuple[Start | None, Start | None]:
+        early = self._replays[P50].start(workload, cq)
+        late = self._replays[P90].start(workload, cq) if p90 and early is not None else None
+        return early, late
 
     def _position(self, workload: Workload, ahead: _Later | None = None) -> int:
         queued = [*self._pending_by_lq.get(workload.local_queue, [])]

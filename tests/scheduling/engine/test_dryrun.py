@@ -347,3 +347,23 @@ def test_a_later_job_with_its_own_expected_runtime_moves_the_start_by_it():
     assert check.verdict == WAITS
     # The first runs 100 s at P50 and 250 s at P90: the candidate starts after it.
     assert (check.estimated_start_p50, check.estimated_start_p90) == (NOW + 100.0, NOW + 250.0)
+
+
+def test_a_burst_into_a_full_cluster_queues_behind_the_later_jobs_without_copying_the_state():
+    # n1 is full until NOW+300; two 8-GPU jobs were submitted since. By hand: they run 300-900 and
+    # 900-1500, so the third starts at NOW+1500, third in its queue.
+    snap = snapshot(
+        [node("n1", gpus=8)],
+        QUEUE,
+        [lq("a", "q")],
+        [running("r", "a", [("n1", tuple(range(8)))], started=NOW - 100, runtime=400)],
+    )
+    first, second, candidate = (burst_job(i, NOW + k) for k, i in enumerate(("b1", "b2", "new"), start=1))
+    dry = DryRun(snap, Policy(), NOW)
+    check = dry.check(candidate, later=[(first, None), (second, None)])
+    assert (check.verdict, check.position) == (WAITS, 3)
+    assert check.estimated_start_p50 == NOW + 300 + 2 * BURST_RUNTIME
+    assert all(kept.cycle is None for kept in dry._later.values())  # nothing fitted: no copy made
+    plan = run_cycle(replace(snap, workloads=(*snap.workloads, first, second, candidate)), Policy(), NOW)
+    info = pending_info(plan, "new")
+    assert (info.position, info.estimated_start) == (check.position, check.estimated_start_p50)
