@@ -312,6 +312,7 @@ def _later(kept: _Kept) -> list[tuple[Workload, tuple[float, float] | None]]:
         kept.known = frozenset(w.id for w in state.dry_run.snapshot.workloads)
     rows = (
         Job.objects.filter(state__in=LATER_STATES, created_at__gte=state.as_of - LATER_MARGIN)
+        .exclude(not_before__gt=timezone.now())  # in a back-off: no cycle decides it yet (nor did the state's)
         .order_by("created_at", "id")
         .values_list("id")[:LATER_MAX]
     )

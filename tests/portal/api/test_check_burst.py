@@ -5,9 +5,10 @@ told the same free room. Checked against the rule worked by hand (two free 8-GPU
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
+from django.utils import timezone
 
 from portal.jobs.models import Job
 from portal.jobs.states import JobState
@@ -79,3 +80,16 @@ def test_a_later_job_admitted_since_still_holds_its_room_while_the_older_state_a
     Job.objects.filter(pk=first.pk).update(state=JobState.ADMITTED)
     check = client.post("/api/v1/jobs/check/", EIGHT, format="json").json()
     assert (check["verdict"], check["position"]) == ("waits", 1)
+
+
+def test_a_later_job_in_its_back_off_is_not_counted(api, world):
+    dry_run_state()
+    client = api("alice")
+    for _ in range(2):
+        assert client.post("/api/v1/jobs/", EIGHT, format="json").status_code == 201
+    # Requeued with a back-off (its pods never ran): no cycle decides it until the back-off ends.
+    first = Job.objects.order_by("created_at").first()
+    assert first is not None
+    Job.objects.filter(pk=first.pk).update(not_before=timezone.now() + timedelta(minutes=5))
+    check = client.post("/api/v1/jobs/check/", EIGHT, format="json").json()
+    assert check["verdict"] == "runs_now"  # the second took one node, the other is free
