@@ -69,27 +69,28 @@ def burst(api) -> None:
     assert estimated.timestamp() == pytest.approx(admitted_at.timestamp() + run_s, abs=1.0)
 
 
-def test_a_later_job_admitted_since_still_holds_its_room_while_the_older_state_answers(api, world):
+def two_submitted_then(api, **first_changes) -> dict:
+    """Two 8-GPU jobs submitted after the state was read, the first's row changed as given; then a
+    check of a third."""
     dry_run_state()
     client = api("alice")
     for _ in range(2):
         assert client.post("/api/v1/jobs/", EIGHT, format="json").status_code == 201
+    first = Job.objects.order_by("created_at").first()
+    assert first is not None
+    Job.objects.filter(pk=first.pk).update(**first_changes)
+    return client.post("/api/v1/jobs/check/", EIGHT, format="json").json()
+
+
+def test_a_later_job_admitted_since_still_holds_its_room_while_the_older_state_answers(api, world):
     # A newer cycle admitted the first (as a web process may see it before it obtains that cycle's
     # state): still counted, so both A100 nodes are taken and the request waits first in its queue.
-    first = Job.objects.order_by("created_at").first()
-    Job.objects.filter(pk=first.pk).update(state=JobState.ADMITTED)
-    check = client.post("/api/v1/jobs/check/", EIGHT, format="json").json()
+    check = two_submitted_then(api, state=JobState.ADMITTED)
     assert (check["verdict"], check["position"]) == ("waits", 1)
 
 
 def test_a_later_job_in_its_back_off_is_not_counted(api, world):
-    dry_run_state()
-    client = api("alice")
-    for _ in range(2):
-        assert client.post("/api/v1/jobs/", EIGHT, format="json").status_code == 201
-    # Requeued with a back-off (its pods never ran): no cycle decides it until the back-off ends.
-    first = Job.objects.order_by("created_at").first()
-    assert first is not None
-    Job.objects.filter(pk=first.pk).update(not_before=timezone.now() + timedelta(minutes=5))
-    check = client.post("/api/v1/jobs/check/", EIGHT, format="json").json()
-    assert check["verdict"] == "runs_now"  # the second took one node, the other is free
+    # Requeued with a back-off (its pods never ran): no cycle decides it until the back-off ends, so
+    # the second takes one node and the other is free.
+    check = two_submitted_then(api, not_before=timezone.now() + timedelta(minutes=5))
+    assert check["verdict"] == "runs_now"
