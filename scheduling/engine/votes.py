@@ -394,4 +394,6 @@ def _unit(raw: np.ndarray) -> np.ndarray:
     span = np.maximum.reduce(raw) - low
     if span <= 0 or not math.isfinite(span):
         return np.zeros_like(raw)
-    return (raw - low) / span
+    scaled = raw - low
+    scaled /= span  # in place: the same floats as ``(raw - low) / span``, one array fewer
+    return scaled
