@@ -44,7 +44,7 @@ import heapq
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from .admission import FairShare
 from .capacity import Cluster
@@ -120,20 +120,18 @@ def ends_at(job: Workload, start: float, runtime: float) -> float:
     return NO_END if job.until_stopped else start + runtime
 
 
-@dataclass(slots=True)
-class _End:
+class _End(NamedTuple):
+    """One end in the heap, ordered by ``(at, seq)``: ``seq`` is unique within a run, so the comparison
+    never reaches the other fields (a tuple: the heap compares in C, not through a Python ``__lt__``)."""
+
     at: float
     seq: int
-    placements: tuple[ReplicaPlacement, ...] = field(compare=False)
-    lq: str = field(compare=False)
-    cq: str = field(compare=False)
-    request: dict[str, int] = field(compare=False)
-    models: frozenset[str | None] = field(compare=False)
-    job_id: str = field(default="", compare=False)  # the job that started (a forecast start)
-
-    def __lt__(self, other: _End) -> bool:
-        """The heap's order: ``(at, seq)`` (written out: the generated tuple comparison is slower)."""
-        return self.at < other.at or (self.at == other.at and self.seq < other.seq)
+    placements: tuple[ReplicaPlacement, ...]
+    lq: str
+    cq: str
+    request: dict[str, int]
+    models: frozenset[str | None]
+    job_id: str = ""  # the job that started (a forecast start)
 
 
 def pop_step(ends: list[_End], now: float) -> tuple[float, float, list[_End]]:

@@ -64,7 +64,7 @@ from .fit import Shape
 from .model import Policy, ReplicaPlacement, Workload
 from .replicas import GangRules
 from .scorers import PluginSetup, pick_devices
-from .votes import Trail, Votes
+from .votes import Trail, Votes, without
 
 # A gang that must stay in one domain tries at most this many domains per attempt (bounded work).
 MAX_DOMAIN_TRIALS = 32
@@ -178,7 +178,7 @@ class Placer:
             if trail is not None and trail.follows(gang_nodes):
                 # Only the node the previous scored replica chose changed since, and it is full now.
                 assert trail.cand is not None
-                cand, whole = np.delete(trail.cand, trail.position), True
+                cand, whole = without(trail.cand, trail.position), True
                 trail.following = True
             else:
                 if trail is not None:

@@ -10,10 +10,12 @@ import numpy as np
 
 from . import podsets
 from .capacity import Statement
-from .fit import Shape
+from .fit import Shape, fits_node
 from .model import Workload
 from .placement import Placer
 from .preemption import Holder
+
+_FEW = 4  # up to this many nodes are tested one by one
 
 
 class PlacementProbes:
@@ -49,7 +51,10 @@ class PlacementProbes:
         return bool(len(self._useful_nodes(holder)))
 
     def frees_a_node(self, holder: Holder) -> bool:
-        return bool(len(self.placer.feasible(self.shape, self._useful_nodes(holder))))
+        useful = self._useful_nodes(holder)
+        if len(useful) <= _FEW:  # a holder's few nodes: the scalar form of the fit rule beats array calls
+            return any(fits_node(self.cluster, self.shape, node) for node in useful.tolist())
+        return bool(len(self.placer.feasible(self.shape, useful)))
 
     def placed_on(self) -> set[str]:
         trial = Statement(self.cluster)

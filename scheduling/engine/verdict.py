@@ -113,9 +113,11 @@ class Feasibility:
         lq = self.local_queues.get(workload.local_queue)
         where = lq.cluster_queue if lq is not None and lq.cluster_queue in self.quota.queues else workload.local_queue
         key = (where, _same_answer(workload))
-        if key not in self._cache:
-            self._cache[key] = self._check(workload)
-        return self._cache[key]
+        try:  # one lookup when known (the usual case): the key hashes some thirty fields
+            return self._cache[key]
+        except KeyError:
+            found = self._cache[key] = self._check(workload)
+            return found
 
     def _check(self, w: Workload) -> Reason | None:
         # 0. Invalid.
@@ -141,9 +143,10 @@ class Feasibility:
         if isinstance(shape, str):
             return explain.catalogue_reason(shape)
         key = (model, _same_answer(w))
-        if key not in self._nodes_cache:
-            self._nodes_cache[key] = self._on_nodes(w, shape, model)
-        per_replica, gang = self._nodes_cache[key]
+        found = self._nodes_cache.get(key)
+        if found is None:
+            found = self._nodes_cache[key] = self._on_nodes(w, shape, model)
+        per_replica, gang = found
         if per_replica is not None:
             return per_replica
         for resource, amount in request_of(shape, w.gang_size).items():

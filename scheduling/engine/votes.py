@@ -114,6 +114,10 @@ class Votes:
         # A single plugin that scores nodes without a ScoreContext (fgd, portal): see :meth:`block_pick`.
         block = self.plugins[0] if single and fast_path else None
         self.block: ScorerPlugin | None = block if hasattr(block, "score_at") else None
+        self._tiers: _GangTiers | None = None  # the topology tiers of the gang being placed
+        self._preferred: dict[
+            tuple[tuple[str, str, int], ...], tuple[PreferredTerm, ...]
+        ] = {}  # see :meth:`preferred_terms`
 
     def trail(self) -> Trail | None:
         """A new :class:`Trail` for one gang's replicas, when one scorer scores every node (and the fast
@@ -252,7 +256,7 @@ class Votes:
                 contiguous = fit.contiguous(self.cluster, shape.gpus, cand)
             else:
                 contiguous = trail.contiguous = (
-                    np.delete(trail.contiguous, trail.position)
+                    without(trail.contiguous, trail.position)
                     if trail.following and trail.contiguous is not None
                     else fit.contiguous(self.cluster, shape.gpus, cand)
                 )
@@ -264,7 +268,7 @@ class Votes:
         following and the scorer's scores depend only on each node's own state, else computed; kept in
         the trail when they may be reused."""
         if trail.following and trail.raw is not None:
-            raw = np.delete(trail.raw, trail.position)
+            raw = without(trail.raw, trail.position)
         else:
             plugin = self.plugins[0]
             ctx = ScoreContext(self.cluster, shape, cand, workload.id, self.policy.seed)
@@ -276,9 +280,14 @@ class Votes:
         trail.raw = raw
         return raw
 
-    @staticmethod
-    def preferred_terms(workload: Workload) -> tuple[PreferredTerm, ...]:
-        terms = preferred_terms_of(workload.preferred_labels) if workload.preferred_labels else ()
+    def preferred_terms(self, workload: Workload) -> tuple[PreferredTerm, ...]:
+        """The job's preferred node affinity terms: its preferred labels' (built once per cycle and
+        labels: a gang's every replica asks), then its rules'."""
+        terms: tuple[PreferredTerm, ...] = ()
+        if workload.preferred_labels:
+            terms = self._preferred.get(workload.preferred_labels) or ()
+            if not terms:
+                terms = self._preferred[workload.preferred_labels] = preferred_terms_of(workload.preferred_labels)
         if workload.rules is not None:
             terms += workload.rules.preferred_terms
         return terms
@@ -310,18 +319,7 @@ class Votes:
         placed. For the first replica: a node, else a rack, else a zone that can hold the whole gang, and
         within a tier the tightest such domain (keeps big free blocks for big gangs)."""
         if gang_nodes:
-            # Per node, then read for the candidates: a few scatters of the domains' (static) members
-            # cost less than a comparison per candidate and domain.
-            per_node = np.zeros(self.cluster.n, dtype=np.float64)
-            for weight, members, of_node in (
-                (0.3, self._zone_members, self._zone_of),
-                (0.6, self._rack_members, self.rack_of),
-            ):
-                # The domains the gang's replicas are in (nodes without the label, code -1, share nothing).
-                for domain in sorted({of_node[i] for i in gang_nodes} - {-1}):
-                    per_node[members[domain]] = weight
-            per_node[list(gang_nodes)] = 1.0
-            return per_node[cand]
+            return self._gang_tiers(gang_nodes)[cand]
         score = np.zeros(len(cand), dtype=np.float64)
         # Infeasible nodes hold no replica, so the candidates' capacities are the domains' capacities.
         if node_cap is None:
@@ -337,6 +335,48 @@ class Votes:
             score = np.where(cap_here >= remaining, weight + 0.1 * tight, score)
         holds = node_cap >= remaining
         return np.where(holds, 1.0 + 0.1 * remaining / np.maximum(node_cap, 1), score)
+
+    def _gang_tiers(self, gang_nodes: Sequence[int]) -> np.ndarray:
+        """:class:`_GangTiers` of ``gang_nodes`` (the list of the gang being placed), brought up to date
+        with the nodes added since it was last read."""
+        tiers = self._tiers
+        if tiers is None or tiers.nodes is not gang_nodes or tiers.counted > len(gang_nodes):
+            tiers = self._tiers = _GangTiers(gang_nodes, self.cluster.n)
+        per_node = tiers.per_node
+        for i in gang_nodes[tiers.counted :]:
+            # Nodes without the label (code -1) share no domain.
+            for tier, weight, members, code in (
+                (0, 0.3, self._zone_members, self._zone_of[i]),
+                (1, 0.6, self._rack_members, self.rack_of[i]),
+            ):
+                if code >= 0 and (tier, code) not in tiers.domains:
+                    tiers.domains.add((tier, code))
+                    nodes = members[code]
+                    per_node[nodes] = np.maximum(per_node[nodes], weight)
+            per_node[i] = 1.0
+        tiers.counted = len(gang_nodes)
+        return per_node
+
+
+class _GangTiers:
+    """Per node, the topology tier of a gang's replicas placed so far: 1 on their nodes, else 0.6 in
+    their racks, else 0.3 in their zones, else 0 (each node's highest tier). Kept for the gang being
+    placed: its list of nodes only grows, so each new node adds its own domains (a few scatters of
+    the domains' static members cost less than a comparison per candidate and domain)."""
+
+    __slots__ = ("counted", "domains", "nodes", "per_node")
+
+    def __init__(self, nodes: Sequence[int], n: int) -> None:
+        self.nodes = nodes  # the gang's list (kept alive, so no other list takes its id)
+        self.counted = 0  # how many of its nodes are in ``per_node``
+        self.domains: set[tuple[int, int]] = set()  # (tier, code) scattered already
+        self.per_node = np.zeros(n, dtype=np.float64)
+
+
+def without(array: np.ndarray, position: int) -> np.ndarray:
+    """``np.delete(array, position)`` of a 1-D array (a new array), without its argument handling
+    (a gang's next replica drops its predecessor's node this way three times)."""
+    return np.concatenate((array[:position], array[position + 1 :]))
 
 
 def _members(codes: np.ndarray, top: int) -> list[np.ndarray]:
@@ -354,4 +394,6 @@ def _unit(raw: np.ndarray) -> np.ndarray:
     span = np.maximum.reduce(raw) - low
     if span <= 0 or not math.isfinite(span):
         return np.zeros_like(raw)
-    return (raw - low) / span
+    scaled = raw - low
+    scaled /= span  # in place: the same floats as ``(raw - low) / span``, one array fewer
+    return scaled

@@ -16,10 +16,9 @@ import numpy as np
 
 from .arrays import MILLI, PodShape
 from .measure import (
-    TypicalRows,
+    NodeMeasures,
     frag_and_stranded,
     frag_milli,
-    node_frag_and_stranded,
     node_sigmoid_score,
     sigmoid_score,
 )
@@ -96,11 +95,12 @@ def devices_delta(pod: PodShape, policy: str, table: TypicalArrays, before: np.n
 
 
 def node_delta(
-    pod: PodShape, before: float, metric: float, node: tuple[int, list[int], int, int], rows: TypicalRows
+    pod: PodShape, before: float, metric: float, node: tuple[int, list[int], int, int], measure: NodeMeasures
 ) -> list[float]:
     """portal's delta row of one node, without arrays: the same floats as the array functions
-    (``measure.node_frag_and_stranded``). ``before``: its stranded GPU now; ``metric``: its FGD
-    fragmentation now; ``node``: (free CPU milli, free milli per device, model row, free GPU milli)."""
+    (``measure.node_frag_and_stranded``, through ``measure``'s memo). ``before``: its stranded GPU now;
+    ``metric``: its FGD fragmentation now; ``node``: (free CPU milli, free milli per device, model row,
+    free GPU milli)."""
     cpu_now, gpu, row, free_total = node
     cpu = cpu_now - pod.cpu_milli
     if pod.is_sharing:
@@ -115,7 +115,7 @@ def node_delta(
             if pair is None:
                 cand = gpu.copy()
                 cand[d] = free - pod.gpu_milli
-                pair = measured[free] = node_frag_and_stranded(cpu, cand, row, rows)
+                pair = measured[free] = measure(cpu, cand, row)
             primary_after, measure_after = pair
             score = -float(free - pod.gpu_milli) + LEX * node_sigmoid_score(metric - primary_after)
             if score > best:
@@ -127,7 +127,7 @@ def node_delta(
             if left and free >= MILLI:
                 gpu[d] = free - pod.gpu_milli
                 left -= 1
-    primary_after, measure_after = node_frag_and_stranded(cpu, gpu, row, rows)
+    primary_after, measure_after = measure(cpu, gpu, row)
     if pod.gpu_count == 0:
         delta = -1e4 * free_total - 0.05 * cpu
     else:

@@ -65,9 +65,10 @@ def replica_shapes(snapshot: Snapshot) -> tuple[Shape4, ...]:
     seen: dict[tuple[object, ...], Shape4 | None] = {}  # jobs of one request share their entry
     for w in snapshot.workloads:
         key = (w.resources, w.allowed_gpu_models)
-        if key not in seen:
-            seen[key] = _replica_shape(w.resources, w.allowed_gpu_models, memory)
-        entry = seen[key]
+        try:  # one lookup when seen (the usual case): the key hashes a request's every field
+            entry = seen[key]
+        except KeyError:
+            entry = seen[key] = _replica_shape(w.resources, w.allowed_gpu_models, memory)
         if entry is not None:
             out.extend([entry] * w.replicas)
     return tuple(out)

@@ -35,10 +35,10 @@ from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
 from .deltas import LEX, Delta, NodesState, devices_delta, node_delta, sharing_delta
 from .measure import (
+    NodeMeasures,
     TypicalRows,
     frag_and_stranded,
     frag_milli,
-    node_frag_and_stranded,
 )
 from .pressure import demand_share, pressure_levels
 from .scarcity import Scarcity
@@ -83,7 +83,7 @@ class NodeScorer:
     _version: np.ndarray = field(init=False)
     _model_row: np.ndarray = field(init=False)
     _table: TypicalArrays | None = field(init=False)  # the typical pods as arrays (FGD's table)
-    _rows: TypicalRows | None = field(init=False)  # the same as plain numbers (portal's one-node path)
+    _measures: NodeMeasures | None = field(init=False)  # portal's one-node path: its measures, memoised
     _frag_cache: _NodeMeasure | None = field(init=False)  # fgd/portal: the policy's measure per node now
     _metric_node: np.ndarray = field(init=False)  # (N,) FGD fragmentation per node where _metric_fresh
     _metric_fresh: np.ndarray = field(init=False)  # (N,) bool; stale entries are measured when read
@@ -124,7 +124,8 @@ class NodeScorer:
         self._metric_memo = {}
         self._last = None
         self._table = TypicalArrays.build(self.typical, self.nodes.models) if self.typical else None
-        self._rows = TypicalRows.of(self._table) if self._table is not None and self.policy == "portal" else None
+        portal_rows = TypicalRows.of(self._table) if self._table is not None and self.policy == "portal" else None
+        self._measures = NodeMeasures(portal_rows) if portal_rows is not None else None
         self._frag_cache = None
         self._metric_node = np.zeros(n)
         self._metric_fresh = np.ones(n, dtype=bool)
@@ -212,12 +213,12 @@ class NodeScorer:
             return
         unknown = ~known
         nodes, sids = idx[unknown], node_ids[unknown]
-        if nodes.size <= _FEW_MISSING and self._rows is not None:
+        if nodes.size <= _FEW_MISSING and self._measures is not None:
             # A few states not met before (the usual case within a cycle): one node at a time, no arrays.
             values, known = table.values, table.known
             for n, sid in zip(nodes.tolist(), sids.tolist(), strict=True):
                 if not known[sid]:
-                    values[sid] = self._frag_delta_one(pod, n, self._rows)
+                    values[sid] = self._frag_delta_one(pod, n, self._measures)
                     known[sid] = True
             return
         distinct, first = np.unique(sids, return_index=True)
@@ -285,7 +286,7 @@ class NodeScorer:
             return sharing_delta(pod, self.policy, table, before, state)
         return devices_delta(pod, self.policy, table, before, state)
 
-    def _frag_delta_one(self, pod: PodShape, n: int, rows: TypicalRows) -> list[float]:
+    def _frag_delta_one(self, pod: PodShape, n: int, measure: NodeMeasures) -> list[float]:
         """portal's ``_frag_delta`` of node ``n`` alone, as a memo row, without arrays: the same floats
         (``deltas.node_delta``; ``test_one_node_scores_equal_the_array_pass``)."""
         cache = self._frag_cache
@@ -293,14 +294,14 @@ class NodeScorer:
         row = int(self._model_row[n])
         cpu_now = int(self.cpu_free_milli[n])
         if cache.version[n] != self._version[n]:  # _node_frag of one node
-            frag, stranded = node_frag_and_stranded(cpu_now, self.gpu_free_milli[n].tolist(), row, rows)
+            frag, stranded = measure(cpu_now, self.gpu_free_milli[n].tolist(), row)
             cache.score[n] = stranded
             cache.version[n] = self._version[n]
             self._metric_total += float(frag - self._metric_node[n])
             self._metric_node[n] = frag
             self._metric_fresh[n] = True
         state = (cpu_now, self.gpu_free_milli[n].tolist(), row, int(self._gpu_free_total[n]))
-        return node_delta(pod, float(cache.score[n]), float(self._metric_node[n]), state, rows)
+        return node_delta(pod, float(cache.score[n]), float(self._metric_node[n]), state, measure)
 
     def _node_frag(self, idx: np.ndarray) -> np.ndarray:
         """The policy's measure of nodes ``idx`` as they are now (cached per node version)."""

@@ -3,13 +3,14 @@ affinity, topology, pools, the FGD paper's policies) and determinism."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine.capacity import Statement
+from scheduling.engine.capacity import Cluster, Statement
 from scheduling.engine.cycle import run_cycle
-from scheduling.engine.model import Policy, ReplicaPlacement, Taint, Toleration, labels_of
+from scheduling.engine.model import Policy, ReplicaPlacement, Snapshot, Taint, Toleration, labels_of
 from scheduling.engine.placement import Placer
 
 from .builders import RACK, ZONE, admitted_ids, cq, job, lq, node, reason_of, running, snapshot
@@ -343,3 +344,40 @@ def test_a_gangs_next_replica_goes_where_scoring_it_afresh_sends_it(data, placem
     assert trailed.votes.trail() is not None
     assert afresh.votes.trail() is None
     assert gang(trailed) == gang(afresh)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_gangs_topology_vote_is_its_replicas_nearest_tier_as_the_gang_grows(data):
+    """The topology vote of a gang's next replica, per candidate: 1 on a node a replica of the gang
+    is on, else 0.6 in a rack of one, else 0.3 in a zone of one, else 0 (nodes without the label share
+    no domain). Kept per gang as its list of nodes grows (``votes._GangTiers``): recomputed here from
+    the nodes' labels after every node added, with a second gang placed in between."""
+    # Racks and zones drawn apart, so a rack may span zones; some nodes lack one label or both.
+    count = data.draw(st.integers(1, 14))
+    labels = []
+    for _ in range(count):
+        drawn = {
+            ZONE: data.draw(st.sampled_from(("", "z0", "z1"))),
+            RACK: data.draw(st.sampled_from(("", "r0", "r1", "r2"))),
+        }
+        labels.append({key: value for key, value in drawn.items() if value})
+    cluster = Cluster(Snapshot(tuple(node(f"n{i:02d}", labels=labels[i]) for i in range(count)), (), (), ()))
+    shape = data.draw(shapes(cluster))
+    votes = Placer(cluster, Policy()).votes
+    every = np.arange(cluster.n)
+
+    def rule(gang: list[int]) -> list[float]:
+        def shares(j: int, key: str) -> bool:
+            return key in labels[j] and any(labels[j][key] == labels[g].get(key) for g in gang)
+
+        return [1.0 if j in gang else 0.6 if shares(j, RACK) else 0.3 if shares(j, ZONE) else 0.0 for j in every]
+
+    nodes = st.integers(0, cluster.n - 1)
+    first: list[int] = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        first.append(data.draw(nodes))
+        assert votes.topology(shape, every, first, 2).tolist() == rule(first)
+        if data.draw(st.booleans()):  # another gang in between: its own tiers, from its own nodes
+            other = [data.draw(nodes)]
+            assert votes.topology(shape, every, other, 2).tolist() == rule(other)

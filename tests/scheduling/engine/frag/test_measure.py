@@ -79,8 +79,9 @@ def test_fragmentation_matches_the_reference_simulator(rows, gpu_left, cpu_left,
 )
 def test_a_node_measures_the_same_whatever_nodes_are_measured_with_it(rows, states, split):
     """Rule: a node's fragmentation and stranded GPU depend on that node's state only, so measuring it
-    alone, in a batch of any size, or without arrays gives the very same float (a decision never
-    depends on which nodes happened to be measured together)."""
+    alone, in a batch of any size, or without arrays (computed or recalled for a state met before)
+    gives the very same float (a decision never depends on which nodes happened to be measured
+    together)."""
     shapes = [(cpu, milli, num if milli == 1000 else (1 if milli else 0), models) for cpu, milli, num, models in rows]
     tp = TypicalArrays.build(typical_pods(shapes, popularity=1.0), ("A", "B"))
     table = measure.TypicalRows.of(tp)
@@ -91,11 +92,13 @@ def test_a_node_measures_the_same_whatever_nodes_are_measured_with_it(rows, stat
     fgd_only = measure.frag_milli(cpu, gpu, model_row, tp)
     stranded_only = measure.stranded_milli(cpu, gpu, model_row, tp)
     parts = [slice(0, split), slice(split, None)]
+    memo = measure.NodeMeasures(table)  # recalls a state met before (states repeat in this draw)
     for k in range(len(states)):
         one = slice(k, k + 1)
         alone = measure.frag_and_stranded(cpu[one], gpu[one], model_row[one], tp)
         scalar = measure.node_frag_and_stranded(int(cpu[k]), gpu[k].tolist(), int(model_row[k]), table)
         assert (alone[0][0], alone[1][0]) == (whole[0][k], whole[1][k]) == scalar
+        assert memo(int(cpu[k]), gpu[k].tolist(), int(model_row[k])) == scalar
         assert fgd_only[k] == whole[0][k]
         assert stranded_only[k] == whole[1][k]
     for part in parts:
@@ -109,3 +112,16 @@ def test_a_node_measures_the_same_whatever_nodes_are_measured_with_it(rows, stat
 @given(delta=st.floats(-60_000, 60_000, allow_nan=False))
 def test_the_one_number_sigmoid_score_equals_the_array_one(delta):
     assert measure.node_sigmoid_score(delta) == measure.sigmoid_score(np.array([delta, 0.0]))[0]
+
+
+def test_a_state_is_recalled_only_for_the_same_model_row_cpu_and_devices():
+    """``NodeMeasures`` recalls what it computed for the very same state: a GPU model row that typical
+    pods may not use (they name the other model) measures differently, and so do other free CPU or
+    devices."""
+    tp = TypicalArrays.build(typical_pods([(1000, 1000, 1, ("A",)), (1000, 500, 1, ())], popularity=1.0), ("A", "B"))
+    table = measure.TypicalRows.of(tp)
+    memo = measure.NodeMeasures(table)
+    states = [(8000, [1000, 500], 0), (8000, [1000, 500], 1), (500, [1000, 500], 0), (8000, [500, 1000], 0)]
+    for cpu, gpu, row in states + states:
+        assert memo(cpu, gpu, row) == measure.node_frag_and_stranded(cpu, gpu, row, table)
+    assert len({measure.node_frag_and_stranded(cpu, gpu, row, table) for cpu, gpu, row in states[:3]}) == 3

@@ -80,8 +80,8 @@ def test_one_node_scores_equal_the_array_pass(seed: int) -> None:
         TypicalPod(1000, 0, 0, (), 0.1),
     )
     scalar, arrays = (NodeScorer(NodeArrays.of(ROWS), "portal", typical=typical) for _ in range(2))
-    rows = scalar._rows
-    assert rows is not None
+    measures = scalar._measures
+    assert measures is not None
     pods = [PodShape(1000, 0, 1000, 1), PodShape(3000, 0, 1000, 2), PodShape(500, 0, 250, 1)]
     pods += [PodShape(2000, 0, 700, 1), PodShape(1500, 0, 0, 0)]
     for _ in range(40):
@@ -94,7 +94,7 @@ def test_one_node_scores_equal_the_array_pass(seed: int) -> None:
         for pod in rng.sample(pods, 3):
             if cpu < pod.cpu_milli:
                 continue
-            one = scalar._frag_delta_one(pod, n, rows)
+            one = scalar._frag_delta_one(pod, n, measures)
             batch = np.column_stack(arrays._frag_delta(pod, np.array([n]))).tolist()[0]
             np.testing.assert_array_equal(one, batch)
             assert scalar._frag_cache is not None
