@@ -26,7 +26,10 @@ a submission's answer ask the engine).
    instead of reading a snapshot and running the cycle again. Until a newer one is handed over, the
    last one handed over (``LATEST``) answers while it is younger than ``DRY_RUN_STALE_S``; a process
    builds a state itself only when there is none (no scheduler running, ``DRY_RUN_PUBLISH`` off, or
-   a cache other than Redis).
+   a cache other than Redis). A shared state's ``built_at`` is stored beside it and read first: a
+   state the process would refuse (too old) is never unpickled (~1-2 MB, 0.1-0.3 s of CPU holding
+   the GIL, a stall for every request of the process). A look behind the requests that found nothing
+   newer is repeated at most every ``RETRY_S``, not by every request.
 
 Everything shared is best effort: a cache that fails or has been emptied costs a rebuild, never a
 different answer.
