@@ -198,8 +198,13 @@ class Stack:
         )
 
     def web(self, port: int, *, workers: int = 2, threads: int = 1, extra: tuple[str, ...] = ()) -> str:
-        """Start gunicorn (``self.web_process``) and return its URL once it answers."""
-        command = [sys.executable, "-m", "gunicorn", "portal.wsgi", "--bind", f"127.0.0.1:{port}"]
+        """Start gunicorn (``self.web_process``) and return its URL once it answers.
+
+        ``--preload``: the master imports the application before it opens the port, and the workers it
+        forks serve at once. Without it the port opened before the workers had imported the portal
+        (several seconds of CPU each on this machine), so a benchmark started on the open port measured
+        its first requests queued behind two imports, and counted the imports as the web's CPU."""
+        command = [sys.executable, "-m", "gunicorn", "portal.wsgi", "--bind", f"127.0.0.1:{port}", "--preload"]
         command += ["--workers", str(workers), "--threads", str(threads), "--timeout", "60", *extra]
         self.web_process = self.spawn("web", command)
         url = f"http://127.0.0.1:{port}"

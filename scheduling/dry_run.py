@@ -31,7 +31,10 @@ a submission's answer ask the engine).
    instead of reading a snapshot and running the cycle again. Until a newer one is handed over, the
    last one handed over (``LATEST``) answers while it is younger than ``DRY_RUN_STALE_S``; a process
    builds a state itself only when there is none (no scheduler running, ``DRY_RUN_PUBLISH`` off, or
-   a cache other than Redis).
+   a cache other than Redis). A shared state's ``built_at`` is stored beside it and read first: a
+   state the process would refuse (too old) is never unpickled (~1-2 MB, 0.1-0.3 s of CPU holding
+   the GIL, a stall for every request of the process). A look behind the requests that found nothing
+   newer is repeated at most every ``RETRY_S``, not by every request.
 
 Everything shared is best effort: a cache that fails or has been emptied costs a rebuild, never a
 different answer.
@@ -66,6 +69,7 @@ from scheduling.selectors import expected_runtimes, policy_from_settings, runtim
 logger = logging.getLogger(__name__)
 
 DRY_RUN_WAIT_S = 30.0  # at most, a process waits this long for another that builds the same state
+RETRY_S = 1.0  # after a look for a newer state found none, a process looks again no sooner than this
 ANSWERS_KEPT = 256  # request shapes remembered per state in a process
 SHARED = "dry-run:v1"  # cache key prefix
 WANTED = f"{SHARED}:wanted"  # a web process asked for a newer state (step 5)
@@ -101,6 +105,7 @@ class _Kept:
     # CPU seconds this process spent on the state: getting it (built, or loaded), then the answers it
     # computed on it (a check of a waiting job replays the forecast: ~1 s at 2,000 pending jobs)
     cost_s: float = 0.0
+    looked_at: float = 0.0  # time.time() of the last look for a newer state that found none
     answers: dict[str, JobCheck] = field(default_factory=dict)
     # Step 3: the ids of the snapshot's jobs, and the later jobs loaded so far (id -> job, runtimes)
     known: frozenset[str] | None = None
@@ -135,6 +140,17 @@ def _shared_key(key: tuple[object, ...]) -> str:
     return f"{SHARED}:state:{key[0]}:{key[1]}"
 
 
+def _stamp_key(key: tuple[object, ...]) -> str:
+    """The shared state's ``built_at``, stored beside it: a process reads it (a float) before the state
+    (about a megabyte, 0.1-0.3 s of CPU to unpickle) and skips a state it would not take."""
+    return f"{_shared_key(key)}:built-at"
+
+
+def _share(state: _State, timeout: int) -> None:
+    _cache_call("set", _shared_key(state.key), state, timeout=timeout)
+    _cache_call("set", _stamp_key(state.key), state.built_at, timeout=timeout)  # after the state
+
+
 def _cache_call(method: str, *args, **kwargs):
     """``cache.<method>(...)`` when the default cache is shared by processes (Redis), else None: a
     process-local cache would only pickle the state (its cost grows with the jobs' specs) for nothing."""
@@ -148,6 +164,9 @@ def _cache_call(method: str, *args, **kwargs):
 
 
 def _shared_state(key: tuple[object, ...]) -> _State | None:
+    built_at = _cache_call("get", _stamp_key(key))
+    if not isinstance(built_at, float) or time.time() - built_at >= settings.DRY_RUN_TTL_S:
+        return None  # none, or one ``_fresh`` refuses: not read
     state = _cache_call("get", _shared_key(key))
     return state if isinstance(state, _State) and _fresh(state, key) else None
 
@@ -172,7 +191,7 @@ def _build(key: tuple[object, ...], backend: ClusterBackend | None) -> _State:
         dry_run = DryRun(snapshot, policy_from_settings(), now.timestamp())
         newest = max((w.created_at for w in snapshot.workloads), default=float("-inf"))
         state = _State(key, uuid.uuid4().hex, time.time(), now, dry_run, newest)
-        _cache_call("set", _shared_key(key), state, timeout=_ttl())
+        _share(state, _ttl())
         return state
     finally:
         if claimed:
@@ -202,6 +221,9 @@ def _handed_over(latest: object, key: tuple[object, ...]) -> _State | None:
     """The state the scheduler handed over last (step 5; ``latest``: its key) for the backend of
     ``key``, while it is younger than ``DRY_RUN_STALE_S``."""
     if not isinstance(latest, tuple) or latest[1:] != key[1:]:
+        return None
+    built_at = _cache_call("get", _stamp_key(latest))
+    if not isinstance(built_at, float) or time.time() - built_at >= settings.DRY_RUN_STALE_S:
         return None
     state = _cache_call("get", _shared_key(latest))
     if not isinstance(state, _State) or time.time() - state.built_at >= settings.DRY_RUN_STALE_S:
@@ -235,7 +257,10 @@ def _kept_state(backend: ClusterBackend | None) -> _Kept:
             # At most one rebuild every refresh_every_s: with a cycle every few seconds, each one would
             # otherwise have a web process run a whole cycle again for the dry runs (~1 core at 2,000
             # pending jobs: the snapshot's reads and the cycle with its forecast, ~2 s of CPU each).
-            if key not in _building and age_s >= refresh_every_s(kept.cost_s):
+            # A look that found nothing newer (the scheduler hands one over at most every
+            # DRY_RUN_REFRESH_EVERY_S) is not repeated by every request: at most every RETRY_S.
+            looked_s = time.time() - kept.looked_at
+            if key not in _building and age_s >= refresh_every_s(kept.cost_s) and looked_s >= RETRY_S:
                 _building.add(key)
                 threading.Thread(target=_build_behind, args=(key,), name="dry-run-state", daemon=True).start()
             return kept
@@ -251,9 +276,11 @@ def _build_behind(key: tuple[object, ...]) -> None:
         with _kept_lock:
             kept = _kept.get("state")
         obtained = _obtain(key, None, kept)
-        if obtained is not None:
-            with _kept_lock:
+        with _kept_lock:
+            if obtained is not None:
                 _kept["state"] = obtained
+            elif kept is not None:
+                kept.looked_at = time.time()
     except Exception:  # the requests go on with the kept state; the next one tries again
         logger.exception("building the dry run's state failed")
     finally:
@@ -274,6 +301,7 @@ def dry_run_forget() -> None:
         kept = _kept.pop("state", None)
     if kept is not None:
         _cache_call("delete", _shared_key(kept.state.key))
+        _cache_call("delete", _stamp_key(kept.state.key))
     for name in (WANTED, PUBLISHED, LATEST):
         _cache_call("delete", name)
 
@@ -293,7 +321,7 @@ def dry_run_publish(*, dry_run: DryRun, cycle_id: int, as_of: datetime) -> None:
     key = (cycle_id, settings.CLUSTER_BACKEND)
     newest = max((w.created_at for w in dry_run.snapshot.workloads), default=float("-inf"))
     state = _State(key, uuid.uuid4().hex, time.time(), as_of, dry_run, newest)
-    _cache_call("set", _shared_key(key), state, timeout=int(settings.DRY_RUN_STALE_S) + 1)
+    _share(state, int(settings.DRY_RUN_STALE_S) + 1)
     _cache_call("set", LATEST, key, timeout=int(settings.DRY_RUN_STALE_S) + 1)
 
 

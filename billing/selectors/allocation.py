@@ -373,7 +373,9 @@ def record_group(record: UsageRecord, *, aggregate: str, teams: Mapping[int, Tea
     if aggregate == "job":
         return str(record.job_id)
     if aggregate == "owner":
-        return record.job.owner.get_username()
+        # Running jobs' usage carries its owner's name (``running_usage``): no job read per record.
+        owner = getattr(record, "owner_name", None)
+        return owner if owner is not None else record.job.owner.get_username()
     if aggregate.startswith("label:"):
         return label_value(record.labels or {}, aggregate.removeprefix("label:"))
     team = teams.get(record.team_id)

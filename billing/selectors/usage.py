@@ -16,7 +16,7 @@ from django.db.models import Q, QuerySet
 
 from billing.core.intervals import RunInterval, Transition, intervals_in_view, run_intervals
 from billing.models import UsageRecord
-from billing.records import usage_record
+from billing.records import record_job, record_job_values, usage_record
 from portal.jobs.models import Job, JobTransition
 from portal.jobs.states import JobState
 from portal.tenants.models import Team
@@ -44,13 +44,12 @@ def run_interval_list(*, since: datetime, now: datetime) -> list[RunInterval]:
 
 
 def running_usage(*, now: datetime, team_ids: Iterable[int] | None = None) -> list[UsageRecord]:
-    """Unsaved usage records for the open Running intervals of running jobs, up to ``now``."""
-    jobs = Job.objects.filter(state=JobState.RUNNING).select_related(
-        "team", "local_queue__cluster_queue", "priority_class", "owner"
-    )
+    """Unsaved usage records for the open Running intervals of running jobs, up to ``now``: with
+    ``job_id`` and the owner's name (``owner_name``), no job instance (``billing.records.RecordJob``)."""
+    jobs = Job.objects.filter(state=JobState.RUNNING)
     if team_ids is not None:
         jobs = jobs.filter(team_id__in=list(team_ids))
-    by_id = {job.pk: job for job in jobs}
+    by_id = {row.job_id: row for row in map(record_job, jobs.values_list(*record_job_values()))}
     return [
         usage_record(by_id[interval.job_id], interval, end=now)
         for interval in run_intervals(run_transitions(jobs=by_id.keys()))

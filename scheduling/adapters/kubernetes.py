@@ -9,7 +9,8 @@ client: this one (the backend), ``kubernetes_api`` (configuration, calls with re
 Reading the cluster (``nodes``, ``foreign_usage``, ``observe``):
 
 1. Each process keeps two caches, nodes and pods (``Informer``: LIST, then WATCH from the list's
-   resourceVersion in a daemon thread; relist on 410 Gone; every call with a client-side timeout).
+   resourceVersion in a daemon thread; relist on 410 Gone; every call with a client-side timeout),
+   each started when first read: a web process, which reads nodes only, keeps no pod cache.
 2. The caches are eventually consistent, as every Kubernetes controller's are; everything written
    from them is idempotent or re-checked against the database (see ``reconcile``). Before a cycle
    reads them, ``sync`` relists a cache whose watch has been out of contact for longer than one watch
@@ -115,7 +116,7 @@ class KubernetesBackend:
         self.pod_informer = Informer("pods", self.core.list_pod_for_all_namespaces, self.options)
         self.services = ServiceWriter(self.core, self.options)
         self.ray = RayJobs(RayWriter(api_client, self.options), self.options, self._pod_job)
-        self._started = False
+        self._started: set[str] = set()  # the informers started, by name
         self._lock = threading.Lock()
 
     # -- construction -----------------------------------------------------------------------------
@@ -145,26 +146,29 @@ class KubernetesBackend:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _ensure_started(self) -> None:
+    def _ensure_started(self, *informers: Informer) -> None:
+        """Start the given informers once each, when first read: a web process reads only nodes (a
+        submission's "never fits" test) and so never lists and watches every pod, whose events (a
+        few per pod started) would cost each web process CPU as the scheduler starts jobs."""
         with self._lock:
-            if not self._started:
-                self.node_informer.start()
-                self.pod_informer.start()
-                self._started = True
+            for informer in informers:
+                if informer.name not in self._started:
+                    informer.start()
+                    self._started.add(informer.name)
 
     def sync(self) -> None:
         """Make sure both caches are filled and alive (see the module docstring, step 2)."""
-        self._ensure_started()
+        self._ensure_started(self.node_informer, self.pod_informer)
         max_age_s = self.options.watch_timeout_s + 2 * self.options.timeout_s + self.options.sync_timeout_s
         self.node_informer.ensure_fresh(max_age_s)
         self.pod_informer.ensure_fresh(max_age_s)
 
     def raw_nodes(self) -> list[dict]:
-        self._ensure_started()
+        self._ensure_started(self.node_informer)
         return sorted(self.node_informer.items(), key=lambda n: n["metadata"]["name"])
 
     def raw_pods(self) -> list[dict]:
-        self._ensure_started()
+        self._ensure_started(self.pod_informer)
         return self.pod_informer.items()
 
     def nodes(self) -> list[GpuNode]:
@@ -175,7 +179,7 @@ class KubernetesBackend:
         """Changes whenever the node cache does (so may ``nodes``, with the ``GpuModel`` rows, which
         the callers version themselves): a submission's "never fits" test keeps its answers while it
         is the same, instead of converting every node again (``selectors._feasibility``)."""
-        self._ensure_started()
+        self._ensure_started(self.node_informer)
         return (self.node_informer.identity, self.node_informer.changes)
 
     def foreign_usage(self) -> list[ForeignUsage]:

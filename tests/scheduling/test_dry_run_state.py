@@ -120,3 +120,55 @@ def test_the_refresh_interval_keeps_the_states_cpu_within_its_share(settings, co
     settings.DRY_RUN_CPU_SHARE = share
     settings.DRY_RUN_STALE_S = 60.0
     assert refresh_every_s(cost_s) == pytest.approx(expected_s)
+
+
+@pytest.mark.django_db
+def test_a_shared_state_too_old_to_take_is_not_read_from_the_cache(world, settings, monkeypatch, redis_cache):
+    # Its stamp (built_at) is read first: unpickling a megabyte only to refuse it cost the web's CPU.
+    from scheduling import dry_run
+
+    dry_run_state()
+    key = dry_run._last_cycle_key()
+    read: list[str] = []
+    call = dry_run._cache_call
+    monkeypatch.setattr(dry_run, "_cache_call", lambda method, *a, **k: read.append(a[0]) or call(method, *a, **k))
+    settings.DRY_RUN_TTL_S = 3600.0
+    assert dry_run._shared_state(key).built_at == dry_run._kept["state"].state.built_at  # taken: read
+    assert dry_run._shared_key(key) in read
+    read.clear()
+    settings.DRY_RUN_TTL_S = 0.0
+    assert dry_run._shared_state(key) is None
+    assert read == [dry_run._stamp_key(key)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_the_requests_a_look_that_found_nothing_newer_is_not_repeated_by_every_request(
+    world, settings, monkeypatch, redis_cache
+):
+    from scheduling import dry_run
+
+    settings.DRY_RUN_REFRESH_BEHIND = True
+    settings.DRY_RUN_REFRESH_EVERY_S = 0.0
+    settings.DRY_RUN_CPU_SHARE = 0.0
+    a_cycle_runs()
+    first, as_of = dry_run_state()
+    # The scheduler handed this very state over: a look finds nothing newer.
+    dry_run.dry_run_publish(dry_run=first, cycle_id=CycleRun.objects.order_by("-id")[0].pk, as_of=as_of)
+    settings.DRY_RUN_TTL_S = 0.0  # the kept state is never current: every check would look
+    looks: list[object] = []
+    obtain = dry_run._obtain
+    monkeypatch.setattr(dry_run, "_obtain", lambda *a: looks.append(a) or obtain(*a))
+    monkeypatch.setattr(dry_run, "RETRY_S", 3600.0)
+    dry_run_state()
+    deadline = time.monotonic() + 60
+    while dry_run._kept["state"].looked_at == 0.0:  # the first look, behind the request, found none
+        assert time.monotonic() < deadline, "no look behind the requests"
+        time.sleep(0.05)
+    for _ in range(20):
+        assert dry_run_state() == (first, as_of)
+    assert len(looks) == 1
+    monkeypatch.setattr(dry_run, "RETRY_S", 0.0)
+    dry_run_state()
+    while len(looks) < 2:
+        assert time.monotonic() < deadline, "no second look once RETRY_S had passed"
+        time.sleep(0.05)

@@ -50,3 +50,15 @@ def test_a_cache_whose_watch_died_is_relisted_before_it_is_read(kworld, kube, ba
     assert backend.node_informer.relists == relists + 1
     assert {n.name for n in backend.nodes()} == {"a100-0", "a100-1"}
     assert backend.node_informer._thread.is_alive()  # watching again
+
+
+def test_a_process_that_reads_only_nodes_never_lists_or_watches_pods(kworld, kube, backend):
+    # A web process reads nodes (a submission's "never fits" test); the pods' events of every job the
+    # scheduler starts would otherwise cost it CPU for nothing.
+    kube.add_node("a100-0", gpus=8)
+    assert [n.name for n in backend.nodes()] == ["a100-0"]
+    backend.nodes_version()
+    assert [path for _, path in kube.requests if path.startswith("/api/v1/pods")] == []
+    settle(backend, kube)  # a cycle's sync starts the pod cache too
+    assert [path for _, path in kube.requests if path.startswith("/api/v1/pods")] != []
+    assert backend.raw_pods() == []
