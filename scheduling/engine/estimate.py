@@ -136,6 +136,14 @@ class _End:
         return self.at < other.at or (self.at == other.at and self.seq < other.seq)
 
 
+def spare_budget(budget: int) -> int:
+    """How many failed decisions of expected submissions (``Arrivals``) a run with ``budget`` decisions
+    charges to a budget of their own, not to ``budget``: as many. The waiting jobs' reach is then the
+    same with or without expected submissions that do not fit; the run's decisions are at most twice
+    ``budget``."""
+    return budget
+
+
 def pop_step(ends: list[_End], now: float) -> tuple[float, float, list[_End]]:
     """Step 3's next step, taken off the heap ``ends``: its time (the first end's), how far it reaches
     (``COALESCE_S`` or ``RESOLUTION`` of the time ahead of now, whichever is longer: an expected
@@ -210,6 +218,10 @@ class Forecast:
             dirty_all = 0  # the last step CPU-only work ended (its CPU and memory help every model)
             step = 0
             budget = max_decisions if max_decisions is not None else len(waiting) * max_steps
+            # Expected submissions' failed decisions are charged to a budget of their own (as large),
+            # not the waiting jobs': they get no estimate, and where they fail at every step they
+            # spent the waiting jobs' reach (``spare_budget``).
+            spare = spare_budget(budget)
             if recorder is not None:
                 recorder.begin({key: (g.index, len(g.jobs)) for key, g in queue.by_key.items()}, budget)
                 queue.recorder = recorder
@@ -276,6 +288,9 @@ class Forecast:
                         host.holds.set(reservations, indices)
                     outcome = host.forecast_decide(job)
                     if not isinstance(outcome, Fit):
+                        if spare > 0 and job.id in queue.alias:
+                            spare -= 1
+                            budget += 1
                         if recorder is not None:
                             recorder.popped(key, index, True, None)
                         continue  # the rest of the group does not fit either, this step
@@ -376,6 +391,9 @@ class Arrivals:
     period: float
     horizon: float
     upper_p90: bool = False  # the P90 run expects each queue's P90 count (``_Expected``)
+    # Period k's count as a multiple of the last period's (``growth[k - 1]``; past its end, the last
+    # one; empty: 1, a persistence forecast): the submission rate's trend (``runtimes.damped_trend``).
+    growth: tuple[float, ...] = ()
 
 
 EXPECTED = "expected"  # ends the group key of expected submissions
@@ -423,17 +441,27 @@ class _Expected:
         self.arrivals = arrivals
         self.now = now
         self.k = 1
-        self.copies: list[tuple[int, float]] = [(1, 0.0)] * len(arrivals.jobs)  # per job: copies, spacing
-        if upper:
-            count: dict[str, int] = {}
-            for job, _ in arrivals.jobs:
-                count[job.local_queue] = count.get(job.local_queue, 0) + 1
-            rank: dict[str, int] = {}
-            for i, (job, _) in enumerate(arrivals.jobs):
-                n, r = count[job.local_queue], rank.get(job.local_queue, 0)
-                rank[job.local_queue] = r + 1
-                f = upper_count(n) / n
-                self.copies[i] = (math.floor((r + 1) * f) - math.floor(r * f), arrivals.period / (n * f))
+        # Per job: its local queue's count in the last period and its rank there (0-based).
+        self.count: dict[str, int] = {}
+        self.rank: list[int] = []
+        for job, _ in arrivals.jobs:
+            self.rank.append(self.count.get(job.local_queue, 0))
+            self.count[job.local_queue] = self.rank[-1] + 1
+        self.upper = upper
+
+    def copies(self, i: int, k: int) -> tuple[int, float]:
+        """How many times job ``i`` of the last period comes in period ``k``, and the spacing of the
+        extra ones after it: its queue's ``n`` jobs scaled by ``f`` (the P90 count's share when
+        ``upper``, times period k's growth), the r-th ``floor((r + 1) f) - floor(r f)`` times."""
+        job = self.arrivals.jobs[i][0]
+        growth = self.arrivals.growth
+        f = growth[min(k, len(growth)) - 1] if growth else 1.0
+        n, r = self.count[job.local_queue], self.rank[i]
+        if self.upper:
+            f *= upper_count(n) / n
+        if f == 1.0:
+            return 1, 0.0
+        return math.floor((r + 1) * f) - math.floor(r * f), self.arrivals.period / (n * f) if f > 0 else 0.0
 
     def due(self, ends: list[_End], queue: _Queue) -> None:
         """Add the periods that begin before the next end: their jobs join ``queue`` (after every job
@@ -442,7 +470,8 @@ class _Expected:
         while period > 0 and (begins := (self.k - 1) * period) < horizon:
             if ends and ends[0].at <= self.now + begins:
                 return
-            for (job, cq), (copies, spacing) in zip(self.arrivals.jobs, self.copies, strict=True):
+            for i, (job, cq) in enumerate(self.arrivals.jobs):
+                copies, spacing = self.copies(i, self.k)
                 for c in range(copies):
                     at = job.created_at + self.k * period + c * spacing
                     if not self.now < at <= self.now + horizon:
