@@ -125,7 +125,6 @@ def replay(args: argparse.Namespace) -> None:
         arrival_horizon_s=known_period if args.known_arrivals else args.arrival_horizon,
         reserved_jobs=args.reserved_jobs,
         arrival_upper_p90=args.arrival_upper,
-        arrival_trend=args.arrival_trend,
     )
 
     pending: dict[str, Workload] = {}
@@ -156,8 +155,7 @@ def replay(args: argparse.Namespace) -> None:
         if args.known_arrivals:
             recent = tuple(replace(w, created_at=w.created_at - known_period) for w in jobs[submitted:])
         else:
-            window = args.arrival_period * (2 if args.arrival_trend else 1)
-            recent = tuple(w for w in jobs[:submitted] if w.created_at > now - window)
+            recent = tuple(w for w in jobs[:submitted] if w.created_at > now - args.arrival_period)
         # The team's runs still going count as lasting at least as long as they have run (censored).
         going: dict[str, list[tuple[float, float]]] = defaultdict(list)
         if args.censored:
@@ -360,11 +358,6 @@ def main() -> None:
         "--arrival-upper",
         action="store_true",
         help="evaluated, not adopted: the P90 run expects each queue's P90 count (Policy.arrival_upper_p90)",
-    )
-    parser.add_argument(
-        "--arrival-trend",
-        action="store_true",
-        help="expected submissions follow the rate's damped trend over the last two periods (Policy.arrival_trend)",
     )
     parser.add_argument(
         "--censored",

@@ -10,14 +10,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .admission import lq_order_key
 from .estimate import Arrivals, Start
-from .runtimes import damped_trend
 from .model import (
     Admission,
     LocalQueue,
@@ -107,26 +105,16 @@ def expected_arrivals(
 ) -> Arrivals:
     """The submissions the forecast expects (``estimate.Arrivals``): the recent ones (submitted within
     ``policy.arrival_period_s``) that are valid and may start (their team not blocked, no start
-    window, not a job that never fits), as pending jobs, oldest first. With ``policy.arrival_trend``,
-    each coming period's count is scaled by the trend from the period before the last
-    (``runtimes.damped_trend``; ``recent`` then spans two periods)."""
+    window, not a job that never fits), as pending jobs, oldest first."""
     period, horizon = policy.arrival_period_s, policy.arrival_horizon_s
     jobs = []
-    before = 0  # valid submissions in the period before the last (``policy.arrival_trend``)
     for w in sorted(recent, key=lambda w: w.created_at):
         lq = lq_by_name.get(w.local_queue)
         if lq is None or w.team in blocked or w.start_window is not None:
             continue
-        if not now - (2 * period if policy.arrival_trend else period) < w.created_at <= now:
+        if not now - period < w.created_at <= now:
             continue
         job = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
-        if feasibility.never_fits(job) is not None:
-            continue
-        if w.created_at > now - period:
+        if feasibility.never_fits(job) is None:
             jobs.append((job, lq.cluster_queue))
-        else:
-            before += 1
-    growth = ()
-    if policy.arrival_trend and period > 0:
-        growth = damped_trend(len(jobs), before, math.ceil(horizon / period) + 1)
-    return Arrivals(tuple(jobs), period, horizon, policy.arrival_upper_p90, growth)
+    return Arrivals(tuple(jobs), period, horizon, policy.arrival_upper_p90)

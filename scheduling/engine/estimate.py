@@ -30,7 +30,8 @@ Steps (each is one part of :meth:`Forecast.run`):
 4. It stops when every waiting job has started (or the one asked about, ``until``), after
    ``max_steps`` steps, or once it has taken ``max_decisions`` decisions (``Policy.forecast_decisions``,
    as Slurm's backfill bounds the jobs it tests): a job not started by then has no estimate (beyond
-   the forecast's reach).
+   the forecast's reach). Expected submissions' failed decisions are charged to a budget of their
+   own, as large (``spare_budget``), so that they do not spend the waiting jobs' reach.
 5. Everything staged is undone: the cycle's state, memo and figures are as before.
 
 Run twice, once with each job's P50 expected runtime and once with its P90 one: the P50 and P90
@@ -391,9 +392,6 @@ class Arrivals:
     period: float
     horizon: float
     upper_p90: bool = False  # the P90 run expects each queue's P90 count (``_Expected``)
-    # Period k's count as a multiple of the last period's (``growth[k - 1]``; past its end, the last
-    # one; empty: 1, a persistence forecast): the submission rate's trend (``runtimes.damped_trend``).
-    growth: tuple[float, ...] = ()
 
 
 EXPECTED = "expected"  # ends the group key of expected submissions
@@ -441,27 +439,17 @@ class _Expected:
         self.arrivals = arrivals
         self.now = now
         self.k = 1
-        # Per job: its local queue's count in the last period and its rank there (0-based).
-        self.count: dict[str, int] = {}
-        self.rank: list[int] = []
-        for job, _ in arrivals.jobs:
-            self.rank.append(self.count.get(job.local_queue, 0))
-            self.count[job.local_queue] = self.rank[-1] + 1
-        self.upper = upper
-
-    def copies(self, i: int, k: int) -> tuple[int, float]:
-        """How many times job ``i`` of the last period comes in period ``k``, and the spacing of the
-        extra ones after it: its queue's ``n`` jobs scaled by ``f`` (the P90 count's share when
-        ``upper``, times period k's growth), the r-th ``floor((r + 1) f) - floor(r f)`` times."""
-        job = self.arrivals.jobs[i][0]
-        growth = self.arrivals.growth
-        f = growth[min(k, len(growth)) - 1] if growth else 1.0
-        n, r = self.count[job.local_queue], self.rank[i]
-        if self.upper:
-            f *= upper_count(n) / n
-        if f == 1.0:
-            return 1, 0.0
-        return math.floor((r + 1) * f) - math.floor(r * f), self.arrivals.period / (n * f) if f > 0 else 0.0
+        self.copies: list[tuple[int, float]] = [(1, 0.0)] * len(arrivals.jobs)  # per job: copies, spacing
+        if upper:
+            count: dict[str, int] = {}
+            for job, _ in arrivals.jobs:
+                count[job.local_queue] = count.get(job.local_queue, 0) + 1
+            rank: dict[str, int] = {}
+            for i, (job, _) in enumerate(arrivals.jobs):
+                n, r = count[job.local_queue], rank.get(job.local_queue, 0)
+                rank[job.local_queue] = r + 1
+                f = upper_count(n) / n
+                self.copies[i] = (math.floor((r + 1) * f) - math.floor(r * f), arrivals.period / (n * f))
 
     def due(self, ends: list[_End], queue: _Queue) -> None:
         """Add the periods that begin before the next end: their jobs join ``queue`` (after every job
@@ -470,8 +458,7 @@ class _Expected:
         while period > 0 and (begins := (self.k - 1) * period) < horizon:
             if ends and ends[0].at <= self.now + begins:
                 return
-            for i, (job, cq) in enumerate(self.arrivals.jobs):
-                copies, spacing = self.copies(i, self.k)
+            for (job, cq), (copies, spacing) in zip(self.arrivals.jobs, self.copies, strict=True):
                 for c in range(copies):
                     at = job.created_at + self.k * period + c * spacing
                     if not self.now < at <= self.now + horizon:

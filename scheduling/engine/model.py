@@ -348,10 +348,6 @@ class Policy:
     # (off, the default: measured in docs/engine.md, it did not bring more starts within the P90 estimate
     # on bench_estimate's seed 1 and made the P90 run cost more).
     arrival_upper_p90: bool = False
-    # Expected arrivals follow the submission rate's trend: each coming period's count is the last
-    # period's plus the trend from the period before, shrunk by its noise and damped
-    # (``runtimes.damped_trend``); ``Snapshot.recent`` then spans two periods.
-    arrival_trend: bool = False
     # Backfill reservations (``reservations``, Slurm's backfill): the first this many jobs of a cycle's
     # order that wait for capacity hold the room they get at their forecast start; later jobs may use it
     # only if they are expected to end by then (0, the default: none; measured in docs/engine.md, they did

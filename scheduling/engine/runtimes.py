@@ -5,8 +5,6 @@ forecast (``estimate``) runs on. Pure functions of what the portal knows now.
   running job, given how long it has run (the conditional lifetime, Downey 1997).
 - ``upper_count``: how many submissions to expect, at a quantile, next period after ``n`` in the last
   one (a Poisson rate learned from one period: the Gamma-Poisson predictive).
-- ``damped_trend``: how many submissions to expect in each coming period, from the counts of the last
-  two (the rate's trend, shrunk by its noise and damped).
 """
 
 from __future__ import annotations
@@ -134,29 +132,3 @@ def upper_count(n: int, z: float = Z90) -> float:
     normal approximation."""
     mean = n + 0.5
     return mean + z * math.sqrt(2.0 * mean)
-
-
-TREND_DAMPING = 0.8
-"""Each further period keeps this share of the trend of the one before (Gardner and McKenzie's damped
-trend): the trend seen over the last two periods is added at most ``0.8 / (1 - 0.8)`` = 4 times."""
-
-
-def damped_trend(last: int, before: int, periods: int, damping: float = TREND_DAMPING) -> tuple[float, ...]:
-    """Each of the next ``periods`` periods' expected count of submissions as a multiple of ``last``
-    (the count in the last period; ``before``: in the one before it). The trend ``last - before`` is
-    noisy (two Poisson counts: its variance is ``last + before``), so it is shrunk toward none by its
-    noise against its size (the positive-part James-Stein factor ``1 - variance / trend²``: a trend
-    within one standard deviation of zero counts for nothing), then damped: period k expects
-    ``last + trend (d + d² + … + d^k)``, never fewer than none. No submission last period: 1 (nothing
-    to scale)."""
-    if last <= 0:
-        return (1.0,) * periods
-    trend = float(last - before)
-    variance = float(last + before)
-    shrunk = trend * max(0.0, 1.0 - variance / (trend * trend)) if trend else 0.0
-    out, total, weight = [], 0.0, 1.0
-    for _ in range(periods):
-        weight *= damping
-        total += weight
-        out.append(max(0.0, last + shrunk * total) / last)
-    return tuple(out)

@@ -14,7 +14,8 @@ nothing the forecast does:
   comes off just before the first recorded entry whose key is greater than its own (keys end with the
   waiting rank: no ties);
 - its own decisions count against the same budget (``Policy.forecast_decisions``): it starts only if
-  its successful decision is within it.
+  its successful decision is within it; the record's failed decisions of expected submissions count
+  against their own budget while it lasts, as in the run (``estimate.spare_budget``).
 
 So a replay walks the record: 1. it follows the job's place in the admission order (its queue's fair
 share moves only with the ends and starts of its ClusterQueue) and finds where the forecast would

@@ -50,9 +50,8 @@ def test_a_replayed_start_is_the_forecast_run_again_with_the_job_waiting(
     picks=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from((0, 1))), min_size=1, max_size=4),
     decisions=st.sampled_from((100, 300, 1000)),
     submitted=st.sampled_from((8, 40)),  # submissions early in the last hour: expected again soon
-    trend=st.booleans(),
 )
-def test_a_replayed_start_with_expected_submissions_is_the_forecast_run_again(seed, picks, decisions, submitted, trend):
+def test_a_replayed_start_with_expected_submissions_is_the_forecast_run_again(seed, picks, decisions, submitted):
     """With expected submissions (``estimate.Arrivals``), whose failed decisions the run charges to a
     budget of their own (``estimate.spare_budget``): the replay charges them the same, so where the run
     stopped within its budget (waiting jobs left: the replay never goes past the record, where it adds
@@ -65,8 +64,7 @@ def test_a_replayed_start_with_expected_submissions_is_the_forecast_run_again(se
         replace(w, id=f"recent-{i}", created_at=NOW - 3600 + 600 * (i + 1) / (submitted + 1))
         for i, w in enumerate(largest[:submitted])
     )
-    older = tuple(replace(w, id=f"older-{i}", created_at=NOW - 5400) for i, w in enumerate(pending[: submitted // 4]))
-    dry = DryRun(replace(snap, recent=recent + older), Policy(seed=seed, forecast_decisions=decisions, arrival_trend=trend), NOW)
+    dry = DryRun(replace(snap, recent=recent), Policy(seed=seed, forecast_decisions=decisions), NOW)
     cycle = dry.cycle
     assert cycle._arrivals() is not None
     for which in (P50, P90):
