@@ -30,7 +30,8 @@ Steps (each is one part of :meth:`Forecast.run`):
 4. It stops when every waiting job has started (or the one asked about, ``until``), after
    ``max_steps`` steps, or once it has taken ``max_decisions`` decisions (``Policy.forecast_decisions``,
    as Slurm's backfill bounds the jobs it tests): a job not started by then has no estimate (beyond
-   the forecast's reach).
+   the forecast's reach). Expected submissions' failed decisions are charged to a budget of their
+   own, as large (``spare_budget``), so that they do not spend the waiting jobs' reach.
 5. Everything staged is undone: the cycle's state, memo and figures are as before.
 
 Run twice, once with each job's P50 expected runtime and once with its P90 one: the P50 and P90
@@ -134,6 +135,14 @@ class _End(NamedTuple):
     job_id: str = ""  # the job that started (a forecast start)
 
 
+def spare_budget(budget: int) -> int:
+    """How many failed decisions of expected submissions (``Arrivals``) a run with ``budget`` decisions
+    charges to a budget of their own, not to ``budget``: as many. The waiting jobs' reach is then the
+    same with or without expected submissions that do not fit; the run's decisions are at most twice
+    ``budget``."""
+    return budget
+
+
 def pop_step(ends: list[_End], now: float) -> tuple[float, float, list[_End]]:
     """Step 3's next step, taken off the heap ``ends``: its time (the first end's), how far it reaches
     (``COALESCE_S`` or ``RESOLUTION`` of the time ahead of now, whichever is longer: an expected
@@ -208,6 +217,10 @@ class Forecast:
             dirty_all = 0  # the last step CPU-only work ended (its CPU and memory help every model)
             step = 0
             budget = max_decisions if max_decisions is not None else len(waiting) * max_steps
+            # Expected submissions' failed decisions are charged to a budget of their own (as large),
+            # not the waiting jobs': they get no estimate, and where they fail at every step they
+            # spent the waiting jobs' reach (``spare_budget``).
+            spare = spare_budget(budget)
             if recorder is not None:
                 recorder.begin({key: (g.index, len(g.jobs)) for key, g in queue.by_key.items()}, budget)
                 queue.recorder = recorder
@@ -274,6 +287,9 @@ class Forecast:
                         host.holds.set(reservations, indices)
                     outcome = host.forecast_decide(job)
                     if not isinstance(outcome, Fit):
+                        if spare > 0 and job.id in queue.alias:
+                            spare -= 1
+                            budget += 1
                         if recorder is not None:
                             recorder.popped(key, index, True, None)
                         continue  # the rest of the group does not fit either, this step

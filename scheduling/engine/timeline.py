@@ -14,7 +14,8 @@ nothing the forecast does:
   comes off just before the first recorded entry whose key is greater than its own (keys end with the
   waiting rank: no ties);
 - its own decisions count against the same budget (``Policy.forecast_decisions``): it starts only if
-  its successful decision is within it.
+  its successful decision is within it; the record's failed decisions of expected submissions count
+  against their own budget while it lasts, as in the run (``estimate.spare_budget``).
 
 So a replay walks the record: 1. it follows the job's place in the admission order (its queue's fair
 share moves only with the ends and starts of its ClusterQueue) and finds where the forecast would
@@ -46,7 +47,7 @@ import numpy as np
 
 from .admission import FairShare
 from .capacity import FULL, Cluster
-from .estimate import MAX_STEPS, NO_END, Start, _End, ends_at, group_key, order_key, pop_step
+from .estimate import MAX_STEPS, NO_END, Start, _End, ends_at, group_key, order_key, pop_step, spare_budget
 from .fit import Shape, replica_capacity
 from .model import Workload
 from .outcome import Fit, Outcome
@@ -292,6 +293,7 @@ class Replay:
         # Fair-share usage as the record goes: its order key's inputs (only its ClusterQueue's count).
         fair = copy.deepcopy(self.fair)
         used = 0  # decisions: the recorded ones and its own
+        spare = spare_budget(timeline.budget)  # expected submissions' failures (``estimate.spare_budget``)
         tried_at = 0
         dirty = _Dirty(models)
         seen = 0  # jobs of its group started so far
@@ -320,7 +322,10 @@ class Replay:
                     break
                 if used >= timeline.budget:
                     return
-                used += pop.decided
+                if pop.decided and pop.started is None and spare and pop.index in timeline.expected_groups:
+                    spare -= 1  # an expected submission's failure: charged to its own budget
+                else:
+                    used += pop.decided
                 if pop.started is None:
                     if pop.decided:
                         failed.add(shapes[pop.index])

@@ -44,6 +44,47 @@ def test_a_replayed_start_is_the_forecast_run_again_with_the_job_waiting(
             assert replayed == run_again.get(candidate.id)
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    picks=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from((0, 1))), min_size=1, max_size=4),
+    decisions=st.sampled_from((100, 300, 1000)),
+    submitted=st.sampled_from((8, 40)),  # submissions early in the last hour: expected again soon
+)
+def test_a_replayed_start_with_expected_submissions_is_the_forecast_run_again(seed, picks, decisions, submitted):
+    """With expected submissions (``estimate.Arrivals``), whose failed decisions the run charges to a
+    budget of their own (``estimate.spare_budget``): the replay charges them the same, so where the run
+    stopped within its budget (waiting jobs left: the replay never goes past the record, where it adds
+    no later period's submissions) it starts the job where the run again would. The submissions repeat
+    the largest waiting jobs (they fail at most steps), and so do the jobs checked."""
+    snap = build(48, 160, 6, 0.6, seed)
+    pending = [w for w in snap.workloads if w.state == WorkloadState.PENDING]
+    largest = sorted(pending, key=lambda w: (-(w.resources.gpu * w.replicas), w.id))
+    recent = tuple(
+        replace(w, id=f"recent-{i}", created_at=NOW - 3600 + 600 * (i + 1) / (submitted + 1))
+        for i, w in enumerate(largest[:submitted])
+    )
+    dry = DryRun(replace(snap, recent=recent), Policy(seed=seed, forecast_decisions=decisions), NOW)
+    cycle = dry.cycle
+    assert cycle._arrivals() is not None
+    for which in (P50, P90):
+        replay = dry._replays[which]
+        if not replay.timeline.left:
+            continue  # every waiting job started: past the record the replay expects no submissions
+        # Large jobs of a shape of their own (one MiB more): decided at every step until they fit, so
+        # where the budget runs out decides whether they start.
+        largest = sorted((w for w, _ in cycle.waiting), key=lambda w: (-(w.resources.gpu * w.replicas), w.id))
+        for k, (pick, shift) in enumerate(picks):
+            template = largest[pick % min(8, len(largest))]
+            resources = replace(template.resources, memory_mib=template.resources.memory_mib + k + 1)
+            candidate = replace(
+                template, id=f"new-{k}", created_at=NOW, priority=template.priority + shift, resources=resources
+            )
+            cq = cycle.lq_by_name[candidate.local_queue].cluster_queue
+            run_again = cycle.forecast([*cycle.waiting, (candidate, cq)], which, until=candidate.id)
+            assert replay.start(candidate, cq) == run_again.get(candidate.id)
+
+
 def test_a_forecast_run_again_gives_the_same_starts_mig_slices_included():
     """The forecast undoes what it staged in exactly the reverse order: a MIG job that started and ended
     within one run leaves its slices free (the cycle's final state is as before the forecast)."""
