@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -182,6 +183,14 @@ def run(backend: str, args: argparse.Namespace) -> float:
                     admitted_at[job_id] = at
                 elif job_id in admitted_at:
                     gaps.append((at - admitted_at[job_id]).total_seconds())  # type: ignore[operator]
+            # Jobs sent back to the queue after an admission (a start that failed, the sweeper's
+            # requeue), with their reasons: a tail after the last submit is usually one of them.
+            requeues = Counter(
+                JobTransition.objects.filter(to_state="Pending").exclude(from_state="").values_list("reason", flat=True)
+            )
+            last_admission = list(
+                JobTransition.objects.filter(to_state="Admitted").order_by("-at").values_list("at")[:1]
+            )
             connection.close()
         logs = "".join(stack.log(f"worker{i}").read_text() for i in range(args.workers))
         steps = step_totals(logs)
@@ -205,6 +214,13 @@ def run(backend: str, args: argparse.Namespace) -> float:
             f"  binding (admission → Running): median {statistics.median(gaps):.2f} s, "
             f"max {max(gaps):.2f} s; after the last submit: {total_s - api_s:.1f} s"
         )
+    if last_admission:
+        lag_s = last_admission[0][0].timestamp() - (time.time() - (time.monotonic() - last_answer))
+        print(f"  the last admission: {lag_s:.1f} s after the last submit")
+    print(
+        f"  back to the queue after an admission: {sum(requeues.values())} time(s)"
+        + (f" ({'; '.join(f'{n} × {reason[:80]}' for reason, n in requeues.most_common(3))})" if requeues else "")
+    )
     own = cpu.pop("this process")
     served = cpu.pop("API server", None)
     parts = [f"{part} {seconds:.1f} s" for part, seconds in cpu.items()]
