@@ -70,6 +70,7 @@ from .model import (
     Preemption,
     Reason,
     ReasonKind,
+    ReplicaPlacement,
     Snapshot,
     Workload,
     WorkloadState,
@@ -286,11 +287,8 @@ class _Cycle(ForecastHost):
         outcome = self._decide(job, borrow)
         match outcome:
             case Fit(admission, request):
-                cq = self.lq_by_name[job.local_queue].cluster_queue
                 self.admissions.append(admission)
-                self.quota.add(cq, request)
-                self.fair.add(job.local_queue, cq, request)
-                self.holders.append(Holder(job, job.local_queue, cq, request, admission.placements))
+                self._take(job, admission.placements, request)
             case Preempt(victims):
                 self._preempt(job, victims)
             case NoFit(reason):
@@ -298,6 +296,14 @@ class _Cycle(ForecastHost):
                 if len(self.reservations) < self.policy.reserved_jobs and reason.kind in RESERVED_KINDS:
                     self._reserve(job, at)
         return outcome
+
+    def _take(self, job: Workload, placements: tuple[ReplicaPlacement, ...], request: dict[str, int]) -> None:
+        """An admitted job takes its quota and fair share and holds its room (its placements were
+        committed on the cluster by the decision)."""
+        cq = self.lq_by_name[job.local_queue].cluster_queue
+        self.quota.add(cq, request)
+        self.fair.add(job.local_queue, cq, request)
+        self.holders.append(Holder(job, job.local_queue, cq, request, placements))
 
     def _hold(self, job: Workload, before: int) -> None:
         """Hold out the room of the first ``before`` reservations ``job`` must leave alone: those it
@@ -546,10 +552,7 @@ class _Cycle(ForecastHost):
         if keep:
             match outcome:
                 case Fit(admission, request):
-                    cq = self.lq_by_name[job.local_queue].cluster_queue
-                    self.quota.add(cq, request)
-                    self.fair.add(job.local_queue, cq, request)
-                    self.holders.append(Holder(job, job.local_queue, cq, request, admission.placements))
+                    self._take(job, admission.placements, request)
                 case Preempt(victims):
                     self.taken.update(v.holder.workload.id for v in victims)
         return outcome
