@@ -9,7 +9,8 @@ forecast included) and the P50/P95/max CPU time of ``--checks`` dry runs of jobs
 pending ones, with how many run now, wait or never fit, and of each check with its suggestions (what
 the endpoint asks the engine). The first checks include copying the state for the replay's cursors.
 Target: P95 ≤ 100 ms. Then ``--burst`` submissions between two cycles: each check counts the jobs
-submitted before it (decided first on a copy of the state; a waiting one's start from a forecast run).
+submitted before it (decided first on a copy of the state; a waiting one's start from a forecast run),
+in order, then as from 4 clients at once (committing out of their creation order).
 """
 
 from __future__ import annotations
@@ -84,28 +85,39 @@ def main() -> None:
         f"(target P95 <= 100 ms: {'met' if p95 <= 100 else 'NOT met'})"
     )
     burst(dry, pending, models, args)
+    burst(DryRun(snapshot, policy, NOW), pending, models, args, clients=4)
 
 
-def burst(dry: DryRun, pending: list, models: tuple[str, ...], args: argparse.Namespace) -> None:
+def burst(dry: DryRun, pending: list, models: tuple[str, ...], args: argparse.Namespace, clients: int = 1) -> None:
     """A burst between two cycles: check k (with its suggestions) counts the k jobs submitted before
-    it since the state was read (the dry run's step 5: they are decided first, on a copy of the state)."""
+    it since the state was read (the dry run's step 5: they are decided first, on a copy of the state).
+    With ``clients`` > 1, submissions commit out of their creation order (shuffled in groups of that
+    many, as from that many clients at once) and each check sees the committed ones oldest first."""
     rng = random.Random(args.seed + 1)
-    later: list = []
+    jobs = [replace(rng.choice(pending), id=f"burst-{i}", created_at=NOW + 1 + i) for i in range(args.burst)]
+    order = list(range(len(jobs)))
+    for start in range(0, len(order), clients):
+        group = order[start : start + clients]
+        rng.shuffle(group)
+        order[start : start + clients] = group
+    committed: list = []
     times = []
     verdicts: dict[str, int] = {}
-    for i in range(args.burst):
-        candidate = replace(rng.choice(pending), id=f"burst-{i}", created_at=NOW + 1 + i)
+    for i in order:
+        candidate = jobs[i]
+        later = [(w, None) for w in sorted(committed, key=lambda w: w.created_at)]
         t0 = time.process_time()
         check = dry.check(candidate, later=later)
         dry.suggestions(candidate, check, models, later)
         times.append(time.process_time() - t0)
         verdicts[check.verdict] = verdicts.get(check.verdict, 0) + 1
-        later.append((candidate, None))  # submitted: the next check counts it
+        committed.append(candidate)  # submitted: the next check counts it
     if times:
         ms = np.array(times) * 1000
         p50, p95 = np.percentile(ms, [50, 95])
+        how = "in order" if clients == 1 else f"from {clients} clients, committed out of order"
         print(
-            f"burst of {len(ms)} (each check counts the submissions before it; CPU, with suggestions): "
+            f"burst of {len(ms)} ({how}; each check counts the submissions before it; CPU, with suggestions): "
             f"P50 {p50:.1f} ms, P95 {p95:.1f} ms, max {ms.max():.1f} ms  {verdicts}"
         )
 

@@ -29,8 +29,10 @@ cycle's own steps about one more job, changing nothing:
    burst of submissions is thus told the truth: the first takes the free room, the next waits for
    it. The later jobs decided are kept for the next check (per priority) while they only grow (the
    next submission of a burst decides one more job; under a steady stream into a long queue nothing
-   fits and no copy is made). The forecast run stops after ``LATER_DECISIONS`` decisions: a job
-   deeper in the queues gets the replayed starts, which leave the later jobs out.
+   fits and no copy is made); one that commits after a newer one (many clients at once) is decided
+   after those already kept rather than in its creation order, instead of deciding them all again.
+   The forecast run stops after ``LATER_DECISIONS`` decisions: a job deeper in the queues gets the
+   replayed starts, which leave the later jobs out.
    Suggestions then list only changes that run now (each other answer would cost a forecast run).
 
 On a snapshot where the cycle still admits jobs, the job is decided after them (they are admitted
@@ -89,10 +91,10 @@ class Suggestion:
 class _Later:
     """The final state with jobs submitted after the snapshot decided on it (step 5 of the module
     docstring): a copy of the cycle (None while none of them changed the state: each waits), the ids
-    decided in order, and those still waiting."""
+    decided, and those still waiting (in the order decided)."""
 
     cycle: _Cycle | None = None
-    ids: tuple[str, ...] = ()
+    ids: frozenset[str] = frozenset()
     waiting: list[tuple[Workload, str]] = field(default_factory=list)
     by_lq: dict[str, list[Workload]] = field(default_factory=dict)  # those waiting, per local queue
 
@@ -177,19 +179,24 @@ class DryRun:
         self, workload: Workload, later: Sequence[tuple[Workload, tuple[float, float] | None]]
     ) -> _Later | None:
         """Step 5's copy with the later jobs the next cycle decides before ``workload`` (its priority or
-        higher) decided on it; None without any. The kept copy goes on when its ids lead the new ones."""
+        higher) decided on it; None without any.
+
+        The kept copy goes on while every job it decided is still among ``later``: the new ones are
+        decided after them, in their order. Submissions that commit out of their creation order (a
+        burst from many clients) are so decided in the order this process first saw them rather than
+        oldest first; starting over for each would decide the whole burst again at every check."""
         ahead = [(w, r) for w, r in later if w.priority >= workload.priority and w.local_queue in self.cycle.lq_by_name]
         if not ahead:
             return None
-        ids = tuple(w.id for w, _ in ahead)
         kept = self._later.get(workload.priority)  # one per priority: each decides its own subset
-        if kept is None or ids[: len(kept.ids)] != kept.ids:
+        if kept is None or not kept.ids.issubset(w.id for w, _ in ahead):  # one decided is gone
             kept = _Later()
             self._later.pop(workload.priority, None)
             while len(self._later) >= LATER_COPIES:
                 del self._later[next(iter(self._later))]  # the oldest
             self._later[workload.priority] = kept
-        for w, runtimes in ahead[len(kept.ids) :]:
+        new = [(w, r) for w, r in ahead if w.id not in kept.ids]
+        for w, runtimes in new:
             cycle = self._cycle_of(kept)
             if runtimes is not None:  # its own id: kept on the cycle (no other job has it)
                 cycle.runtimes[w.id] = runtimes
@@ -203,9 +210,9 @@ class DryRun:
             if not isinstance(outcome, Fit):  # it waits (for room, quota, or its victims to stop)
                 kept.waiting.append((w, self.cycle.lq_by_name[w.local_queue].cluster_queue))
                 kept.by_lq.setdefault(w.local_queue, []).append(w)
-        if len(ids) > len(kept.ids) and kept.cycle is not None:
+        if new and kept.cycle is not None:
             kept.cycle._forecast = None  # its ends heap holds the earlier holders only
-        kept.ids = ids
+        kept.ids = kept.ids.union(w.id for w, _ in new)
         return kept if kept.cycle is not None or kept.waiting else None
 
     def _copy(self) -> _Cycle:

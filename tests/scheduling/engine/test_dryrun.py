@@ -328,6 +328,31 @@ def test_the_copy_kept_for_a_burst_answers_as_a_fresh_one():
     assert kept.check(candidate, later=later).estimated_start_p50 == NOW + BURST_RUNTIME
 
 
+def test_a_later_job_that_commits_out_of_order_is_decided_on_the_kept_copy():
+    # Many clients at once: b3 was seen before b2 (created earlier, committed later). The kept copy
+    # goes on (deciding the burst again at every check would cost each submission the whole burst);
+    # b2 is decided after b1 and b3. By hand, on one free 8-GPU node: b1 runs now, b3 and b2 wait,
+    # so the candidate is third in its queue and starts when all three have run.
+    snap = one_free_node()
+    b1, b2, b3 = (burst_job(f"b{k}", NOW + k) for k in (1, 2, 3))
+    dry = DryRun(snap, Policy(), NOW)
+    first = dry.check(burst_job("c1", NOW + 10), later=[(b1, None), (b3, None)])
+    assert (first.verdict, first.position, first.estimated_start_p50) == (WAITS, 2, NOW + 2 * BURST_RUNTIME)
+    copy = dry._later[0].cycle
+    assert copy is not None
+    candidate = burst_job("c2", NOW + 11)
+    check = dry.check(candidate, later=[(b1, None), (b2, None), (b3, None)])
+    assert dry._later[0].cycle is copy  # not decided again from the start
+    assert (check.verdict, check.position) == (WAITS, 3)
+    assert check.estimated_start_p50 == check.estimated_start_p90 == NOW + 3 * BURST_RUNTIME
+    # The same as a fresh state told the jobs in the order this one saw them.
+    fresh = DryRun(snap, Policy(), NOW).check(candidate, later=[(b1, None), (b3, None), (b2, None)])
+    assert check == fresh
+    # One it decided gone (cancelled): a new copy.
+    dry.check(candidate, later=[(b2, None), (b3, None)])
+    assert dry._later[0].cycle is not copy
+
+
 def test_a_later_job_of_lower_priority_is_decided_after_it_and_one_that_never_fits_holds_nothing():
     snap = one_free_node()
     low = burst_job("low", NOW + 1, priority=-10)
