@@ -5,11 +5,13 @@ period's submissions again."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 import pytest
 
 from scheduling.engine.cycle import run_cycle
+from scheduling.engine.dryrun import WAITS, DryRun
 from scheduling.engine.model import Policy, Workload
 from scheduling.engine.runtimes import runtime_from_history
 
@@ -220,3 +222,23 @@ def test_the_p90_run_expects_the_p90_count_of_a_queues_submissions():
     assert (info.estimated_start, info.estimated_start_p90) == (NOW + 2000, NOW + 4000)
     same = pending_info(run_cycle(snap, Policy(arrival_period_s=3600, arrival_upper_p90=False), NOW), "wait")
     assert (same.estimated_start, same.estimated_start_p90) == (NOW + 2000, NOW + 2000)
+
+
+def test_a_dry_run_expects_the_same_submissions_at_every_check_and_after_pickling():
+    # The dry run runs the forecast again per check (a job submitted since decided first); the
+    # expected submissions are made once per state and reused. By hand (no reservations): "l" (8 GPUs,
+    # 100 s, submitted since) takes n1 at +1000 and frees it at +1100; the like of "last" is expected
+    # at +1800 and holds n1 until +4300; n2 frees at +3000; the gang needs both: +4300.
+    last = job("last", "a", gpu=8, runtime_s=3600, created=NOW - 1800)
+    snap = snapshot(NODES, QUEUE, [lq("a", "q")], BUSY, runtimes=(("last", 2500.0, 2500.0),), recent=(last,))
+    later = [(job("l", "a", gpu=8, runtime_s=100, created=NOW + 1), None)]
+    candidate = replace(GANG, created_at=NOW + 2)
+    dry = DryRun(snap, Policy(arrival_period_s=3600, reserved_jobs=0), NOW)
+    answers = [dry.check(candidate, later=later) for _ in range(3)]
+    answers.append(pickle.loads(pickle.dumps(dry)).check(candidate, later=later))
+    for check in answers:
+        assert check.verdict == WAITS
+        assert check.estimated_start_p50 == NOW + 4300
+    # Without the expected submission the gang starts when n2 frees (+3000).
+    alone = DryRun(replace(snap, recent=()), Policy(arrival_period_s=3600, reserved_jobs=0), NOW)
+    assert alone.check(candidate, later=later).estimated_start_p50 == NOW + 3000
