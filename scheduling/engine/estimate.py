@@ -390,29 +390,6 @@ class Arrivals:
     period: float
     horizon: float
     upper_p90: bool = False  # the P90 run expects each queue's P90 count (``_Expected``)
-    # Period k's submissions, made once for every run over this state (the dry run's checks run the
-    # forecast again and again): not compared, not pickled (rebuilt where the state is unpickled).
-    _made: dict[tuple[int, bool], list[tuple[int, Workload]]] = field(default_factory=dict, compare=False, repr=False)
-
-    def __getstate__(self) -> tuple[object, ...]:
-        return (self.jobs, self.period, self.horizon, self.upper_p90)
-
-    def __setstate__(self, state: tuple[object, ...]) -> None:
-        for name, value in zip(("jobs", "period", "horizon", "upper_p90"), state, strict=True):
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "_made", {})
-
-    def made(self, k: int, upper: bool, copies: Sequence[tuple[int, float]], now: float) -> list[tuple[int, Workload]]:
-        """Period ``k``'s submissions (``_Expected``): (index in ``jobs``, the copy), in order."""
-        made = self._made.get((k, upper))
-        if made is None:
-            made = self._made[(k, upper)] = []
-            for i, ((job, _), (count, spacing)) in enumerate(zip(self.jobs, copies, strict=True)):
-                for c in range(count):
-                    at = job.created_at + k * self.period + c * spacing
-                    if now < at <= now + self.horizon:
-                        made.append((i, replace(job, id=f"{job.id}@{k}" + (f".{c}" if c else ""), created_at=at)))
-        return made
 
 
 EXPECTED = "expected"  # ends the group key of expected submissions
@@ -443,13 +420,9 @@ class _Queue:
             self.groups.append(group)
             if expected and self.recorder is not None:
                 self.recorder.expected(key, group.index)
-        self.join(group, job)
-        return group
-
-    def join(self, group: _Group, job: Workload) -> None:
-        """``job`` waits last in ``group`` (one of its key)."""
         group.jobs.append((self.rank, job))
         self.rank += 1
+        return group
 
 
 class _Expected:
@@ -463,9 +436,7 @@ class _Expected:
     def __init__(self, arrivals: Arrivals, now: float, upper: bool = False) -> None:
         self.arrivals = arrivals
         self.now = now
-        self.upper = upper
         self.k = 1
-        self.groups: dict[int, _Group] = {}  # this run's group of each submission's copies
         self.copies: list[tuple[int, float]] = [(1, 0.0)] * len(arrivals.jobs)  # per job: copies, spacing
         if upper:
             count: dict[str, int] = {}
@@ -480,23 +451,21 @@ class _Expected:
 
     def due(self, ends: list[_End], queue: _Queue) -> None:
         """Add the periods that begin before the next end: their jobs join ``queue`` (after every job
-        submitted before them) and their arrivals join ``ends`` (they give nothing back). Every copy
-        of one submission joins the same group (the group key leaves out ids and times)."""
-        arrivals = self.arrivals
-        period, horizon = arrivals.period, arrivals.horizon
+        submitted before them) and their arrivals join ``ends`` (they give nothing back)."""
+        period, horizon = self.arrivals.period, self.arrivals.horizon
         while period > 0 and (begins := (self.k - 1) * period) < horizon:
             if ends and ends[0].at <= self.now + begins:
                 return
-            for i, copy in arrivals.made(self.k, self.upper, self.copies, self.now):
-                job, cq = arrivals.jobs[i]
-                queue.alias[copy.id] = job.id
-                group = self.groups.get(i)
-                if group is None:
-                    group = self.groups[i] = queue.add(copy, cq, expected=True)
-                else:
-                    queue.join(group, copy)
-                heapq.heappush(ends, _End(copy.created_at, queue.seq, (), job.local_queue, cq, {}, group.models))
-                queue.seq += 1
+            for (job, cq), (copies, spacing) in zip(self.arrivals.jobs, self.copies, strict=True):
+                for c in range(copies):
+                    at = job.created_at + self.k * period + c * spacing
+                    if not self.now < at <= self.now + horizon:
+                        continue
+                    copy = replace(job, id=f"{job.id}@{self.k}" + (f".{c}" if c else ""), created_at=at)
+                    queue.alias[copy.id] = job.id
+                    group = queue.add(copy, cq, expected=True)
+                    heapq.heappush(ends, _End(at, queue.seq, (), job.local_queue, cq, {}, group.models))
+                    queue.seq += 1
             self.k += 1
 
 
