@@ -24,6 +24,7 @@ submitting clients and the in-test API server, whose own share its threads count
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -42,6 +43,20 @@ from bench.stack import Stack, django_against, free_port, group_cpu_s, tree_cpu_
 TEAMS = ("vision", "nlp", "speech", "robotics")
 TARGET_JOBS_PER_S = 100.0
 STEP_LINE = re.compile(r"cycle steps: (?P<steps>.*)")
+
+
+def tail_cycles(runs: list[tuple], last_submit: float, last_admission: float) -> str:
+    """What the cycles did between the last submit and the last admission (``runs``: started_at,
+    duration_ms, admitted, pending): a long tail with cycles that saw pending jobs and admitted none is
+    the engine's (or its snapshot's) doing; one without cycles, the workers'."""
+    tail = [r for r in runs if last_submit <= r[0].timestamp() <= last_admission]
+    idle = [r for r in tail if r[3] and not r[2]]
+    starts = [last_submit, *(r[0].timestamp() for r in tail), last_admission]
+    gap = max((b - a for a, b in itertools.pairwise(starts)), default=0.0)
+    return (
+        f"between them: {len(tail)} cycle(s), {len(idle)} with jobs pending and none admitted "
+        f"(pending {max((r[3] for r in idle), default=0)} at most), the longest gap between cycle starts {gap:.1f} s"
+    )
 
 
 def submit_all(base: str, tokens: list[str], jobs: int, clients: int) -> tuple[float, float, list[float]]:
@@ -173,7 +188,10 @@ def run(backend: str, args: argparse.Namespace) -> float:
             total_s = done - first
             cpu_after = cpu_by_part(stack, workers, beat, kube)
             cpu = {part: cpu_after[part] - cpu_before[part] for part in cpu_before}
-            cycles = list(CycleRun.objects.order_by("started_at").values_list("duration_ms", "admitted"))
+            runs = list(
+                CycleRun.objects.order_by("started_at").values_list("started_at", "duration_ms", "admitted", "pending")
+            )
+            cycles = [(ms, admitted) for _, ms, admitted, _ in runs]
             gaps = []
             admitted_at: dict[int, object] = {}
             for job_id, target, at in JobTransition.objects.filter(to_state__in=["Admitted", "Running"]).values_list(
@@ -215,8 +233,10 @@ def run(backend: str, args: argparse.Namespace) -> float:
             f"max {max(gaps):.2f} s; after the last submit: {total_s - api_s:.1f} s"
         )
     if last_admission:
-        lag_s = last_admission[0][0].timestamp() - (time.time() - (time.monotonic() - last_answer))
+        last_submit = time.time() - (time.monotonic() - last_answer)  # wall clock
+        lag_s = last_admission[0][0].timestamp() - last_submit
         print(f"  the last admission: {lag_s:.1f} s after the last submit")
+        print("  " + tail_cycles(runs, last_submit, last_admission[0][0].timestamp()))
     print(
         f"  back to the queue after an admission: {sum(requeues.values())} time(s)"
         + (f" ({'; '.join(f'{n} × {reason[:80]}' for reason, n in requeues.most_common(3))})" if requeues else "")
