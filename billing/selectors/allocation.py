@@ -235,10 +235,8 @@ class GroupReads:
         """Every label key of the window's usage, sorted: the rollup's, and the running jobs' open usage
         (which ``by_label`` counts too: a labelled job not metered yet left the breakdown empty)."""
         keys = {key for labels in self.label_sets.values() for key in labels}
-        query = self.inputs.query
-        if query.include_running and query.start < self.inputs.now:
-            for record in self.inputs.shared.running_usage(min(self.inputs.now, query.end), query.team_ids):
-                keys.update(record.labels or {})
+        for record in _open_usage(self.inputs, self.inputs.query.team_ids):
+            keys.update(record.labels or {})
         return sorted(keys)
 
     def by_owner(self) -> dict[str, Figures]:
@@ -335,19 +333,25 @@ def _assemble(inputs: Inputs, rows: list[UsageRow], prices: PriceLookup) -> Allo
     )
 
 
+def _open_usage(inputs: Inputs, team_ids: frozenset[int] | None) -> list[UsageRecord]:
+    """Running jobs' open usage in the query's window, of ``team_ids`` (None: every team); none when
+    running jobs are left out or the window ends before they could count."""
+    query = inputs.query
+    if not (query.include_running and query.start < inputs.now):
+        return []
+    return inputs.shared.running_usage(min(inputs.now, query.end), team_ids)
+
+
 def _running_and_idle(inputs: Inputs, prices: PriceLookup) -> tuple[list[UsageRow], list[IdleRow]]:
     """Running jobs' open usage of the visible teams, as rows; and idle capacity if it is shown or
     shared (measured against every team's usage, running jobs included)."""
     query = inputs.query
-    running_all: list[UsageRecord] = []
-    running_rows: list[UsageRow] = []
     idle_wanted = query.share_idle or inputs.show_idle
-    if query.include_running and query.start < inputs.now:
-        # Idle capacity is measured against every team's usage; without it, only the visible teams'
-        # running jobs are read (a team member's request reads a fifth of them on five teams).
-        running_all = inputs.shared.running_usage(min(inputs.now, query.end), None if idle_wanted else query.team_ids)
-        running = [r for r in running_all if query.team_ids is None or r.team_id in query.team_ids]
-        running_rows = record_rows(running, query, prices, inputs.teams)
+    # Idle capacity is measured against every team's usage; without it, only the visible teams'
+    # running jobs are read (a team member's request reads a fifth of them on five teams).
+    running_all = _open_usage(inputs, None if idle_wanted else query.team_ids)
+    running = [r for r in running_all if query.team_ids is None or r.team_id in query.team_ids]
+    running_rows = record_rows(running, query, prices, inputs.teams) if running else []
     if not idle_wanted:
         return running_rows, []
     window = (query.start, query.end)
