@@ -12,7 +12,9 @@ the team's history, as the portal does (``runtimes.runtime_from_history`` over t
 runs). ``--spread 0`` makes every team's share exact (the forecast's own error alone). Two diagnostics
 (not forecasts: they tell the forecast what it cannot know) split the error by its source:
 ``--known-arrivals`` hands it the day's actual later submissions (each once, at its own time, through
-the expected-submissions path), ``--known-runtimes`` each job's actual runtime.
+the expected-submissions path), ``--known-runtimes`` each job's actual runtime. ``--resolution`` sets
+the forecast's step (``estimate.RESOLUTION``: ends closer than that fraction of the time ahead are
+taken together) for the replay, to compare step sizes without editing the engine.
 
 The replay is event-driven: at every submission and every job end the real cycle (``run_cycle``)
 runs on the current state (with the jobs submitted in the last ``--arrival-period`` seconds, from which
@@ -46,6 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scheduling.engine import estimate
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.model import (
     ClusterQueue,
@@ -370,8 +373,17 @@ def main() -> None:
         action="store_false",
         help="running jobs end at their plain expected runtime, not given how long they have run (the method before)",
     )
+    parser.add_argument(
+        "--resolution",
+        type=float,
+        default=None,
+        help="the forecast's step (estimate.RESOLUTION, a fraction of the time ahead; default: the engine's)",
+    )
     parser.add_argument("--dump", default="", help="write each job's estimates and actual start to this CSV file")
-    replay(parser.parse_args())
+    args = parser.parse_args()
+    if args.resolution is not None:
+        estimate.RESOLUTION = args.resolution
+    replay(args)
 
 
 if __name__ == "__main__":

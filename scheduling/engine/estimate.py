@@ -10,9 +10,10 @@ Steps (each is one part of :meth:`Forecast.run`):
    past that a tenth of its P90 from now; a preemption victim ends now; a job that runs until stopped
    (an inference service's replica, ``Workload.until_stopped``) never ends.
 3. Time advances from end to end; ends close to the first are taken together (within ``COALESCE_S``
-   or ``RESOLUTION`` of the time ahead of now, whichever is longer: a start an hour ahead is told to
-   within 36 seconds; at 5 %, ends far ahead taken together freed their nodes at once where the cycles
-   let small jobs take them one by one, and gangs were told early starts: ``pop_step``).
+   or ``RESOLUTION`` of the time ahead of now, whichever is longer: 0.5 %, so a start an hour ahead
+   is told to within 18 seconds; at 5 %, ends far ahead taken together freed their nodes at once
+   where the cycles let small jobs take them one by one, and gangs were told early starts; 1 % until
+   2026-11-30: ``pop_step``).
    What ended is given back: its replicas' capacity on their nodes and its quota to its queue. The
    waiting jobs are then tried in the cycle's admission order (priority, fair share of their queues as
    the forecast's usage changes, submission time) with the cycle's own decision (``Host.decide``:
@@ -60,7 +61,7 @@ NO_END = float("inf")
 """The expected end of a job that runs until stopped (``Workload.until_stopped``): it never gives its
 capacity or quota back in the forward run."""
 COALESCE_S = 1.0
-RESOLUTION = 0.01
+RESOLUTION = 0.005
 MAX_STEPS = 2000
 P50, P90 = 0, 1
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from scheduling.engine import estimate
 from scheduling.engine.cycle import run_cycle
 from scheduling.engine.dryrun import WAITS, DryRun
 from scheduling.engine.model import Policy, Workload
@@ -48,21 +49,26 @@ def _far_ends(second_end: float) -> list[Workload]:
     ]
 
 
-def test_ends_further_apart_than_one_percent_of_the_time_ahead_are_separate_steps():
+def test_ends_further_apart_than_the_resolution_of_the_time_ahead_are_separate_steps():
     # +10000: n1 alone is free; the gang needs both nodes, so "single" starts on n1 and holds it until
-    # +12000. +10300 (3 % of the time ahead later): n2 is free, n1 is not. +12000: the gang starts.
-    # (Taking ends 5 % apart together, as the forecast once did, started the gang at +10000.) Without
-    # reservations: with one, "single" (2000 s, past the gang's shadow time) may not take n1
-    # (test_reservations).
-    plan = run_cycle(snapshot(NODES, QUEUE, [lq("a", "q")], _far_ends(10_300)), Policy(reserved_jobs=0), NOW)
+    # +12000. Three resolutions of the time ahead later (estimate.RESOLUTION of 10000 s, three times):
+    # n2 is free, n1 is not. +12000: the gang starts. (Taking ends 5 % apart together, as the forecast
+    # once did, started the gang at +10000.) Without reservations: with one, "single" (2000 s, past the
+    # gang's shadow time) may not take n1 (test_reservations).
+    second = 10_000 + 3 * estimate.RESOLUTION * 10_000
+    assert second < 12_000
+    plan = run_cycle(snapshot(NODES, QUEUE, [lq("a", "q")], _far_ends(second)), Policy(reserved_jobs=0), NOW)
     assert pending_info(plan, "single").estimated_start == NOW + 10_000
     assert pending_info(plan, "gang").estimated_start == NOW + 12_000
 
 
-def test_ends_within_one_percent_of_the_time_ahead_are_taken_together():
-    # +10000 and +10050 are within 1 % of 10000 s ahead (100 s): one step at +10000 with both nodes
-    # free; the gang, first in order, starts then and ends at +10600, when "single" starts.
-    plan = run_cycle(snapshot(NODES, QUEUE, [lq("a", "q")], _far_ends(10_050)), Policy(), NOW)
+def test_ends_within_the_resolution_of_the_time_ahead_are_taken_together():
+    # +10000 and half a resolution later (estimate.RESOLUTION of 10000 s ahead, halved): one step at
+    # +10000 with both nodes free; the gang, first in order, starts then and ends at +10600, when
+    # "single" starts.
+    second = 10_000 + estimate.RESOLUTION * 10_000 / 2
+    assert second - 10_000 > estimate.COALESCE_S  # the resolution decides, not the 1 s floor
+    plan = run_cycle(snapshot(NODES, QUEUE, [lq("a", "q")], _far_ends(second)), Policy(), NOW)
     assert pending_info(plan, "gang").estimated_start == NOW + 10_000
     assert pending_info(plan, "single").estimated_start == NOW + 10_600
 

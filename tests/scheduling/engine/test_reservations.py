@@ -10,6 +10,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scheduling.engine import estimate
 from scheduling.engine.cycle import _Cycle, run_cycle
 from scheduling.engine.dryrun import RUNS_NOW, DryRun
 from scheduling.engine.model import Policy, Workload
@@ -172,8 +173,8 @@ def test_the_first_reservation_is_at_the_first_time_the_job_fits_given_what_runs
         for p in a.placements
     ]
     fits = _fits_at(busy, w.resources.gpu, w.replicas, admitted)
-    # The forecast takes ends less than max(1 s, 1 % of the time ahead) apart together (estimate.pop_step).
-    assert fits - max(1.0, 0.01 * (fits - NOW)) <= first.shadow <= fits
+    # The forecast takes ends less than max(1 s, RESOLUTION of the time ahead) apart together (estimate.pop_step).
+    assert fits - max(estimate.COALESCE_S, estimate.RESOLUTION * (fits - NOW)) <= first.shadow <= fits
 
 
 def _admitted(cycle: _Cycle) -> list[tuple[Workload, object]]:
@@ -202,7 +203,7 @@ def test_a_later_lower_order_submission_does_not_delay_a_reserved_jobs_start(bus
         assert start is not None
         assert later_start is not None
         # Within the forecast's resolution (ends taken together, ``estimate.pop_step``).
-        assert later_start <= start + max(1.0, 0.01 * (start - NOW))
+        assert later_start <= start + max(estimate.COALESCE_S, estimate.RESOLUTION * (start - NOW))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
