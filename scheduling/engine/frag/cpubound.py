@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from .workload import TypicalPod
 
 
@@ -31,12 +29,10 @@ def cpu_per_gpu_milli(typical: Sequence[TypicalPod]) -> float:
     return sum(t.frequency * t.cpu_milli for t in typical) / gpu
 
 
-def cpu_bound(kappa: float, gpu_free_milli: float, cpu_free_milli: np.ndarray, gpu_nodes: np.ndarray) -> bool:
-    """Whether filling the free GPU (``gpu_free_milli``, summed over the GPU nodes) with the expected
-    pods needs more CPU than the GPU nodes (``gpu_nodes``, a mask) have free."""
-    if kappa <= 0:
-        return False
-    return kappa * gpu_free_milli > float(np.maximum(cpu_free_milli[gpu_nodes], 0).sum())
+def cpu_bound(kappa: float, gpu_free_milli: float, cpu_free_milli: float) -> bool:
+    """Whether filling the free GPU milli of the GPU nodes (``gpu_free_milli``) with the expected pods
+    needs more CPU than those nodes have free (``cpu_free_milli``, summed over them)."""
+    return kappa > 0 and kappa * gpu_free_milli > cpu_free_milli
 
 
 def spread_weight(max_node_gpu_milli: int) -> float:

@@ -104,6 +104,8 @@ class NodeScorer:
     _scarcity: Scarcity | None = field(init=False, default=None)
     _kappa: float = field(init=False, default=0.0)  # portal: expected CPU per GPU milli (``cpubound``)
     _gpu_nodes: np.ndarray = field(init=False)  # (N,) bool: nodes with GPUs
+    _gpu_node_of: list[bool] = field(init=False)  # _gpu_nodes as plain values
+    _cpu_free_gpu_nodes: int = field(init=False, default=0)  # free CPU milli over the GPU nodes, kept in step
     _spread_weight: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
@@ -121,10 +123,12 @@ class NodeScorer:
         self._model_row = np.where(self.nodes.model_ids >= 0, self.nodes.model_ids, len(self.nodes.models))
         self._states = StateIndex(n, d)
         self._gpu_nodes = self.nodes.gpu_count > 0
+        self._gpu_node_of = self._gpu_nodes.tolist()
         self._row_of = self._model_row.tolist()
         self._tables = {}
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
         self._row_free = self._rows_free()
+        self._cpu_free_gpu_nodes = int(self.cpu_free_milli[self._gpu_nodes].sum())
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
         self._metric_memo = {}
@@ -280,7 +284,7 @@ class NodeScorer:
     def _cpu_bound(self) -> bool:
         """portal: whether filling the free GPU with the expected pods needs more CPU than is free
         (``cpubound``); then a sharing pod's last key before node order is the most free GPU."""
-        return cpu_bound(self._kappa, float(self._row_free.sum()), self.cpu_free_milli, self._gpu_nodes)
+        return cpu_bound(self._kappa, float(self._row_free.sum()), self._cpu_free_gpu_nodes)
 
     def _rows_free(self) -> np.ndarray:
         """Free GPU milli per model row (``_row_free``, which the state changes keep in step: sums of
@@ -370,6 +374,7 @@ class NodeScorer:
             self._metric_fresh[:] = True
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
         self._row_free = self._rows_free()
+        self._cpu_free_gpu_nodes = int(self.cpu_free_milli[self._gpu_nodes].sum())
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
 
@@ -396,6 +401,8 @@ class NodeScorer:
         if not changed.any():
             return
         nodes, gpu = nodes[changed], gpu[changed]
+        on_gpus = self._gpu_nodes[nodes]
+        self._cpu_free_gpu_nodes += int(cpu[changed][on_gpus].sum() - self.cpu_free_milli[nodes][on_gpus].sum())
         self.cpu_free_milli[nodes] = cpu[changed]
         self.memory_free_mib[nodes] = memory[changed]
         self.gpu_free_milli[nodes] = gpu
@@ -419,6 +426,8 @@ class NodeScorer:
             and gpu == self.gpu_free_milli[n].tolist()
         ):
             return
+        if self._gpu_node_of[n]:
+            self._cpu_free_gpu_nodes += cpu - self.cpu_free_milli.item(n)
         self.cpu_free_milli[n] = cpu
         self.memory_free_mib[n] = memory
         self.gpu_free_milli[n] = gpu
@@ -445,6 +454,8 @@ class NodeScorer:
     def _change(self, pod: PodShape, choice: Choice, sign: int) -> None:
         n = choice.node
         self.cpu_free_milli[n] += sign * pod.cpu_milli
+        if self._gpu_node_of[n]:
+            self._cpu_free_gpu_nodes += sign * pod.cpu_milli
         self.memory_free_mib[n] += sign * pod.memory_mib
         for d in choice.gpu_indices:
             self.gpu_free_milli[n, d] += sign * pod.gpu_milli

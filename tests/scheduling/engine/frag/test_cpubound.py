@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from scheduling.engine.frag import NodeArrays, PodShape, TracePlacer, TypicalPod
+from scheduling.engine.frag import Choice, NodeArrays, PodShape, TracePlacer, TypicalPod
 from scheduling.engine.frag.cpubound import cpu_bound, cpu_per_gpu_milli
 
 # Expected pods: half 0.5-GPU pods, half 1-GPU pods, 4 CPUs each: 4000 / 750 milli-CPU per milli-GPU.
@@ -34,12 +36,40 @@ def test_kappa_is_the_expected_cpu_per_gpu_milli():
     assert cpu_per_gpu_milli((cpu_only,)) == 0.0
 
 
-def test_cpu_bound_compares_the_cpu_the_free_gpu_needs_with_the_free_cpu_of_gpu_nodes():
-    gpu_nodes = np.array([True, True, False])
-    # 6000 free GPU milli at 5 milli-CPU each need 30000; the GPU nodes have 29999 free: bound.
-    assert cpu_bound(5.0, 6000.0, np.array([14999, 15000, 10**6]), gpu_nodes)
-    assert not cpu_bound(5.0, 6000.0, np.array([15000, 15000, 0]), gpu_nodes)  # exactly enough
-    assert not cpu_bound(0.0, 6000.0, np.array([0, 0, 0]), gpu_nodes)  # no GPU demand expected
+def test_cpu_bound_compares_the_cpu_the_free_gpu_needs_with_the_free_cpu():
+    # 6000 free GPU milli at 5 milli-CPU each need 30000.
+    assert cpu_bound(5.0, 6000.0, 29999)
+    assert not cpu_bound(5.0, 6000.0, 30000)  # exactly enough
+    assert not cpu_bound(0.0, 6000.0, 0)  # no GPU demand expected
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(("bind", "release", "sync")), st.integers(0, 2), st.integers(0, 4000)), max_size=30
+    )
+)
+def test_the_kept_free_cpu_of_gpu_nodes_equals_a_recount(steps):
+    p = placer([("a", "T4", 2, 40000, 65536), ("b", "T4", 4, 40000, 65536), ("cpu", None, 0, 90000, 65536)])
+    bound = []
+    for op, node, cpu in steps:
+        pod = PodShape(cpu_milli=cpu, memory_mib=0, gpu_milli=0, gpu_count=0)
+        if op == "bind" and p.cpu_free_milli[node] >= cpu:
+            p.bind(pod, Choice(node, ()))
+            bound.append((pod, node))
+        elif op == "release" and bound:
+            done, at = bound.pop()
+            p.release(done, Choice(at, ()))
+        elif op == "sync":
+            p.sync_node(
+                node,
+                int(p.cpu_free_milli[node]) - cpu // 2,
+                int(p.memory_free_mib[node]),
+                p.gpu_free_milli[node].tolist(),
+            )
+        assert p._cpu_free_gpu_nodes == int(p.cpu_free_milli[0]) + int(p.cpu_free_milli[1])
+    p.sync(np.array([0, 2]), np.array([123, 456]), p.memory_free_mib[[0, 2]], p.gpu_free_milli[[0, 2]])
+    assert p._cpu_free_gpu_nodes == 123 + int(p.cpu_free_milli[1])
 
 
 @pytest.mark.parametrize(
