@@ -9,9 +9,10 @@ cluster is CPU-bound while that exceeds the free CPU milli ``C`` of the GPU node
 Then what is left unallocated is GPU on nodes whose CPU is gone, and the node-order tie-break, which
 packs sharing pods onto the first nodes with a fitting device (often the CPU-rich two-GPU T4 nodes of
 openb), spends CPU that the CPU-only and whole-GPU pods needed there. docs/simulator.md has the
-measurements: the key only applies on the ``cpu250`` trace (CPU demand at 107 % of capacity, the
-other traces 70-96 %), where it turns 3.8 % fewer unallocated GPUs than FGD into 21 %; while the
-cluster is not CPU-bound it is off and placements are exactly as without it.
+measurements: of the paper's 17 traces it turns on only on ``cpu250`` (CPU demand at 107 % of the
+GPU nodes' CPU, the others 70-96 %), where it takes ``portal`` from 3.7 % fewer unallocated GPUs
+than FGD to 20.9 % (seeds 42-51); while the cluster is not CPU-bound it is off and placements are
+exactly as without it.
 """
 
 from __future__ import annotations
