@@ -16,6 +16,8 @@ Modules, by concern:
                ``fragmentation_milli(...)`` for a whole cluster state.
 ``pressure``   portal's model pressure: the share of the demand only some GPU models can serve,
                per free GPU of each model.
+``cpubound``   portal's CPU-bound key: while the free GPU would need more CPU than is free, a sharing
+               pod's last key before node order is the node's free GPU (most first).
 ``baselines``  DotProduct, BestFit, GpuClustering, GpuPacking node scores.
 ``deltas``     what placing a pod does to candidate nodes (fgd's and portal's score, device, measures
                after), over arrays of nodes or one node in plain numbers.

@@ -13,7 +13,8 @@ Per pod shape, the score of every candidate node (higher wins; ties are the call
   key (pressure level, scarcity, FGD's integer score, secondary): for a GPU-sharing
   pod the tightest device (least milli left on it after placement); for a CPU-only pod the least free
   GPU on the node, then the least free CPU (CPU stays free where GPUs are still free); for other pods
-  the decrease of stranded GPU (``measure.stranded_milli``). docs/simulator.md has the measurements,
+  the decrease of stranded GPU (``measure.stranded_milli``); a sharing pod's last key, only while the
+  cluster is CPU-bound (``cpubound``), is the node's free GPU. docs/simulator.md has the measurements,
   including the alternatives that did not work.
 * the baselines (``baselines``); ``random`` scores all nodes equal.
 
@@ -33,6 +34,7 @@ import numpy as np
 
 from .arrays import MILLI, POLICIES, Choice, NodeArrays, PodShape
 from .baselines import AFFINITY_TAGS, affinity_tag, bestfit, clustering, dotprod, packing
+from .cpubound import cpu_bound, cpu_per_gpu_milli, spread_weight
 from .deltas import LEX, Delta, NodesState, devices_delta, node_delta, sharing_delta
 from .measure import (
     NodeMeasures,
@@ -100,6 +102,11 @@ class NodeScorer:
     _press_share: np.ndarray | None = field(init=False, default=None)
     _press_any: bool = field(init=False, default=True)  # whether any row has a demand share (else no term)
     _scarcity: Scarcity | None = field(init=False, default=None)
+    _kappa: float = field(init=False, default=0.0)  # portal: expected CPU per GPU milli (``cpubound``)
+    _gpu_nodes: np.ndarray = field(init=False)  # (N,) bool: nodes with GPUs
+    _gpu_node_of: list[bool] = field(init=False)  # _gpu_nodes as plain values
+    _cpu_free_gpu_nodes: int = field(init=False, default=0)  # free CPU milli over the GPU nodes, kept in step
+    _spread_weight: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -115,10 +122,13 @@ class NodeScorer:
         self._version = np.zeros(n, dtype=np.int64)
         self._model_row = np.where(self.nodes.model_ids >= 0, self.nodes.model_ids, len(self.nodes.models))
         self._states = StateIndex(n, d)
+        self._gpu_nodes = self.nodes.gpu_count > 0
+        self._gpu_node_of = self._gpu_nodes.tolist()
         self._row_of = self._model_row.tolist()
         self._tables = {}
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
         self._row_free = self._rows_free()
+        self._cpu_free_gpu_nodes = int(self.cpu_free_milli[self._gpu_nodes].sum())
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
         self._metric_memo = {}
@@ -135,6 +145,9 @@ class NodeScorer:
             self._metric_total = float(self._metric_node.sum())
             if self.policy in ("fgd", "portal"):
                 self._frag_cache = _NodeMeasure.empty(n)
+            if self.policy == "portal":
+                self._kappa = cpu_per_gpu_milli(self.typical)
+                self._spread_weight = spread_weight(MILLI * int(self.nodes.gpu_count.max(initial=0)))
             if self.policy == "portal" and self.workload:
                 shapes = TypicalArrays.build(self.workload, self.nodes.models)
                 self._scarcity = Scarcity.build(shapes, n)
@@ -157,10 +170,13 @@ class NodeScorer:
     def state_only(self, pod: PodShape) -> bool:
         """Whether :meth:`score_nodes` gives each node a score that depends only on its own state (and
         the pod): fgd; portal once its model pressure term is known to be off (no typical pod is
-        constrained) for a GPU pod, and without a scarcity term."""
+        constrained) for a GPU pod, without a scarcity term, and not for a sharing pod (its CPU-bound
+        key, ``cpubound``, depends on the whole cluster's free CPU and GPU)."""
         if self.policy == "fgd":
             return True
         if self.policy != "portal" or self._scarcity is not None:
+            return False
+        if pod.is_sharing and self._kappa > 0:
             return False
         return pod.gpu_count == 0 or (self._press_share is not None and not self._press_any)
 
@@ -192,6 +208,8 @@ class NodeScorer:
                 self._scarcity_term(pod, idx, ids, device, score)
             if pod.gpu_count > 0 and (pressure := self._pressure_term(idx)) is not None:
                 score += pressure
+            if pod.is_sharing and self._cpu_bound():
+                score += self._spread_weight * self._gpu_free_total[idx]
         return score, device
 
     def _table_of(self, pod: PodShape) -> tuple[ShapeKey, ShapeTable, np.ndarray]:
@@ -262,6 +280,11 @@ class NodeScorer:
         if not levels.any():
             return None
         return (-_PRESSURE_UNIT * levels)[self._model_row[nodes]]  # per row, then per node: the same floats
+
+    def _cpu_bound(self) -> bool:
+        """portal: whether filling the free GPU with the expected pods needs more CPU than is free
+        (``cpubound``); then a sharing pod's last key before node order is the most free GPU."""
+        return cpu_bound(self._kappa, float(self._row_free.sum()), self._cpu_free_gpu_nodes)
 
     def _rows_free(self) -> np.ndarray:
         """Free GPU milli per model row (``_row_free``, which the state changes keep in step: sums of
@@ -351,6 +374,7 @@ class NodeScorer:
             self._metric_fresh[:] = True
         self._gpu_free_total = np.maximum(self.gpu_free_milli, 0).sum(axis=1)
         self._row_free = self._rows_free()
+        self._cpu_free_gpu_nodes = int(self.cpu_free_milli[self._gpu_nodes].sum())
         self._gpu_max = self.gpu_free_milli.max(axis=1)
         self._gpu_full = np.count_nonzero(self.gpu_free_milli == MILLI, axis=1)
 
@@ -377,6 +401,8 @@ class NodeScorer:
         if not changed.any():
             return
         nodes, gpu = nodes[changed], gpu[changed]
+        on_gpus = self._gpu_nodes[nodes]
+        self._cpu_free_gpu_nodes += int(cpu[changed][on_gpus].sum() - self.cpu_free_milli[nodes][on_gpus].sum())
         self.cpu_free_milli[nodes] = cpu[changed]
         self.memory_free_mib[nodes] = memory[changed]
         self.gpu_free_milli[nodes] = gpu
@@ -400,6 +426,8 @@ class NodeScorer:
             and gpu == self.gpu_free_milli[n].tolist()
         ):
             return
+        if self._gpu_node_of[n]:
+            self._cpu_free_gpu_nodes += cpu - self.cpu_free_milli.item(n)
         self.cpu_free_milli[n] = cpu
         self.memory_free_mib[n] = memory
         self.gpu_free_milli[n] = gpu
@@ -426,6 +454,8 @@ class NodeScorer:
     def _change(self, pod: PodShape, choice: Choice, sign: int) -> None:
         n = choice.node
         self.cpu_free_milli[n] += sign * pod.cpu_milli
+        if self._gpu_node_of[n]:
+            self._cpu_free_gpu_nodes += sign * pod.cpu_milli
         self.memory_free_mib[n] += sign * pod.memory_mib
         for d in choice.gpu_indices:
             self.gpu_free_milli[n, d] += sign * pod.gpu_milli
