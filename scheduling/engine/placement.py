@@ -227,14 +227,15 @@ class Placer:
         devices, slot = picked if picked is not None else pick_devices(self.cluster, best, shape)
         if shape.kind != "cpu" and not devices:
             return None  # cannot happen when the fit rule agrees with the picker
-        placement = ReplicaPlacement(
-            node=self.cluster.nodes[best].name,
-            gpu_indices=devices,
-            gpu_milli=0 if shape.mig is not None else (FULL if shape.gpus else shape.milli),
-            mig_profile=shape.mig.profile if shape.mig is not None else None,
-            mig_slot=slot,
-            cpu_milli=shape.cpu_milli,
-            memory_mib=shape.memory_mib,
+        mig = shape.mig
+        placement = ReplicaPlacement(  # positional (a hot path): node, devices, milli, profile, slot, CPU, memory
+            self.cluster.nodes[best].name,
+            devices,
+            0 if mig is not None else (FULL if shape.gpus else shape.milli),
+            mig.profile if mig is not None else None,
+            slot,
+            shape.cpu_milli,
+            shape.memory_mib,
         )
         stmt.take(placement)
         return placement
