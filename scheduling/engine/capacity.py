@@ -24,6 +24,8 @@ from .pools import FULL, pool_index, share_capacity_milli
 
 __all__ = ["FULL", "Cluster", "Statement"]
 
+_FEW_STALE = 8  # up to this many nodes' bin-packing scores are computed one by one
+
 # The arrays :meth:`Cluster.apply` changes: what :meth:`Cluster.save_free` keeps.
 _FREE_STATE = (
     "cpu_free",
@@ -126,6 +128,8 @@ class Cluster:
         self.free_run = np.where(self.mig_node, 0, self.gpu_count).astype(np.int32)
         self.inv_gpu_total = 1.0 / np.maximum(self.gpu_count.astype(np.int64) * self.dev_cap, 1)
         self.inv_cpu_total = 1.0 / np.maximum(self.cpu_total, 1)
+        self._inv_cpu: list[float] = self.inv_cpu_total.tolist()  # as plain numbers, for ``_rescore_stale``
+        self._inv_gpu: list[float] = self.inv_gpu_total.tolist()
         # The same static facts as plain numbers, for the one-node updates of ``apply`` (no numpy scalars).
         self._count: list[int] = self.gpu_count.tolist()
         self._mig: list[bool] = self.mig_node.tolist()
@@ -315,8 +319,15 @@ class Cluster:
     def _rescore_stale(self) -> None:
         """:meth:`_rescore_all` of the nodes changed since the scores were last read: the same formula
         on the same numbers, so the same floats."""
-        nodes = np.array(self._pack_stale, dtype=np.int64)
-        self._pack_stale.clear()
+        stale, self._pack_stale = self._pack_stale, []
+        if len(stale) <= _FEW_STALE:  # a placement or two since the last read: plain numbers
+            cpu_free, gpu_free, inv_cpu, inv_gpu = self.cpu_free, self.gpu_free_total, self._inv_cpu, self._inv_gpu
+            for i in stale:
+                cpu_share = cpu_free.item(i) * inv_cpu[i]
+                self._pack[i] = -(gpu_free.item(i) * inv_gpu[i]) - 0.01 * cpu_share
+                self._cpu_pack[i] = -cpu_share
+            return
+        nodes = np.array(stale, dtype=np.int64)
         cpu_share = self.cpu_free[nodes] * self.inv_cpu_total[nodes]
         self._pack[nodes] = -(self.gpu_free_total[nodes] * self.inv_gpu_total[nodes]) - 0.01 * cpu_share
         self._cpu_pack[nodes] = -cpu_share

@@ -250,6 +250,10 @@ class Placer:
         """
         if workload.rules is not None:
             return self._place_ruled(workload, shape, stmt, wanted, needed, explain)
+        if wanted == 1:  # one replica (most jobs): ``_place_replicas``'s one step; a miss is explained below
+            placement = self.place_one(workload, shape, stmt, (), 1)
+            if placement is not None:
+                return GangResult((placement,), None)
         first = None
         if needed > 1 and shape.kind != "mig":
             # Replicas are identical and each takes exactly one unit of a node's replica capacity,

@@ -129,3 +129,9 @@ def test_bin_packing_scores_follow_every_change_when_read():
     assert np.allclose(c.pack_score, pack_rule(c)[0], rtol=0, atol=1e-12)
     assert np.allclose(c.cpu_pack_score, pack_rule(c)[1], rtol=0, atol=1e-12)
     assert c.pack_score.tolist() == cluster().pack_score.tolist()  # all free again: the fresh cluster's floats
+    for k in range(12):  # more changes between two reads than are scored one by one
+        name = ("n1", "n2", "cpu")[k % 3]
+        devices = () if name == "cpu" else (k % 8,)
+        c.apply(ReplicaPlacement(name, devices, 250 if devices else 0, cpu_milli=100, memory_mib=1), 1)
+    assert np.allclose(c.pack_score, pack_rule(c)[0], rtol=0, atol=1e-12)
+    assert np.allclose(c.cpu_pack_score, pack_rule(c)[1], rtol=0, atol=1e-12)
