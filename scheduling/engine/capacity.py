@@ -328,9 +328,9 @@ class Cluster:
                 self._cpu_pack[i] = -cpu_share
             return
         nodes = np.array(stale, dtype=np.int64)
-        cpu_share = self.cpu_free[nodes] * self.inv_cpu_total[nodes]
-        self._pack[nodes] = -(self.gpu_free_total[nodes] * self.inv_gpu_total[nodes]) - 0.01 * cpu_share
-        self._cpu_pack[nodes] = -cpu_share
+        shares = self.cpu_free[nodes] * self.inv_cpu_total[nodes]
+        self._pack[nodes] = -(self.gpu_free_total[nodes] * self.inv_gpu_total[nodes]) - 0.01 * shares
+        self._cpu_pack[nodes] = -shares
 
     # -- summaries ------------------------------------------------------------------------------
 
