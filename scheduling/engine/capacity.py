@@ -24,6 +24,8 @@ from .pools import FULL, pool_index, share_capacity_milli
 
 __all__ = ["FULL", "Cluster", "Statement"]
 
+_FEW_STALE = 8  # up to this many nodes' bin-packing scores are computed one by one
+
 # The arrays :meth:`Cluster.apply` changes: what :meth:`Cluster.save_free` keeps.
 _FREE_STATE = (
     "cpu_free",
@@ -126,18 +128,20 @@ class Cluster:
         self.free_run = np.where(self.mig_node, 0, self.gpu_count).astype(np.int32)
         self.inv_gpu_total = 1.0 / np.maximum(self.gpu_count.astype(np.int64) * self.dev_cap, 1)
         self.inv_cpu_total = 1.0 / np.maximum(self.cpu_total, 1)
+        self._inv_cpu: list[float] = self.inv_cpu_total.tolist()  # as plain numbers, for ``_rescore_stale``
+        self._inv_gpu: list[float] = self.inv_gpu_total.tolist()
         # The same static facts as plain numbers, for the one-node updates of ``apply`` (no numpy scalars).
         self._count: list[int] = self.gpu_count.tolist()
         self._mig: list[bool] = self.mig_node.tolist()
         self._cap: list[int] = self.dev_cap.tolist()
-        self._inv_cpu: list[float] = self.inv_cpu_total.tolist()
-        self._inv_gpu: list[float] = self.inv_gpu_total.tolist()
         # Nodes a MIG placement was ever applied to (the only ones whose ``mig_mask`` may be non-zero).
         self._masked: set[int] = set(np.flatnonzero(self.mig_node).tolist())
-        # Bin-packing score per node, kept current by ``apply`` (``scorers.score_binpack``'s formula):
-        # GPU replicas -(free GPU share) - 0.01 (free CPU share); CPU-only replicas -(free CPU share).
-        self.pack_score = np.zeros(n, dtype=np.float64)
-        self.cpu_pack_score = np.zeros(n, dtype=np.float64)
+        # Bin-packing score per node (``scorers.score_binpack``'s formula): GPU replicas -(free GPU
+        # share) - 0.01 (free CPU share); CPU-only replicas -(free CPU share). ``apply`` lists the nodes
+        # it changed, and they are scored again when the scores are next read (``pack_score``).
+        self._pack = np.zeros(n, dtype=np.float64)
+        self._cpu_pack = np.zeros(n, dtype=np.float64)
+        self._pack_stale: list[int] = []
         self._rescore_all()
 
     # -- geometry -------------------------------------------------------------------------------
@@ -205,9 +209,7 @@ class Cluster:
             if refresh:
                 self._refresh(i)
         if refresh:
-            cpu_share = int(self.cpu_free[i]) * self._inv_cpu[i]
-            self.pack_score[i] = -(int(self.gpu_free_total[i]) * self._inv_gpu[i]) - 0.01 * cpu_share
-            self.cpu_pack_score[i] = -cpu_share
+            self._pack_stale.append(i)
         for listener in self.listeners:
             listener(i, placement, sign)
         return True
@@ -220,6 +222,7 @@ class Cluster:
         """Undo ``changes`` (each placement applied with its sign since ``saved`` was taken, in order):
         the same state and the same listener calls as applying each with the opposite sign, newest
         first, without the per-node arithmetic."""
+        self._pack_stale.clear()  # the saved scores were current (``save_free`` reads them)
         for name, array in zip(_FREE_STATE, saved, strict=True):
             getattr(self, name)[...] = array
         for placement, sign in reversed(changes):
@@ -294,9 +297,40 @@ class Cluster:
         self._rescore_all()
 
     def _rescore_all(self) -> None:
+        self._pack_stale.clear()
         cpu_share = self.cpu_free * self.inv_cpu_total
-        self.pack_score = -(self.gpu_free_total * self.inv_gpu_total) - 0.01 * cpu_share
-        self.cpu_pack_score = -cpu_share
+        self._pack = -(self.gpu_free_total * self.inv_gpu_total) - 0.01 * cpu_share
+        self._cpu_pack = -cpu_share
+
+    @property
+    def pack_score(self) -> np.ndarray:
+        """Per node, the bin-packing score of a GPU replica (read only)."""
+        if self._pack_stale:
+            self._rescore_stale()
+        return self._pack
+
+    @property
+    def cpu_pack_score(self) -> np.ndarray:
+        """Per node, the bin-packing score of a CPU-only replica (read only)."""
+        if self._pack_stale:
+            self._rescore_stale()
+        return self._cpu_pack
+
+    def _rescore_stale(self) -> None:
+        """:meth:`_rescore_all` of the nodes changed since the scores were last read: the same formula
+        on the same numbers, so the same floats."""
+        stale, self._pack_stale = self._pack_stale, []
+        if len(stale) <= _FEW_STALE:  # a placement or two since the last read: plain numbers
+            cpu_free, gpu_free, inv_cpu, inv_gpu = self.cpu_free, self.gpu_free_total, self._inv_cpu, self._inv_gpu
+            for i in stale:
+                cpu_share = cpu_free.item(i) * inv_cpu[i]
+                self._pack[i] = -(gpu_free.item(i) * inv_gpu[i]) - 0.01 * cpu_share
+                self._cpu_pack[i] = -cpu_share
+            return
+        nodes = np.array(stale, dtype=np.int64)
+        shares = self.cpu_free[nodes] * self.inv_cpu_total[nodes]
+        self._pack[nodes] = -(self.gpu_free_total[nodes] * self.inv_gpu_total[nodes]) - 0.01 * shares
+        self._cpu_pack[nodes] = -shares
 
     # -- summaries ------------------------------------------------------------------------------
 

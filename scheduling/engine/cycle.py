@@ -159,7 +159,9 @@ class _Cycle(ForecastHost):
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors: dict[str, int] = {}
         self.memo = Memo()
-        self._job_minimums: dict[str, tuple[dict[str, int], ...]] = {}  # step 3's borrowing pass order
+        # Step 3's borrowing pass order (``_borrows``) per decision key number: the quota's change count
+        # when it was taken, whether the job would borrow then, and its minimums.
+        self._borrowing: dict[int, tuple[int, bool, tuple[dict[str, int], ...]]] = {}
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
         # The forecast and the dry run decide more jobs on the cycle's final state: the forecast keeps
         # what fits and never preempts; the dry run keeps nothing (``Statement.discard``).
@@ -259,11 +261,21 @@ class _Cycle(ForecastHost):
     def _borrows(self, job: Workload) -> bool:
         """Whether every GPU model the job may use would make its queue borrow now."""
         cq = self.lq_by_name[job.local_queue].cluster_queue
-        minimums = self._job_minimums.get(job.id)  # by id: the order asks for every key it takes
-        if minimums is None:
-            minimums = self._job_minimums[job.id] = self._minimums(job, cq)
-        would_borrow = self.quota.would_borrow
-        return all(would_borrow(cq, minimum) for minimum in minimums)
+        # The answer depends on the job's minimums, the same for every job of its decision key (``_job_key``),
+        # and on the queue's usage: kept per key while the queue's usage stays as it was.
+        number = self._job_key(job, cq)
+        quota = self.quota
+        kept = self._borrowing.get(number)
+        if kept is None:
+            minimums = self._minimums(job, cq)
+        elif quota.unchanged_since(kept[0], cq):
+            return kept[1]
+        else:
+            minimums = kept[2]
+        would_borrow = quota.would_borrow
+        borrows = all(would_borrow(cq, minimum) for minimum in minimums)
+        self._borrowing[number] = (quota.changes, borrows, minimums)
+        return borrows
 
     def _minimums(self, job: Workload, cq: str) -> tuple[dict[str, int], ...]:
         """The gang's minimum request on each GPU model it may use in ``cq`` (models where it cannot

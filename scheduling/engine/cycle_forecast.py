@@ -54,6 +54,7 @@ class ForecastHost:
         timelines: tuple[Timeline, Timeline]
         _forecast: Forecast | None
         _expected: Arrivals | None
+        _borrowing: dict[int, tuple[int, bool, tuple[dict[str, int], ...]]]
 
         def _decide(self, job: Workload, borrow: bool) -> Outcome: ...
 
@@ -129,6 +130,7 @@ class ForecastHost:
         twin.memo = Memo(requests=dict(self.memo.requests))
         twin.stats = dict(self.stats)
         twin.preemptors = dict(self.preemptors)
+        twin._borrowing = {}  # read at the quota's change counts, which the copies count apart
         twin._forecast = None
         return twin
 

@@ -227,14 +227,15 @@ class Placer:
         devices, slot = picked if picked is not None else pick_devices(self.cluster, best, shape)
         if shape.kind != "cpu" and not devices:
             return None  # cannot happen when the fit rule agrees with the picker
-        placement = ReplicaPlacement(
-            node=self.cluster.nodes[best].name,
-            gpu_indices=devices,
-            gpu_milli=0 if shape.mig is not None else (FULL if shape.gpus else shape.milli),
-            mig_profile=shape.mig.profile if shape.mig is not None else None,
-            mig_slot=slot,
-            cpu_milli=shape.cpu_milli,
-            memory_mib=shape.memory_mib,
+        mig = shape.mig
+        placement = ReplicaPlacement(  # positional (a hot path): node, devices, milli, profile, slot, CPU, memory
+            self.cluster.nodes[best].name,
+            devices,
+            0 if mig is not None else (FULL if shape.gpus else shape.milli),
+            mig.profile if mig is not None else None,
+            slot,
+            shape.cpu_milli,
+            shape.memory_mib,
         )
         stmt.take(placement)
         return placement
@@ -249,6 +250,10 @@ class Placer:
         """
         if workload.rules is not None:
             return self._place_ruled(workload, shape, stmt, wanted, needed, explain)
+        if wanted == 1:  # one replica (most jobs): ``_place_replicas``'s one step; a miss is explained below
+            placement = self.place_one(workload, shape, stmt, (), 1)
+            if placement is not None:
+                return GangResult((placement,), None)
         first = None
         if needed > 1 and shape.kind != "mig":
             # Replicas are identical and each takes exactly one unit of a node's replica capacity,

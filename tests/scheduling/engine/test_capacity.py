@@ -95,3 +95,43 @@ def test_restoring_the_saved_free_capacity_undoes_every_change_and_tells_the_lis
     assert state(c) == state(untouched)
     assert c.pack_score.tolist() == untouched.pack_score.tolist()
     assert heard == [(c.index[p.node], p, -sign) for p, sign in reversed(changes)]
+
+
+def pack_rule(c):
+    """``scorers.score_binpack``'s formula from the free arrays, node by node (an independent recomputation)."""
+    gpu, cpu = [], []
+    for i in range(c.n):
+        total_gpu = max(int(c.gpu_count[i]) * int(c.dev_cap[i]), 1)
+        cpu_share = int(c.cpu_free[i]) / max(int(c.cpu_total[i]), 1)
+        gpu.append(-(int(c.gpu_free_total[i]) / total_gpu) - 0.01 * cpu_share)
+        cpu.append(-cpu_share)
+    return gpu, cpu
+
+
+def test_bin_packing_scores_follow_every_change_when_read():
+    # The scores of changed nodes are computed when next read: read between changes, after a discard,
+    # and after a restore, they are the formula over the free capacity as it is then.
+    c = cluster()
+    stmt = Statement(c)
+    for k, p in enumerate(PLACEMENTS):
+        stmt.take(p)
+        if k % 2:
+            assert np.allclose(c.pack_score, pack_rule(c)[0], rtol=0, atol=1e-12)
+    assert np.allclose(c.pack_score, pack_rule(c)[0], rtol=0, atol=1e-12)
+    assert np.allclose(c.cpu_pack_score, pack_rule(c)[1], rtol=0, atol=1e-12)
+    saved = c.save_free()
+    changes = [(PLACEMENTS[0], -1), (PLACEMENTS[2], -1)]
+    for p, sign in changes:
+        c.apply(p, sign)
+    c.restore_free(saved, changes)
+    assert np.allclose(c.pack_score, pack_rule(c)[0], rtol=0, atol=1e-12)
+    stmt.discard()
+    assert np.allclose(c.pack_score, pack_rule(c)[0], rtol=0, atol=1e-12)
+    assert np.allclose(c.cpu_pack_score, pack_rule(c)[1], rtol=0, atol=1e-12)
+    assert c.pack_score.tolist() == cluster().pack_score.tolist()  # all free again: the fresh cluster's floats
+    for k in range(12):  # more changes between two reads than are scored one by one
+        name = ("n1", "n2", "cpu")[k % 3]
+        devices = () if name == "cpu" else (k % 8,)
+        c.apply(ReplicaPlacement(name, devices, 250 if devices else 0, cpu_milli=100, memory_mib=1), 1)
+    assert np.allclose(c.pack_score, pack_rule(c)[0], rtol=0, atol=1e-12)
+    assert np.allclose(c.cpu_pack_score, pack_rule(c)[1], rtol=0, atol=1e-12)

@@ -274,3 +274,28 @@ def test_with_a_runtime_spread_the_p90_forecast_runs_on_the_p90_runtimes():
     plan = run_cycle(_forecast_world((("r0", 400.0, 900.0), ("r1", 900.0, 900.0))), Policy(), NOW)
     small = pending_info(plan, "small")
     assert (small.estimated_start, small.estimated_start_p90) == (NOW + 300, NOW + 1100)
+
+
+def test_the_borrowing_pass_asks_each_job_against_its_queues_usage_as_it_is_then():
+    # ``_Cycle._borrows`` keeps its answer per decision key while the queue's usage stays as it was:
+    # every answer must still be the rule (its queue's A100 use plus the job's 2 GPUs above the nominal
+    # 4), for two jobs of one key and as the usage goes up and back down.
+    snap = snapshot(
+        [node("n1"), node("n2")],
+        [cq("qa", {"A100-80GB": 4}, cohort="c"), cq("qb", {"A100-80GB": 4}, cohort="c")],
+        [lq("a", "qa"), lq("b", "qb")],
+        [],
+    )
+    cycle = _Cycle(snap, Policy(), 0.0)
+    cycle._load_running()
+    one, same, other = job("one", "a", gpu=2), job("same", "a", gpu=2), job("other", "b", gpu=2)
+    unit = job("unit", "a", gpu=1)
+    gpu = cycle._request(cycle.placer.shape_for(unit, "A100-80GB"), 1)  # one whole A100, as quota counts it
+    used = 0
+    for sign in (1, 1, 1, 1, -1, -1, -1, -1):
+        assert cycle._borrows(one) is (used + 2 > 4)
+        assert cycle._borrows(same) is (used + 2 > 4)
+        assert cycle._borrows(other) is False  # its own queue uses nothing
+        cycle.quota.add("qa", gpu, sign)
+        used += sign
+    assert cycle._borrows(one) is False
