@@ -129,7 +129,7 @@ def endpoint_of(method: str, path: str) -> str:
 
 def print_tail(log: Path, access: Path) -> None:
     """When the slowest requests came and what the web itself spent on them (see the module docstring)."""
-    rows = [line.split(",") for line in log.read_text().splitlines() if line]
+    rows = [line.split(",") for line in log.read_text().splitlines() if line] if log.exists() else []
     if not rows:
         return
     requests = [(float(at), name, float(ms)) for at, name, ms in rows]
