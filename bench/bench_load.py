@@ -1,7 +1,7 @@
 """Load benchmark: the API under a mixed load while scheduling cycles run, on its own stack.
 
 Usage: ``python bench/bench_load.py [--users 60] [--user-rps 2] [--seconds 60] [--web-workers 2]
-[--web-threads 4] [--profile]``.
+[--web-threads 4] [--profile] [--gc]``.
 Starts its own PostgreSQL and Redis (free ports, a temporary directory), migrates, seeds 5 teams of
 10 members, 64 simulated 8-GPU nodes, a history of finished and metered jobs and a backlog of
 pending ones; starts gunicorn, one Celery worker and beat (a cycle every 2 s over the backlog), then
@@ -11,7 +11,13 @@ reads (job list 40 %, one job 30 %, cost allocation of the last week 10 %) and 2
 Prints requests/s and the 50th/95th/99th percentile latency per endpoint, the failures, the CPU
 time of the web, the Celery worker, PostgreSQL and Locust, and the verdict against the target: at
 least 100 requests/s at P99 under 300 ms with no error. ``--profile`` (with ``--web-threads 1``)
-also prints the web workers' cProfile of CPU time (``bench/gunicorn_profile.py``).
+also prints the web workers' cProfile of CPU time, ``--gc`` their garbage collections
+(``bench/gunicorn_profile.py``).
+
+Where the slowest requests came from: the 99th percentile without the first ``WARM_S`` seconds, when
+the slowest 1 % ended (per ``WARM_S``-second bin, by endpoint), and the time the web spent on each
+request once a thread took it (gunicorn's access log), against what Locust saw (the rest: waiting
+for a thread, and the way there and back).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import resource
 import signal
@@ -33,6 +40,8 @@ from bench.stack import ROOT, Stack, django_against, free_port, group_cpu_s, wai
 
 TEAMS = ("vision", "nlp", "speech", "robotics", "search")
 TARGET_RPS, TARGET_P99_MS = 100.0, 300.0
+WARM_S = 10  # the tail report's bins: the first one is the start
+ACCESS_FORMAT = "%(M)s %(m)s %(U)s"  # gunicorn's access log: ms in the worker, method, path
 
 
 def seed(history_per_team: int, backlog_per_team: int) -> dict:
@@ -104,12 +113,92 @@ def read_stats(prefix: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def print_profile(stack: Stack) -> None:
-    """Stop gunicorn (its workers write their profiles as they exit) and print the top functions."""
-    import pstats
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (nearest rank) of ``values``; 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
+
+def endpoint_of(method: str, path: str) -> str:
+    """The Locust name of a request the access log shows (``GET /api/v1/jobs/12/`` -> ``{id}``)."""
+    parts = ["{id}" if part.isdigit() else part for part in path.split("/")]
+    return f"{method} {'/'.join(parts)}"
+
+
+def print_tail(log: Path, access: Path) -> None:
+    """When the slowest requests came and what the web itself spent on them (see the module docstring)."""
+    rows = [line.split(",") for line in log.read_text().splitlines() if line] if log.exists() else []
+    if not rows:
+        return
+    requests = [(float(at), name, float(ms)) for at, name, ms in rows]
+    start = min(at - ms / 1000 for at, _, ms in requests)
+    latencies = [ms for _, _, ms in requests]
+    after = [ms for at, _, ms in requests if at - start >= WARM_S]
+    slow = percentile(latencies, 99)
+    print(
+        f"\nP99 {slow:.0f} ms over the run, {percentile(after, 99):.0f} ms without its first {WARM_S} s; "
+        f"the slowest 1 % (≥ {slow:.0f} ms) ended:"
+    )
+    bins: dict[int, dict[str, int]] = {}
+    for at, name, ms in requests:
+        if ms >= slow:
+            counts = bins.setdefault(int((at - start) // WARM_S), {})
+            counts[name] = counts.get(name, 0) + 1
+    for index in sorted(bins):
+        named = ", ".join(f"{count} {name}" for name, count in sorted(bins[index].items()))
+        print(f"  {index * WARM_S:3d}-{(index + 1) * WARM_S:3d} s: {named}")
+    if not access.exists():
+        return
+    served: dict[str, list[float]] = {}
+    for line in access.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0].isdigit():
+            served.setdefault(endpoint_of(fields[1], fields[2]), []).append(float(fields[0]))
+    seen: dict[str, list[float]] = {}
+    for _, name, ms in requests:
+        seen.setdefault(name, []).append(ms)
+    print(f"\n{'endpoint':32} {'in the web: P50':>16} {'P99':>7}   {'Locust: P50':>12} {'P99':>7}  (ms)")
+    for name in sorted(seen):
+        web = served.get(name, [])
+        print(
+            f"{name:32} {percentile(web, 50):16.0f} {percentile(web, 99):7.0f}   "
+            f"{percentile(seen[name], 50):12.0f} {percentile(seen[name], 99):7.0f}"
+        )
+
+
+def stop_web(stack: Stack) -> None:
+    """Stop gunicorn: its workers write their profiles and collections as they exit."""
     os.killpg(stack.web_process.pid, signal.SIGTERM)
     stack.web_process.wait(timeout=30)
+
+
+def print_collections(stack: Stack, started_at: float) -> None:
+    """The web workers' garbage collections during the run: how many of each generation, how long
+    they held their process (total, longest), and the longest ones with when they came."""
+    pauses: list[tuple[float, int, float]] = []
+    tracked = []
+    for path in stack.tmp.glob("gc-*.json"):
+        data = json.loads(path.read_text())
+        pauses += [tuple(c) for c in data["collections"] if c[0] >= started_at]
+        tracked.append(data["tracked"])
+    print(f"\ngarbage collections in the web workers (objects tracked at the end: {tracked}):")
+    for generation in (0, 1, 2):
+        these = [s for _, g, s in pauses if g == generation]
+        if these:
+            print(
+                f"  generation {generation}: {len(these)}, {sum(these) * 1000:.0f} ms in all, "
+                f"longest {max(these) * 1000:.0f} ms"
+            )
+    longest = sorted(pauses, key=lambda c: -c[2])[:5]
+    print("  longest: " + ", ".join(f"{s * 1000:.0f} ms (gen {g}, at {at - started_at:.0f} s)" for at, g, s in longest))
+
+
+def print_profile(stack: Stack) -> None:
+    """Print the top functions of the web workers' profiles (written as they exited)."""
+    import pstats
+
     files = [str(path) for path in stack.tmp.glob("web-*.prof")]
     if not files:
         print("no profile written")
@@ -135,6 +224,7 @@ def main() -> int:
     parser.add_argument(
         "--profile", action="store_true", help="cProfile the web workers' CPU; prints their top functions"
     )
+    parser.add_argument("--gc", action="store_true", help="record the web workers' garbage collections; prints them")
     args = parser.parse_args()
     with Stack("load", keep=args.keep) as stack:
         env = stack.environment(
@@ -158,19 +248,23 @@ def main() -> int:
             worker = stack.worker(0, "load", nice=args.worker_nice)
             stack.beat()
             wait_until(lambda: CycleRun.objects.exists(), timeout_s=60, what="the first cycle")
-            extra: tuple[str, ...] = ()
+            access = stack.tmp / "access.log"
+            extra: tuple[str, ...] = ("--access-logfile", str(access), "--access-logformat", ACCESS_FORMAT)
             if args.profile:
                 env["BENCH_PROFILE_DIR"] = str(stack.tmp)  # env is the stack's environment
-                extra = ("-c", str(ROOT / "bench" / "gunicorn_profile.py"))
+            if args.gc:
+                env["BENCH_GC_DIR"] = str(stack.tmp)
+            if args.profile or args.gc:
+                extra += ("-c", str(ROOT / "bench" / "gunicorn_profile.py"))
             base = stack.web(free_port(), workers=args.web_workers, threads=args.web_threads, extra=extra)
             connection.close()
-            prefix = stack.tmp / "locust"
+            prefix, requests_log = stack.tmp / "locust", stack.tmp / "requests.csv"
             print(
                 f"load: {args.users} users × {args.user_rps:g} req/s for {args.seconds} s against {base} "
                 f"({args.web_workers} gunicorn workers × {args.web_threads} threads, worker nice {args.worker_nice})",
                 flush=True,
             )
-            started = time.monotonic()
+            started, started_at = time.monotonic(), time.time()
             cycles_before = CycleRun.objects.count()
             connection.close()
             web_cpu_s, worker_cpu_s = group_cpu_s(stack.web_process), group_cpu_s(worker)
@@ -180,7 +274,8 @@ def main() -> int:
                 [sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "locustfile.py"), "--headless",
                  "-u", str(args.users), "-r", str(args.users), "-t", f"{args.seconds}s", "--host", base,
                  "--csv", str(prefix), "--only-summary", "--loglevel", "WARNING"],
-                env={**env, "BENCH_LOAD_DATA": str(data_file), "BENCH_LOAD_USER_RPS": str(args.user_rps)},
+                env={**env, "BENCH_LOAD_DATA": str(data_file), "BENCH_LOAD_USER_RPS": str(args.user_rps),
+                     "BENCH_LOAD_LOG": str(requests_log)},
                 check=False, stdout=subprocess.DEVNULL, stderr=stack.log("locust").open("w"),
             )  # fmt: skip
             after = resource.getrusage(resource.RUSAGE_CHILDREN)  # Locust, the only child waited for
@@ -191,9 +286,14 @@ def main() -> int:
             cycles = CycleRun.objects.filter(started_at__isnull=False).count() - cycles_before
             elapsed = time.monotonic() - started
             durations = list(CycleRun.objects.order_by("-started_at").values_list("duration_ms", flat=True)[:cycles])
+            if args.profile or args.gc:
+                stop_web(stack)
             if args.profile:
                 print_profile(stack)
+            if args.gc:
+                print_collections(stack, started_at)
         rows = read_stats(prefix)
+        print_tail(requests_log, access)
     print(f"\n{'endpoint':32} {'req/s':>7} {'P50 ms':>7} {'P95 ms':>7} {'P99 ms':>7} {'fail':>5} {'count':>7}")
     total = None
     for row in rows:

@@ -2,7 +2,8 @@
 
 Each simulated user is a team member with an API token: 80 % reads (the job list, one job, cost
 allocation of the last week), 20 % submissions. ``BENCH_LOAD_DATA`` names a JSON file with the
-users' tokens and their teams' job ids.
+users' tokens and their teams' job ids. With ``BENCH_LOAD_LOG`` set, every request's end time, name
+and latency are written there (CSV) when the run ends: the benchmark prints when its slowest came.
 """
 
 from __future__ import annotations
@@ -11,12 +12,27 @@ import itertools
 import json
 import os
 import random
+import time
 
-from locust import FastHttpUser, constant_throughput, task
+from locust import FastHttpUser, constant_throughput, events, task
 
 DATA = json.loads(open(os.environ["BENCH_LOAD_DATA"]).read())  # noqa: SIM115 - read once at start
 USERS = itertools.cycle(DATA["users"])
 RATE = float(os.environ.get("BENCH_LOAD_USER_RPS", "2"))
+LOG = os.environ.get("BENCH_LOAD_LOG", "")
+_requests: list[tuple[float, str, float]] = []  # (end time, name, latency ms)
+
+
+@events.request.add_listener
+def _record(request_type, name, response_time, response_length, exception, **kwargs) -> None:
+    _requests.append((time.time(), name, response_time))
+
+
+@events.quitting.add_listener
+def _write(environment, **kwargs) -> None:
+    if LOG:
+        with open(LOG, "w") as handle:
+            handle.writelines(f"{at:.3f},{name},{ms:.1f}\n" for at, name, ms in _requests)
 
 
 class PortalUser(FastHttpUser):

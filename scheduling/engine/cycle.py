@@ -567,6 +567,10 @@ class _Cycle(ForecastHost):
                     self._take(job, admission.placements, request)
                 case Preempt(victims):
                     self.taken.update(v.holder.workload.id for v in victims)
+            if isinstance(outcome, Fit | Preempt):
+                # What it took changes the numbers a failure's reason gives (the free room left): the
+                # failures learnt before are learnt again, as the next cycle, deciding it first, would.
+                self.memo = Memo(requests=self.memo.requests, minimums=self.memo.minimums)
         return outcome
 
     def _reserved_before(self, order: tuple[object, ...]) -> int:

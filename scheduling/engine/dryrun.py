@@ -210,8 +210,9 @@ class DryRun:
             if not isinstance(outcome, Fit):  # it waits (for room, quota, or its victims to stop)
                 kept.waiting.append((w, self.cycle.lq_by_name[w.local_queue].cluster_queue))
                 kept.by_lq.setdefault(w.local_queue, []).append(w)
-        if new and kept.cycle is not None:
-            kept.cycle._forecast = None  # its ends heap holds the earlier holders only
+        if new and kept.cycle is not None and kept.cycle._forecast is not None:
+            # Its ends heap holds the earlier holders only; its expected submissions are still those.
+            kept.cycle._forecast.ends_cache.clear()
         kept.ids = kept.ids.union(w.id for w, _ in new)
         return kept if kept.cycle is not None or kept.waiting else None
 

@@ -175,6 +175,16 @@ class Forecast:
         self.flavors = flavors  # ClusterQueue -> its GPU models in flavor order
         self.reservations: Sequence[Reservation] = ()  # the run's (``reservations``)
         self.which = P50
+        # The expected submissions of each period (``_Expected``), made once: the same in every run over
+        # this state (a dry run's check runs the forecast again; a period is ~2,000 copies of jobs).
+        self.expected_copies: dict[tuple[int, bool], list[tuple[Workload, str, str]]] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the expected submissions' copies (made again where needed)."""
+        return {**self.__dict__, "expected_copies": {}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
 
     def run(
         self,
@@ -212,7 +222,7 @@ class Forecast:
             for job, cq in waiting:
                 queue.add(job, cq)
             upper = which == P90 and arrivals is not None and arrivals.upper_p90
-            expected = _Expected(arrivals, self.now, upper) if arrivals is not None else None
+            expected = _Expected(arrivals, self.now, upper, self.expected_copies) if arrivals is not None else None
             left = len(waiting)
             dirty_since: dict[str | None, int] = {}  # GPU model -> the last step capacity of it came back
             dirty_all = 0  # the last step CPU-only work ended (its CPU and memory help every model)
@@ -434,9 +444,17 @@ class _Expected:
     ``floor((r + 1) f) - floor(r f)`` times (``f`` = that count / ``n``), the extra ones ``period / (n f)``
     apart after it (the P90 run: more submissions than the last period's, as likely as not fewer)."""
 
-    def __init__(self, arrivals: Arrivals, now: float, upper: bool = False) -> None:
+    def __init__(
+        self,
+        arrivals: Arrivals,
+        now: float,
+        upper: bool = False,
+        copies: dict[tuple[int, bool], list[tuple[Workload, str, str]]] | None = None,
+    ) -> None:
         self.arrivals = arrivals
         self.now = now
+        self.upper = upper
+        self.made = copies if copies is not None else {}  # (period, upper) -> its copies (``period_copies``)
         self.k = 1
         self.copies: list[tuple[int, float]] = [(1, 0.0)] * len(arrivals.jobs)  # per job: copies, spacing
         if upper:
@@ -457,17 +475,27 @@ class _Expected:
         while period > 0 and (begins := (self.k - 1) * period) < horizon:
             if ends and ends[0].at <= self.now + begins:
                 return
-            for (job, cq), (copies, spacing) in zip(self.arrivals.jobs, self.copies, strict=True):
-                for c in range(copies):
-                    at = job.created_at + self.k * period + c * spacing
-                    if not self.now < at <= self.now + horizon:
-                        continue
-                    copy = replace(job, id=f"{job.id}@{self.k}" + (f".{c}" if c else ""), created_at=at)
-                    queue.alias[copy.id] = job.id
-                    group = queue.add(copy, cq, expected=True)
-                    heapq.heappush(ends, _End(at, queue.seq, (), job.local_queue, cq, {}, group.models))
-                    queue.seq += 1
+            made = self.made.get((self.k, self.upper))
+            if made is None:
+                made = self.made[(self.k, self.upper)] = self.period_copies()
+            for copy, cq, origin in made:
+                queue.alias[copy.id] = origin
+                group = queue.add(copy, cq, expected=True)
+                heapq.heappush(ends, _End(copy.created_at, queue.seq, (), copy.local_queue, cq, {}, group.models))
+                queue.seq += 1
             self.k += 1
+
+    def period_copies(self) -> list[tuple[Workload, str, str]]:
+        """Period ``k``'s submissions, in order: each a copy of the job it repeats (its own id, submitted
+        at its time in the period), with its ClusterQueue and the id it repeats."""
+        period, horizon, made = self.arrivals.period, self.arrivals.horizon, []
+        for (job, cq), (copies, spacing) in zip(self.arrivals.jobs, self.copies, strict=True):
+            for c in range(copies):
+                at = job.created_at + self.k * period + c * spacing
+                if self.now < at <= self.now + horizon:
+                    copy = replace(job, id=f"{job.id}@{self.k}" + (f".{c}" if c else ""), created_at=at)
+                    made.append((copy, cq, job.id))
+        return made
 
 
 @dataclass(slots=True)

@@ -172,3 +172,33 @@ def test_behind_the_requests_a_look_that_found_nothing_newer_is_not_repeated_by_
     while len(looks) < 2:
         assert time.monotonic() < deadline, "no second look once RETRY_S had passed"
         time.sleep(0.05)
+
+
+@pytest.mark.django_db
+def test_a_shared_state_is_unpickled_and_warmed_with_the_garbage_collector_paused(world, monkeypatch, redis_cache):
+    # A state is some 100,000 objects: made with the collector running, they set off full collections
+    # that traverse the whole web process, holding the GIL (three times the unpickling's own cost).
+    import gc
+
+    from scheduling import dry_run
+
+    dry_run_state()
+    key = dry_run._last_cycle_key()
+    enabled: list[tuple[str, bool]] = []
+    call = dry_run._cache_call
+
+    def watched(method, *args, **kwargs):
+        enabled.append((args[0], gc.isenabled()))
+        return call(method, *args, **kwargs)
+
+    monkeypatch.setattr(dry_run, "_cache_call", watched)
+    warm = dry_run.DryRun.warm
+    monkeypatch.setattr(dry_run.DryRun, "warm", lambda self: enabled.append(("warm", gc.isenabled())) or warm(self))
+    assert gc.isenabled()
+    state = dry_run._shared_state(key)
+    assert state is not None
+    dry_run._warm(state)
+    assert (dry_run._stamp_key(key), True) in enabled  # a float: read with it running
+    assert (dry_run._shared_key(key), False) in enabled
+    assert ("warm", False) in enabled
+    assert gc.isenabled()  # running again after

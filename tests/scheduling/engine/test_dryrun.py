@@ -4,6 +4,7 @@ snapshot, and against figures worked out by hand from the cluster's shape."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -351,6 +352,30 @@ def test_a_later_job_that_commits_out_of_order_is_decided_on_the_kept_copy():
     # One it decided gone (cancelled): a new copy.
     dry.check(candidate, later=[(b2, None), (b3, None)])
     assert dry._later[0].cycle is not copy
+
+
+def test_a_burst_reuses_the_expected_submissions_and_each_answer_is_a_fresh_dry_runs():
+    # The last hour brought a higher-priority 8-GPU job (``recent``): the forecast expects its like at
+    # NOW+50, ahead of the burst. Each check of the burst runs the forecast on the kept copy, which
+    # makes that period's expected copies once and must see each later job that fits end. A fresh dry
+    # run (made and unpickled, as the web processes get it) must say the same, reasons included, and
+    # the expected job must move the answer.
+    seen = burst_job("seen", NOW - 3600 + 50, priority=5)
+    snap = replace(one_free_node(), recent=(seen,))
+    policy = Policy(arrival_period_s=3600, arrival_upper_p90=False)
+    jobs = [burst_job(f"b{k}", NOW + k, gpu=4) for k in range(1, 5)]  # two fit now: each check, one more holder
+    kept = DryRun(snap, policy, NOW)
+    for n in range(1, 4):
+        candidate = burst_job(f"c{n}", NOW + 10 + n)
+        later = [(w, None) for w in jobs[:n]]
+        answer = kept.check(candidate, later=later)
+        assert answer == pickle.loads(pickle.dumps(DryRun(snap, policy, NOW))).check(candidate, later=later)
+        unexpected = DryRun(snap, replace(policy, arrival_period_s=0), NOW).check(candidate, later=later)
+        assert answer.estimated_start_p50 == unexpected.estimated_start_p50 + BURST_RUNTIME  # the expected job's turn
+    forecast = kept._later[0].cycle._forecast
+    assert forecast.expected_copies  # made by the first check of the burst, used by the next
+    assert [c.id for c, _, _ in forecast.expected_copies[(1, False)]] == ["seen@1"]
+    assert pickle.loads(pickle.dumps(forecast)).expected_copies == {}  # not handed to other processes
 
 
 def test_a_later_job_of_lower_priority_is_decided_after_it_and_one_that_never_fits_holds_nothing():
