@@ -160,6 +160,30 @@ def test_work_that_arrives_during_a_cycle_gets_one_more_cycle(world, redis_db):
     assert not services.cycle_again_pop()
 
 
+def test_a_cycle_turned_away_by_a_cluster_sync_runs_when_the_sync_ends(world, redis_db):
+    # Beat sends the sync and the cycle every interval, the sync first; a sync that holds the lock
+    # turns the cycle away, which asks for one more. The sync's task runs that cycle when it ends:
+    # left to beat, the next sync took the lock again before the next cycle, again and again.
+    from scheduling.tasks import cluster_sync_task, sweep_task
+
+    job = world.submit("vision", gpu=1)
+    with other_session() as other:  # stands for the sync holding the lock
+        other.execute("SELECT pg_advisory_lock(%s)", [CYCLE_LOCK_KEY])
+        assert cycle_run(now=timezone.now(), backend=SimulatedCluster()) is None  # turned away
+        cluster_sync_task.apply()  # a sync that did not get the lock leaves the request alone
+        assert redis_db.exists(services.cycle_key(services.CYCLE_AGAIN_KEY))
+        other.execute("SELECT pg_advisory_unlock(%s)", [CYCLE_LOCK_KEY])
+    cycles = CycleRun.objects.count()
+    cluster_sync_task.apply()  # the sync holds the lock, then runs the cycle that was turned away
+    assert CycleRun.objects.count() == cycles + 1
+    job.refresh_from_db()
+    assert job.state != "Pending"
+    assert not services.cycle_again_pop()
+    cluster_sync_task.apply()  # nothing asked: a sync only
+    sweep_task.apply()
+    assert CycleRun.objects.count() == cycles + 1
+
+
 def test_a_task_retries_kubernetes_api_errors_then_gives_up(db, kube, settings, tmp_path):
     from scheduling.adapters.kubernetes import KubernetesBackend
     from scheduling.adapters.kubernetes_api import ClusterApiError
