@@ -120,6 +120,8 @@ class KubernetesBackend:
         self._bound: dict[str, float] = {}  # name -> monotonic deadline
         self._bound_order: deque[tuple[float, str]] = deque()
         self._nodes: tuple[tuple, list[GpuNode]] | None = None  # (version, the nodes converted)
+        self._kinds_active: set[str] = set()  # training or Ray jobs active when ``observe`` last looked
+        self._kinds_reconciled: set[str] = set()  # the same, when ``reconcile`` last did
         self.services = ServiceWriter(self.core, self.options)
         self.ray = RayJobs(RayWriter(api_client, self.options), self.options, self._pod_job)
         self._started: set[str] = set()  # the informers started, by name
@@ -267,6 +269,7 @@ class KubernetesBackend:
             for node in nodes
             if (notice := termination_notice(node["metadata"]["name"], (node.get("spec") or {}).get("taints") or []))
         }
+        self._kinds_active = self._active_kinds()  # for ``reconcile``: these jobs may end in this sync
         if self._observing is not None:  # the last pass's observations were never applied: again
             self.pod_informer.give_back(OBSERVE, self._observing)
         # A lost or reclaimed node concerns every job on it, whichever pods changed.
@@ -526,11 +529,26 @@ class KubernetesBackend:
         except BaseException:
             self.pod_informer.give_back(RECONCILE, changes)  # the next pass looks at them again
             raise
+        # Steps 4-5 list their objects from the API (no cache keeps them): only in a full pass, or while
+        # a job of their kind is active or was at the last ``observe`` or reconcile (it may just have ended).
+        active = self._active_kinds()
+        kinds = active | self._kinds_active | self._kinds_reconciled
+        self._kinds_reconciled = active
         # 4. the headless Services of training jobs: made for active ones, deleted for the others
-        services = self.services.converge()
+        services = self.services.converge() if changes.everything or Job.Kind.TRAINING.value in kinds else {}
         # 5. the KubeRay objects of Ray jobs: made for admitted ones, deleted for the others
-        ray = self.ray.converge()
+        ray = self.ray.converge() if changes.everything or Job.Kind.RAY.value in kinds else {}
         return {"created": created, "deleted": deleted, **services, **ray}
+
+    @staticmethod
+    def _active_kinds() -> set[str]:
+        """Which of the kinds with objects besides pods (training, Ray) some active job has."""
+        return set(
+            Job.objects.filter(state__in=ACTIVE_STATES, kind__in=[Job.Kind.TRAINING, Job.Kind.RAY])
+            .order_by()
+            .values_list("kind", flat=True)
+            .distinct()
+        )
 
     def _delete_orphans(self, changes: Changes) -> int:
         """Reconcile, steps 1-2: delete live pods of unknown jobs, inactive jobs or older attempts.

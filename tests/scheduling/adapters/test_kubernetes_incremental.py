@@ -119,3 +119,13 @@ def test_a_relist_makes_the_next_pass_a_full_one(kworld, kube, resyncing):
     resyncing.pod_informer.relist()
     assert resyncing.pod_informer.take_changes(OBSERVE).everything
     assert not resyncing.pod_informer.take_changes(OBSERVE).everything
+
+
+def test_a_sync_after_nothing_changed_asks_the_api_nothing(kworld, kube, resyncing):
+    _running_jobs(kworld, kube, resyncing, 2)
+    settle(resyncing, kube)
+    cluster_sync(backend=resyncing, now=timezone.now())
+    before = len(kube.requests)
+    cluster_sync(backend=resyncing, now=timezone.now())
+    # No Services or KubeRay objects listed while no training or Ray job is active; watches go on.
+    assert [r for r in kube.requests[before:] if "watch=" not in r[1]] == []
