@@ -1,5 +1,6 @@
 """Observe and reconcile look only at the job attempts whose pods changed, and a full pass every
-``K8S_RESYNC_S`` catches what no pod event announced (the real client against the fake API server)."""
+``K8S_RESYNC_S`` catches what no pod event announced; the nodes are converted once per node-cache
+version (the real client against the fake API server)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,15 @@ def test_a_sync_after_nothing_changed_asks_the_api_nothing(kworld, kube, resynci
     cluster_sync(backend=resyncing, now=timezone.now())
     # No Services or KubeRay objects listed while no training or Ray job is active; watches go on.
     assert [r for r in kube.requests[before:] if "watch=" not in r[1]] == []
+
+
+def test_the_nodes_are_converted_again_only_when_the_node_cache_changed(kworld, kube, backend):
+    kube.add_node("a100-0", gpus=8)
+    settle(backend, kube)
+    first = backend.nodes()
+    assert backend.nodes()[0] is first[0]  # a cycle reads them twice: snapshot and foreign usage
+    kube.add_node("a100-1", gpus=8)
+    settle(backend, kube)
+    again = backend.nodes()
+    assert [n.name for n in again] == ["a100-0", "a100-1"]
+    assert again[0] is not first[0]
