@@ -267,6 +267,7 @@ K8S_SYNC_TIMEOUT_S = env_float("K8S_SYNC_TIMEOUT_S", 10.0)  # wait for the cache
 K8S_API_RETRIES = env_int("K8S_API_RETRIES", 3)  # attempts per call on 5xx/429/timeouts
 K8S_API_BACKOFF_S = env_float("K8S_API_BACKOFF_S", 0.2)  # first retry delay, doubling
 K8S_START_THREADS = env_int("K8S_START_THREADS", 8)  # pods created and bound at once after a cycle
+K8S_RESYNC_S = env_float("K8S_RESYNC_S", 60.0)  # at most this long between full passes over pods and jobs
 K8S_POD_GRACE_S = env_int("K8S_POD_GRACE_S", 30)  # grace period when preempting or cancelling
 K8S_RUN_AS_USER = env_int("K8S_RUN_AS_USER", 1000)  # uid/gid of every pod (restricted PSS: non-root)
 # An admitted job whose pods are not running after this long is requeued by the sweeper.

@@ -372,6 +372,9 @@ def cluster_sync(*, backend: ClusterBackend, now: datetime, converge: bool = Tru
     database alone (tests). Returns the number of observations applied.
     """
     applied = observations_apply(sorted(backend.observe(now=now), key=lambda o: (o.at, o.job_id)))
+    observed = getattr(backend, "observed", None)
+    if observed is not None:
+        observed()  # applied: a backend that observes what changed need not look at it again
     reconcile = getattr(backend, "reconcile", None)
     if converge and reconcile is not None:
         reconcile(now=now)

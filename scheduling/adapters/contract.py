@@ -60,6 +60,8 @@ class ClusterBackend(ClusterView, Protocol):
 #   reconcile(*, now) -> dict   converge the cluster on the database after the observations
 #                               (create missing pods, delete orphans); called under the cycle lock
 #   sync() -> None              bring cached cluster state up to date before reading it
+#   observed() -> None          the last observe's observations were applied (a backend that
+#                               observes only what changed gives them back to the next pass without it)
 #   raw_pods() -> list[dict]    the cluster's pods, for the pod/job invariants of the audit
 #   namespaces_sync(wanted) -> list[ObjectReport]
 #                               bring each team namespace's ResourceQuota and LimitRange in step

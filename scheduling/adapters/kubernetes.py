@@ -15,6 +15,14 @@ Reading the cluster (``nodes``, ``foreign_usage``, ``observe``):
    from them is idempotent or re-checked against the database (see ``reconcile``). Before a cycle
    reads them, ``sync`` relists a cache whose watch has been out of contact for longer than one watch
    plus its timeouts (a dead thread, an API outage), and an API that stays down fails the cycle.
+3. The pod cache keeps the portal's pods by job attempt and tells ``observe`` and ``reconcile``
+   which attempts' pods changed since each last looked: each looks at those jobs only (their rows,
+   their pods), so a pass costs what changed, not what exists. Each makes a full pass over every
+   pod and job after a relist, when the nodes changed (``observe``), and at least every
+   ``K8S_RESYNC_S`` (the resync period of Kubernetes' controllers): that catches what no pod event
+   announces (a job cancelled while its pods' delete failed) and any change a pass missed. A pass
+   that fails gives its changes back, so the next one takes them again (``observe``'s: until
+   ``observed`` says its observations were applied).
 
 Writing the cluster (``start``, ``stop``, ``reconcile``):
 
@@ -35,6 +43,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -65,7 +75,7 @@ from scheduling.adapters.kubernetes_api import (
     logger,
     read_body,
 )
-from scheduling.adapters.kubernetes_informer import Informer
+from scheduling.adapters.kubernetes_informer import Changes, Informer
 from scheduling.adapters.kubernetes_namespaces import NamespaceWriter
 from scheduling.adapters.kubernetes_ray import RayJobs, RayWriter
 from scheduling.adapters.kubernetes_services import ServiceWriter
@@ -81,26 +91,12 @@ class StartResult:
     bound: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class _PortalPods:
-    """The portal's pods in the cache, for ``reconcile``."""
+OBSERVE, RECONCILE = "observe", "reconcile"  # the pod cache's two subscribers (module docstring, step 3)
 
-    managed: list[dict]  # every pod of a portal job attempt
-    names: dict[tuple[int, int], set[str]]  # (job id, attempt) -> its pods' names
-    unbound: dict[tuple[int, int], set[str]]  # the same, for the pods never bound and not terminating
 
-    @classmethod
-    def of(cls, pods: list[dict]) -> _PortalPods:
-        found = cls(managed=[], names={}, unbound={})
-        for pod in pods:
-            key = pod_job_attempt(pod)
-            if key is None:
-                continue
-            found.managed.append(pod)
-            found.names.setdefault(key, set()).add(pod["metadata"]["name"])
-            if not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
-                found.unbound.setdefault(key, set()).add(pod["metadata"]["name"])
-        return found
+def _unbound(pod: dict) -> bool:
+    """Created, never bound, and not on its way out."""
+    return not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp")
 
 
 class KubernetesBackend:
@@ -113,7 +109,19 @@ class KubernetesBackend:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.node_informer = Informer("nodes", self.core.list_node, self.options)
-        self.pod_informer = Informer("pods", self.core.list_pod_for_all_namespaces, self.options)
+        self.pod_informer = Informer("pods", self.core.list_pod_for_all_namespaces, self.options, index=pod_job_attempt)
+        for subscriber in (OBSERVE, RECONCILE):
+            self.pod_informer.subscribe(subscriber)
+        self._full_pass_at = {OBSERVE: float("-inf"), RECONCILE: float("-inf")}  # monotonic; -inf: the next is full
+        self._node_view: tuple | None = None  # the node names and termination notices ``observe`` last saw
+        self._observing: Changes | None = None  # the last ``observe``'s changes, until ``observed``
+        # Pods this process bound, by name, until the cache shows them (client-go's "expectations"):
+        # reconcile does not create and bind them again while the watch has not delivered them yet.
+        self._bound: dict[str, float] = {}  # name -> monotonic deadline
+        self._bound_order: deque[tuple[float, str]] = deque()
+        self._nodes: tuple[tuple, list[GpuNode]] | None = None  # (version, the nodes converted)
+        self._kinds_active: set[str] = set()  # training or Ray jobs active when ``observe`` last looked
+        self._kinds_reconciled: set[str] = set()  # the same, when ``reconcile`` last did
         self.services = ServiceWriter(self.core, self.options)
         self.ray = RayJobs(RayWriter(api_client, self.options), self.options, self._pod_job)
         self._started: set[str] = set()  # the informers started, by name
@@ -156,12 +164,16 @@ class KubernetesBackend:
                     informer.start()
                     self._started.add(informer.name)
 
+    @property
+    def _cache_max_age_s(self) -> float:
+        """How long a cache may go without news before it is relisted: one watch plus its timeouts."""
+        return self.options.watch_timeout_s + 2 * self.options.timeout_s + self.options.sync_timeout_s
+
     def sync(self) -> None:
         """Make sure both caches are filled and alive (see the module docstring, step 2)."""
         self._ensure_started(self.node_informer, self.pod_informer)
-        max_age_s = self.options.watch_timeout_s + 2 * self.options.timeout_s + self.options.sync_timeout_s
-        self.node_informer.ensure_fresh(max_age_s)
-        self.pod_informer.ensure_fresh(max_age_s)
+        self.node_informer.ensure_fresh(self._cache_max_age_s)
+        self.pod_informer.ensure_fresh(self._cache_max_age_s)
 
     def raw_nodes(self) -> list[dict]:
         self._ensure_started(self.node_informer)
@@ -172,8 +184,17 @@ class KubernetesBackend:
         return self.pod_informer.items()
 
     def nodes(self) -> list[GpuNode]:
+        """The nodes as the engine sees them; converted again only when the node cache or the GPU
+        models changed (a cycle reads them twice: its snapshot and ``foreign_usage``)."""
         known = list(GpuModel.objects.values_list("name", flat=True))
-        return [gpu_node_from(node, known_models=known) for node in self.raw_nodes()]
+        self._ensure_started(self.node_informer)
+        version = (self.node_informer.identity, self.node_informer.changes, tuple(known))
+        cached = self._nodes
+        if cached is not None and cached[0] == version:
+            return list(cached[1])
+        nodes = [gpu_node_from(node, known_models=known) for node in self.raw_nodes()]
+        self._nodes = (version, nodes)
+        return list(nodes)
 
     def nodes_version(self) -> tuple[int, int]:
         """Changes whenever the node cache does (so may ``nodes``, with the ``GpuModel`` rows, which
@@ -189,25 +210,39 @@ class KubernetesBackend:
             "node", "gpu_indices"
         ):
             held.setdefault(node, set()).update(indices)
-        return foreign_usage_from(self.raw_pods(), self.nodes(), active=active, held=held)
+        # Only pods outside the active attempts hold capacity the placements do not: the foreign ones
+        # and the portal's of inactive attempts, from the index (not every pod of the cache).
+        self._ensure_started(self.pod_informer)
+        informer = self.pod_informer
+        pods = informer.indexed(None) + [
+            pod for key in informer.index_keys() if key not in active for pod in informer.indexed(key)
+        ]
+        return foreign_usage_from(pods, self.nodes(), active=active, held=held)
 
-    def _active_jobs(self) -> list[ActiveJob]:
+    def _changes(self, subscriber: str, *, everything: bool = False) -> Changes:
+        """The job attempts whose pods changed since ``subscriber``'s last pass; everything after a
+        relist, when asked, or when its last full pass is ``K8S_RESYNC_S`` old (module docstring, 3)."""
+        changes = self.pod_informer.take_changes(subscriber)
+        now = time.monotonic()
+        if everything or now - self._full_pass_at[subscriber] >= self.options.resync_s:
+            changes.everything = True
+        if changes.everything:
+            self._full_pass_at[subscriber] = now
+        return changes
+
+    def _active_jobs(self, job_ids: set[int] | None = None) -> list[ActiveJob]:
+        """The admitted and running attempts (of ``job_ids`` only, when given)."""
+        jobs = Job.objects.filter(state__in=ACTIVE_STATES).exclude(kind=Job.Kind.RAY)
+        placements = ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES)
+        if job_ids is not None:
+            if not job_ids:
+                return []
+            jobs, placements = jobs.filter(pk__in=job_ids), placements.filter(job_id__in=job_ids)
         counts: dict[int, int] = {}
-        for job_id in ReplicaPlacement.objects.filter(job__state__in=ACTIVE_STATES).values_list("job_id", flat=True):
+        for job_id in placements.values_list("job_id", flat=True):
             counts[job_id] = counts.get(job_id, 0) + 1
-        rows = (
-            Job.objects.filter(state__in=ACTIVE_STATES)
-            .exclude(kind=Job.Kind.RAY)
-            .only(
-                "id",
-                "attempt",
-                "state",
-                "replicas",
-                "min_available",
-                "restart_policy",
-                "capacity_type",
-                "checkpoint_path",
-            )
+        rows = jobs.only(
+            "id", "attempt", "state", "replicas", "min_available", "restart_policy", "capacity_type", "checkpoint_path"
         )
         return [
             ActiveJob(
@@ -224,10 +259,9 @@ class KubernetesBackend:
         ]
 
     def observe(self, *, now: datetime) -> list[Observation]:
+        """What the pods of the active job attempts say; only those whose pods changed since the last
+        pass, unless it is a full one (module docstring, step 3)."""
         self.sync()
-        # Pods first, then the database: a pod in the cache was created after its job's admission
-        # committed, so the job rows read next are at least that new.
-        pods = self.raw_pods()
         nodes = self.raw_nodes()
         node_names = {n["metadata"]["name"] for n in nodes}
         reclaims = {
@@ -235,9 +269,32 @@ class KubernetesBackend:
             for node in nodes
             if (notice := termination_notice(node["metadata"]["name"], (node.get("spec") or {}).get("taints") or []))
         }
-        observations = job_observations(self._active_jobs(), pods, node_names, now=now, reclaims=reclaims)
+        self._kinds_active = self._active_kinds()  # for ``reconcile``: these jobs may end in this sync
+        if self._observing is not None:  # the last pass's observations were never applied: again
+            self.pod_informer.give_back(OBSERVE, self._observing)
+        # A lost or reclaimed node concerns every job on it, whichever pods changed.
+        node_view = (frozenset(node_names), tuple(sorted(reclaims.items())))
+        if node_view != self._node_view:
+            # ...and so does reconcile: the pods of a job requeued off a lost node never changed.
+            self._full_pass_at[RECONCILE] = float("-inf")
+        changes = self._observing = self._changes(OBSERVE, everything=node_view != self._node_view)
+        self._node_view = node_view
+        if changes.everything:
+            # Pods first, then the database: a pod in the cache was created after its job's admission
+            # committed, so the job rows read next are at least that new.
+            pods = self.raw_pods()
+            jobs = self._active_jobs()
+        else:
+            # The rows first: each job's pods are then looked up under the attempt its row has.
+            jobs = self._active_jobs({job_id for job_id, _ in changes.keys})
+            pods = [pod for job in jobs for pod in self.pod_informer.indexed((job.job_id, job.attempt))]
+        observations = job_observations(jobs, pods, node_names, now=now, reclaims=reclaims)
         # Ray jobs: KubeRay's objects say how they are doing (``kubernetes_ray``).
         return observations + self.ray.observe(now=now, node_names=node_names, reclaims=reclaims)
+
+    def observed(self) -> None:
+        """The last ``observe``'s observations were applied: its changes are done with."""
+        self._observing = None
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -319,12 +376,31 @@ class KubernetesBackend:
                 f"bind pod {namespace}/{name} to {node}",
             )
             bound = 1
+            self._expect_bound(name)
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            self._expect_bound(name)
         if bound:
             self._event(namespace, name, uid, "Scheduled", f"Successfully assigned {namespace}/{name} to {node}")
         return StartResult(created=created, existed=existed, bound=bound)
+
+    def _expect_bound(self, name: str) -> None:
+        """Remember that pod ``name`` is created and bound until the pod cache must have seen it."""
+        deadline = time.monotonic() + self._cache_max_age_s
+        with self._lock:
+            self._bound[name] = deadline
+            self._bound_order.append((deadline, name))
+
+    def _expected_bound(self) -> set[str]:
+        """The pods this process created and bound lately (their expectations not expired)."""
+        now = time.monotonic()
+        with self._lock:
+            while self._bound_order and self._bound_order[0][0] <= now:
+                deadline, name = self._bound_order.popleft()
+                if self._bound.get(name) == deadline:
+                    del self._bound[name]
+            return set(self._bound)
 
     def _event(self, namespace: str, pod: str, uid: str, reason: str, message: str) -> None:
         """Best effort: an event is for people reading ``kubectl describe``; losing one loses nothing."""
@@ -436,37 +512,57 @@ class KubernetesBackend:
     def reconcile(self, *, now: datetime) -> dict[str, int]:
         """Converge the cluster on the database: create missing pods, delete orphaned ones.
 
-        Called under the cycle lock, after the observations were applied. Pods are read before jobs
-        (see ``observe``). A pod is an orphan when its job is unknown, or when it still runs (or
-        waits) while its job is not admitted or running or is on another attempt; it is deleted with
-        the grace period. Finished pods of known jobs are kept for their logs. An admitted job
-        missing pods gets them (409 for the ones that exist), and its created but unbound pods are bound.
+        Called under the cycle lock, after the observations were applied. A pod is an orphan when its
+        job is unknown, or when it still runs (or waits) while its job is not admitted or running or
+        is on another attempt; it is deleted with the grace period. Finished pods of known jobs are
+        kept for their logs. An admitted job missing pods gets them (409 for the ones that exist),
+        and its created but unbound pods are bound. Orphans are looked for among the attempts whose
+        pods changed since the last pass, or all of them in a full pass (module docstring, step 3).
         """
         self.sync()
-        # 1. the portal's pods, by job attempt
-        pods = _PortalPods.of(self.raw_pods())
-        # 2. the jobs they belong to, and every admitted job
-        jobs = {
-            job_id: (attempt, state)
-            for job_id, attempt, state in Job.objects.filter(
-                pk__in={k[0] for k in pods.names}
-                | set(Job.objects.filter(state=JobState.ADMITTED).values_list("id", flat=True))
-            ).values_list("id", "attempt", "state")
-        }
-        # 3. delete the orphans
-        deleted = self._delete_orphans(pods.managed, jobs)
-        # 4. create and bind the pods admitted jobs miss
-        created = self._create_missing(
-            pods, [job_id for job_id, (_, state) in jobs.items() if state == JobState.ADMITTED]
-        )
-        # 5. the headless Services of training jobs: made for active ones, deleted for the others
-        services = self.services.converge()
-        # 6. the KubeRay objects of Ray jobs: made for admitted ones, deleted for the others
-        ray = self.ray.converge()
+        changes = self._changes(RECONCILE)
+        try:
+            # 1-2. the pods of the changed attempts, and their jobs: delete the orphans
+            deleted = self._delete_orphans(changes)
+            # 3. create and bind the pods admitted jobs miss
+            created = self._create_missing()
+        except BaseException:
+            self.pod_informer.give_back(RECONCILE, changes)  # the next pass looks at them again
+            raise
+        # Steps 4-5 list their objects from the API (no cache keeps them): only in a full pass, or while
+        # a job of their kind is active or was at the last ``observe`` or reconcile (it may just have ended).
+        active = self._active_kinds()
+        kinds = active | self._kinds_active | self._kinds_reconciled
+        self._kinds_reconciled = active
+        # 4. the headless Services of training jobs: made for active ones, deleted for the others
+        services = self.services.converge() if changes.everything or Job.Kind.TRAINING.value in kinds else {}
+        # 5. the KubeRay objects of Ray jobs: made for admitted ones, deleted for the others
+        ray = self.ray.converge() if changes.everything or Job.Kind.RAY.value in kinds else {}
         return {"created": created, "deleted": deleted, **services, **ray}
 
-    def _delete_orphans(self, managed: list[dict], jobs: dict[int, tuple[int, str]]) -> int:
-        """Reconcile, step 3: delete live pods of unknown jobs, inactive jobs or older attempts."""
+    @staticmethod
+    def _active_kinds() -> set[str]:
+        """Which of the kinds with objects besides pods (training, Ray) some active job has."""
+        return set(
+            Job.objects.filter(state__in=ACTIVE_STATES, kind__in=[Job.Kind.TRAINING, Job.Kind.RAY])
+            .order_by()
+            .values_list("kind", flat=True)
+            .distinct()
+        )
+
+    def _delete_orphans(self, changes: Changes) -> int:
+        """Reconcile, steps 1-2: delete live pods of unknown jobs, inactive jobs or older attempts.
+        Pods are read before jobs (see ``observe``)."""
+        keys = self.pod_informer.index_keys() if changes.everything else changes.keys
+        managed = [pod for key in keys for pod in self.pod_informer.indexed(key)]
+        if not managed:
+            return 0
+        jobs = {
+            job_id: (attempt, state)
+            for job_id, attempt, state in Job.objects.filter(pk__in={job_id for job_id, _ in keys}).values_list(
+                "id", "attempt", "state"
+            )
+        }
         deleted = 0
         for pod in managed:
             job_id, attempt = pod_job_attempt(pod)  # type: ignore[misc]
@@ -484,22 +580,41 @@ class KubernetesBackend:
                 logger.warning("kubernetes: cannot delete orphan %s/%s: %s", meta["namespace"], meta["name"], exc)
         return deleted
 
-    def _create_missing(self, pods: _PortalPods, admitted: list[int]) -> int:
-        """Reconcile, step 4: create an admitted job's missing pods and bind its unbound ones."""
+    def _create_missing(self) -> int:
+        """Reconcile, step 3: create an admitted job's missing pods and bind its unbound ones.
+
+        Every admitted attempt is checked, from one query of its placements and the pod cache's index
+        (a job whose worker died after the admission committed has no pod event to announce it); a
+        pod this process bound lately counts as there until the cache shows it (``_expect_bound``).
+        Only the jobs missing something are read in full."""
+        wanted: dict[tuple[int, int], set[str]] = {}
+        for job_id, attempt, replica in (
+            ReplicaPlacement.objects.filter(job__state=JobState.ADMITTED)
+            .exclude(job__kind=Job.Kind.RAY)  # KubeRay makes a Ray job's pods (step 5)
+            .values_list("job_id", "job__attempt", "replica")
+        ):
+            wanted.setdefault((job_id, attempt), set()).add(pod_name(job_id, attempt, replica))
+        expected = self._expected_bound()
+        short: dict[int, tuple[set[str], set[str]]] = {}  # job id -> (its pods' names, the unbound ones)
+        for key, names in wanted.items():
+            pods = self.pod_informer.indexed(key)
+            existing = {p["metadata"]["name"] for p in pods}
+            stranded = {p["metadata"]["name"] for p in pods if _unbound(p)} - expected
+            if names <= existing | expected and not stranded:
+                continue  # every pod made and bound (most admitted jobs: their pods just have not run yet)
+            short[key[0]] = (existing, stranded)
+        if not short:
+            return 0
         created = 0
         jobs = (
             Job.objects.select_related("team", "local_queue")
             .prefetch_related(Prefetch("placements", queryset=ReplicaPlacement.objects.order_by("replica")))
-            .filter(pk__in=admitted, state=JobState.ADMITTED)
+            .filter(pk__in=short, state=JobState.ADMITTED)
         )
-        for job in jobs.exclude(kind=Job.Kind.RAY):  # KubeRay makes a Ray job's pods (step 6)
-            existing = pods.names.get((job.pk, job.attempt), set())
-            stranded = pods.unbound.get((job.pk, job.attempt), set())
-            wanted = {pod_name(job.pk, job.attempt, p.replica) for p in job.placements.all()}
-            if wanted <= existing and not stranded:
-                continue  # every pod made and bound (most admitted jobs: their pods just have not run yet)
+        for job in jobs:
+            existing, stranded = short[job.pk]
             manifests = self.pods_for(job)
-            missing = [m for m in manifests if m["metadata"]["name"] not in existing]
+            missing = [m for m in manifests if m["metadata"]["name"] not in existing | expected]
             created += self._start_pods(job, missing)
             # Created, but the bind failed (an API outage after the create): only the bind is retried.
             self._start_pods(job, [m for m in manifests if m["metadata"]["name"] in stranded], skip_create=True)

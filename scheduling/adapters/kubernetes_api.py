@@ -54,6 +54,7 @@ class K8sOptions:
     retries: int = 3  # attempts per call on retryable failures
     backoff_s: float = 0.2  # first retry delay; doubles, capped at 5 s
     start_threads: int = 8  # pods created and bound at once when a cycle starts many jobs
+    resync_s: float = 60.0  # the longest time between two full passes of observe and reconcile
 
     @property
     def request_timeout(self) -> tuple[float, float]:
@@ -77,6 +78,7 @@ class K8sOptions:
             retries=settings.K8S_API_RETRIES,
             backoff_s=settings.K8S_API_BACKOFF_S,
             start_threads=settings.K8S_START_THREADS,
+            resync_s=settings.K8S_RESYNC_S,
         )
 
 

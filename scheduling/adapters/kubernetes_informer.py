@@ -12,6 +12,11 @@ Part of the ``scheduling.adapters.kubernetes*`` family, the only modules that im
 4. ``ensure_fresh`` relists synchronously a cache whose watch has been out of contact too long (a dead
    thread, an API outage), so a reader never plans from a view that silently stopped updating; a
    watch started before a relist stops applying its events.
+5. With an ``index`` (a key per object, None for objects nobody asks about), the cache also keeps its
+   objects by key (``indexed``) and, for each subscriber (``subscribe``), the keys whose objects were
+   added, changed or deleted since the subscriber last asked (``take_changes``): a relist reports "all",
+   since what it replaced is not known. This is client-go's indexer and work queue, so a reader works
+   in proportion to what changed instead of walking the whole cache.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import watch
@@ -36,15 +42,34 @@ def _key(obj: Mapping) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+@dataclass(slots=True)
+class Changes:
+    """What one subscriber has not seen yet: every key (``everything``, after a relist) or these."""
+
+    everything: bool = True  # a new subscriber has seen nothing
+    keys: set = field(default_factory=set)
+
+
 class Informer:
     """A cache of one resource kind: LIST, then WATCH from the resourceVersion, relist on 410 Gone."""
 
-    def __init__(self, name: str, list_fn: Callable[..., Any], options: K8sOptions, **selectors: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        list_fn: Callable[..., Any],
+        options: K8sOptions,
+        *,
+        index: Callable[[Mapping], Hashable | None] | None = None,
+        **selectors: str,
+    ) -> None:
         self.name = name
         self.list_fn = list_fn
         self.options = options
         self.selectors = {k: v for k, v in selectors.items() if v}
         self._items: dict[str, dict] = {}
+        self._index_fn = index
+        self._by_key: dict[Hashable | None, dict[str, dict]] = {}  # index key -> {object key: object}
+        self._subscribers: dict[str, Changes] = {}
         self._rv: str | None = None
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -64,6 +89,83 @@ class Informer:
         with self._cond:
             return list(self._items.values())
 
+    # -- the index and its subscribers (step 5) ---------------------------------------------------------
+
+    def subscribe(self, name: str) -> None:
+        """Start recording changed keys for ``name``; its first ``take_changes`` reports everything."""
+        with self._cond:
+            self._subscribers.setdefault(name, Changes())
+
+    def take_changes(self, name: str) -> Changes:
+        """The keys changed since ``name`` last asked (and forget them): ``everything`` after a relist."""
+        with self._cond:
+            pending = self._subscribers[name]
+            self._subscribers[name] = Changes(everything=False)
+            return pending
+
+    def give_back(self, name: str, changes: Changes) -> None:
+        """Give ``changes`` back to ``name`` (its pass over them failed: the next one takes them again)."""
+        with self._cond:
+            pending = self._subscribers[name]
+            pending.everything |= changes.everything
+            pending.keys |= changes.keys
+
+    def indexed(self, key: Hashable | None) -> list[dict]:
+        """The objects whose index key is ``key`` (None: those the index leaves out)."""
+        with self._cond:
+            return list((self._by_key.get(key) or {}).values())
+
+    def index_keys(self) -> list:
+        """Every index key some object has (never None)."""
+        with self._cond:
+            return [key for key in self._by_key if key is not None]
+
+    def _touch(self, key: Hashable | None) -> None:
+        if key is not None:
+            for pending in self._subscribers.values():
+                pending.keys.add(key)
+
+    def _unindex(self, name: str, key: Hashable | None) -> None:
+        bucket = self._by_key.get(key) or {}
+        bucket.pop(name, None)
+        if not bucket:
+            self._by_key.pop(key, None)
+        self._touch(key)
+
+    def _put(self, obj: dict) -> None:
+        """Store one object, keeping the index and telling the subscribers; the lock is held."""
+        name = _key(obj)
+        old = self._items.get(name)
+        self._items[name] = obj
+        if self._index_fn is None:
+            return
+        key = self._index_fn(obj)
+        if old is not None and (old_key := self._index_fn(old)) != key:
+            self._unindex(name, old_key)
+        self._by_key.setdefault(key, {})[name] = obj
+        self._touch(key)
+
+    def _drop(self, obj: Mapping) -> None:
+        """Forget one deleted object, as ``_put``."""
+        name = _key(obj)
+        old = self._items.pop(name, None)
+        if self._index_fn is None:
+            return
+        if old is not None:
+            self._unindex(name, self._index_fn(old))
+        self._touch(self._index_fn(obj))
+
+    def _reindex(self) -> None:
+        """After a relist: rebuild the index; every subscriber must look at everything."""
+        self._by_key = {}
+        if self._index_fn is None:
+            return
+        for name, obj in self._items.items():
+            self._by_key.setdefault(self._index_fn(obj), {})[name] = obj
+        for pending in self._subscribers.values():
+            pending.everything = True
+            pending.keys.clear()
+
     def relist(self) -> None:
         """LIST everything now and replace the cache (the first fill, and recovery from 410 Gone)."""
         timeout = (self.options.timeout_s, self.options.timeout_s)
@@ -76,6 +178,7 @@ class Informer:
         body = json.loads(response.data)
         with self._cond:
             self._items = {_key(item): item for item in body.get("items") or []}
+            self._reindex()
             self._rv = (body.get("metadata") or {}).get("resourceVersion")
             self._generation += 1
             self.changes += 1
@@ -107,9 +210,9 @@ class Informer:
                     watcher.stop()
                     break
                 if event["type"] in ("ADDED", "MODIFIED"):
-                    self._items[_key(obj)] = obj
+                    self._put(obj)
                 elif event["type"] == "DELETED":
-                    self._items.pop(_key(obj), None)
+                    self._drop(obj)
                 if rv:
                     self._rv = rv
                 self.changes += 1
