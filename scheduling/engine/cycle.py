@@ -441,7 +441,8 @@ class _Cycle(ForecastHost):
             needed = self.quota.replicas_with_room(cq, one, job.replicas, borrow)
         misses.tried.append((shape, minimum))
         if needed < job.gang_size:
-            misses.quota.append(quota_shortfall(self.quota, cq, self.cohort_of.get(cq, ""), minimum))
+            if self.explaining:  # the forecast needs no reason
+                misses.quota.append(quota_shortfall(self.quota, cq, self.cohort_of.get(cq, ""), minimum))
             return None
         misses.fitting.append(shape)
         # The same shape and filters failed already (whatever the queue): the number of
