@@ -144,7 +144,9 @@ def test_a_shape_pickles_without_its_hash_and_hashes_as_its_fields_again() -> No
     for shape in (Shape("A100-80GB", gpus=2, cpu_milli=8), Shape("A100-80GB", mig=mig_geometry("1g.10gb", 80))):
         assert shape.__getstate__() == tuple(_fields(shape).values())  # no hash: another process's differs
         back = pickle.loads(pickle.dumps(shape))
-        assert back == shape and hash(back) == hash(shape) and back.kind == shape.kind
+        assert back == shape
+        assert hash(back) == hash(shape)
+        assert back.kind == shape.kind
         assert hash(replace(shape, cpu_milli=1)) == hash(Shape(**{**_fields(shape), "cpu_milli": 1}))
 
 

@@ -393,6 +393,9 @@ def test_a_single_replica_that_fits_nowhere_is_searched_for_once_and_explained()
     choose = placer.choose_node
     placer.choose_node = lambda *args, **kwargs: searched.append(1) or choose(*args, **kwargs)  # type: ignore[method-assign]
     result = placer.place_gang(workload, shape, Statement(cluster), 1, 1)
-    assert result.placements == () and result.fit_count == 0 and len(searched) == 1
+    assert result.placements == ()
+    assert result.fit_count == 0
+    assert len(searched) == 1
     assert result.explanation == placer.explain(workload, [shape])
-    assert result.explanation.fit == 0 and dict(result.explanation.counts) == {"too few free GPUs": 2}
+    assert result.explanation.fit == 0
+    assert dict(result.explanation.counts) == {"too few free GPUs": 2}
