@@ -176,48 +176,51 @@ class AdmissionOrder:
         self.fair_sharing = fair_sharing
         self.borrows = borrows
         self.changes = changes if borrows is not None else None
-        self._heap: list[tuple[SortKey, str, tuple[int, int]]] = []  # (key, queue, stamps it was taken at)
+        # One flat tuple per queue: its head's ``SortKey``, the queue, and the stamps (fair share, quota)
+        # its key was taken at. Flat, so the heap's comparisons walk one tuple, not a key tuple inside an
+        # entry tuple (the same order: the key's fields, then the queue, then the stamps).
+        self._heap: list[tuple[int, bool, float, float, float, str, str, int, int]] = []
         self.last_key: SortKey | None = None  # the key the job yielded last was taken with
         self.refresh()
 
-    def _key(self, lq: str) -> SortKey:
+    def _entry(self, lq: str) -> tuple[int, bool, float, float, float, str, str, int, int]:
+        """The queue's heap entry as usage stands: its head's ``sort_key``, the queue, the stamps."""
+        fair = self.fair
+        stamps = (fair.changes, self.changes.changes if self.changes is not None else 0)
         job = self.queues[lq][self.heads[lq]]
         borrows = self.borrows(job) if self.borrows is not None else False
-        return sort_key(self.fair if self.fair_sharing else None, job, borrows)
+        return (*sort_key(fair if self.fair_sharing else None, job, borrows), lq, *stamps)
 
-    def _stamps(self) -> tuple[int, int]:
-        return self.fair.changes, self.changes.changes if self.changes is not None else 0
-
-    def _current(self, lq: str, stamps: tuple[int, int]) -> bool:
-        """Whether what the queue's key reads has not changed since ``stamps``."""
+    def _current(self, lq: str, fair_stamp: int, quota_stamp: int) -> bool:
+        """Whether what the queue's key reads has not changed since the stamps it was taken at."""
         cq = self.fair.lq_cq.get(lq, "")
-        if self.borrows is not None and (self.changes is None or not self.changes.unchanged_since(stamps[1], cq)):
+        if self.borrows is not None and (self.changes is None or not self.changes.unchanged_since(quota_stamp, cq)):
             return False
-        return not self.fair_sharing or self.fair.unchanged_since(stamps[0], lq, cq)
+        return not self.fair_sharing or self.fair.unchanged_since(fair_stamp, lq, cq)
 
     def refresh(self) -> None:
-        stamps = self._stamps()
-        self._heap = [(self._key(lq), lq, stamps) for lq in self.queues if self.heads[lq] < len(self.queues[lq])]
+        self._heap[:] = [self._entry(lq) for lq in self.queues if self.heads[lq] < len(self.queues[lq])]
         heapq.heapify(self._heap)
 
     def __iter__(self) -> Iterator[Workload]:
-        while self._heap:
-            key, lq, stamps = heapq.heappop(self._heap)
-            if not self._current(lq, stamps):
-                stamps = self._stamps()
-                fresh = self._key(lq)
-                if fresh != key:
-                    heapq.heappush(self._heap, (fresh, lq, stamps))
+        heap, queues, heads = self._heap, self.queues, self.heads
+        while heap:
+            entry = heapq.heappop(heap)
+            lq = entry[6]
+            if not self._current(lq, entry[7], entry[8]):
+                fresh = self._entry(lq)
+                if fresh[:6] != entry[:6]:
+                    heapq.heappush(heap, fresh)
                     continue
-            job = self.queues[lq][self.heads[lq]]
-            self.heads[lq] += 1
-            self.last_key = key
-            yield job
+            jobs = queues[lq]
+            head = heads[lq]
+            heads[lq] = head + 1
+            self.last_key = entry[:6]
+            yield jobs[head]
             # The queue's next job is keyed after this one's decision, which may raise the queue's
             # share: a key taken before it would be stale and popped once more for nothing.
-            if self.heads[lq] < len(self.queues[lq]):
-                stamps = self._stamps()
-                heapq.heappush(self._heap, (self._key(lq), lq, stamps))
+            if head + 1 < len(jobs):
+                heapq.heappush(heap, self._entry(lq))
 
 
 def pending_limit_error(local_queue: LocalQueue, pending_count: int) -> str | None:

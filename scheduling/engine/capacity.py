@@ -14,7 +14,7 @@ Changes go through :class:`Statement` (Volcano's idea): apply replica placements
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -214,6 +214,43 @@ class Cluster:
             listener(i, placement, sign)
         return True
 
+    def take_all(self, placements: Iterable[ReplicaPlacement]) -> None:
+        """``apply(p, 1, refresh=False)`` of every placement, in order (a bulk load: call
+        :meth:`refresh_all` after): the CPU, memory and device shares of plain placements are
+        subtracted in three array operations at the end (sums of whole numbers, so the same arrays);
+        MIG slices and holders of MIG devices take :meth:`apply` one by one."""
+        nodes: list[int] = []
+        cpus: list[int] = []
+        mems: list[int] = []
+        dev_nodes: list[int] = []
+        devs: list[int] = []
+        takens: list[int] = []
+        index, width, caps, mig, listeners = self.index, self.width, self._cap, self._mig, self.listeners
+        for p in placements:
+            i = index.get(p.node)
+            if i is None:
+                continue
+            if p.gpu_indices and (p.mig_profile is not None or (mig[i] and p.gpu_milli > 0)):
+                self.apply(p, 1, refresh=False)
+                continue
+            nodes.append(i)
+            cpus.append(p.cpu_milli)
+            mems.append(p.memory_mib)
+            if p.gpu_indices:
+                taken = caps[i] if p.gpu_milli >= FULL else p.gpu_milli
+                for d in p.gpu_indices:
+                    if d < width:
+                        dev_nodes.append(i)
+                        devs.append(d)
+                        takens.append(taken)
+            for listener in listeners:
+                listener(i, p, 1)
+        at = np.array(nodes, dtype=np.intp)
+        np.subtract.at(self.cpu_free, at, np.array(cpus, dtype=self.cpu_free.dtype))
+        np.subtract.at(self.mem_free, at, np.array(mems, dtype=self.mem_free.dtype))
+        rows, cols = np.array(dev_nodes, dtype=np.intp), np.array(devs, dtype=np.intp)
+        np.subtract.at(self.dev_free, (rows, cols), np.array(takens, dtype=self.dev_free.dtype))
+
     def save_free(self) -> tuple[np.ndarray, ...]:
         """A copy of the free capacity (every array ``apply`` changes), for :meth:`restore_free`."""
         return tuple(getattr(self, name).copy() for name in _FREE_STATE)
@@ -315,6 +352,16 @@ class Cluster:
         if self._pack_stale:
             self._rescore_stale()
         return self._cpu_pack
+
+    def pack_scores_at(self, nodes: np.ndarray, cpu: bool) -> np.ndarray:
+        """:attr:`pack_score` (``cpu``: :attr:`cpu_pack_score`) of the nodes ``nodes`` (an index array),
+        computed from the free arrays: the same formula on the same numbers, so the same floats, without
+        rescoring every node changed since the scores were last read (a few candidates, e.g. MIG nodes,
+        after many placements elsewhere)."""
+        cpu_share = self.cpu_free[nodes] * self.inv_cpu_total[nodes]
+        if cpu:
+            return -cpu_share
+        return -(self.gpu_free_total[nodes] * self.inv_gpu_total[nodes]) - 0.01 * cpu_share
 
     def _rescore_stale(self) -> None:
         """:meth:`_rescore_all` of the nodes changed since the scores were last read: the same formula

@@ -162,6 +162,10 @@ class _Cycle(ForecastHost):
         # Step 3's borrowing pass order (``_borrows``) per decision key number: the quota's change count
         # when it was taken, whether the job would borrow then, and its minimums.
         self._borrowing: dict[int, tuple[int, bool, tuple[dict[str, int], ...]]] = {}
+        # The forecast's decisions (no reasons, no preemption) that failed on quota alone on every GPU model,
+        # per (borrow, decision key number): the quota's change count then. While neither the queue's
+        # usage nor its cohort's changed since, the job fails again (``_decide``).
+        self._quota_misses: dict[tuple[bool, int], int] = {}
         self.stats: dict[str, int | float] = {"placement_attempts": 0, "cache_hits": 0}
         # The forecast and the dry run decide more jobs on the cycle's final state: the forecast keeps
         # what fits and never preempts; the dry run keeps nothing (``Statement.discard``).
@@ -353,6 +357,11 @@ class _Cycle(ForecastHost):
         if cached is not None:
             self.stats["cache_hits"] += 1
             return cached
+        if not self.explaining and not self.may_preempt:
+            stamp = self._quota_misses.get((borrow, number))
+            if stamp is not None and self.quota.room_unchanged_since(stamp, cq):
+                self.stats["cache_hits"] += 1
+                return NOT_EXPLAINED
         # c.-e.
         outcome = self._attempt(job, cq, borrow, number)
         if isinstance(outcome, NoFit | Deferred):
@@ -416,6 +425,8 @@ class _Cycle(ForecastHost):
         if misses.deferrable:
             return Deferred()
         if not self.explaining:
+            if not misses.fitting and not self.may_preempt:  # no model had quota: only quota can change that
+                self._quota_misses[(borrow, number)] = self.quota.changes
             return NOT_EXPLAINED
         reason = self._reason(job, misses)
         if self.holds.taken:
@@ -441,7 +452,8 @@ class _Cycle(ForecastHost):
             needed = self.quota.replicas_with_room(cq, one, job.replicas, borrow)
         misses.tried.append((shape, minimum))
         if needed < job.gang_size:
-            misses.quota.append(quota_shortfall(self.quota, cq, self.cohort_of.get(cq, ""), minimum))
+            if self.explaining:  # the forecast needs no reason
+                misses.quota.append(quota_shortfall(self.quota, cq, self.cohort_of.get(cq, ""), minimum))
             return None
         misses.fitting.append(shape)
         # The same shape and filters failed already (whatever the queue): the number of

@@ -55,6 +55,7 @@ class ForecastHost:
         _forecast: Forecast | None
         _expected: Arrivals | None
         _borrowing: dict[int, tuple[int, bool, tuple[dict[str, int], ...]]]
+        _quota_misses: dict[tuple[bool, int], int]
 
         def _decide(self, job: Workload, borrow: bool) -> Outcome: ...
 
@@ -131,6 +132,7 @@ class ForecastHost:
         twin.stats = dict(self.stats)
         twin.preemptors = dict(self.preemptors)
         twin._borrowing = {}  # read at the quota's change counts, which the copies count apart
+        twin._quota_misses = {}
         twin._forecast = None
         return twin
 

@@ -352,13 +352,17 @@ class Forecast:
         if cached is None:
             cached = []
             models_of: dict[str | None, frozenset[str | None]] = {}  # one set per GPU model
+            # ``tuple.__new__``: an ``_End`` without the named tuple's Python-level ``__new__`` (18,000 of them)
+            now, end_at, make = self.now, self.end_at, tuple.__new__
             for seq, holder in enumerate(holders):
                 w = holder.workload
-                at = self.now if w.id in victims else self.end_at(w, which)
+                at = now if w.id in victims else end_at(w, which)
                 models = models_of.get(w.gpu_model)
                 if models is None:
                     models = models_of[w.gpu_model] = frozenset((w.gpu_model,))
-                cached.append(_End(at, seq, holder.placements, holder.lq, holder.cq, holder.request, models))
+                cached.append(
+                    make(_End, (at, seq, holder.placements, holder.lq, holder.cq, holder.request, models, ""))
+                )
             heapq.heapify(cached)
             self.ends_cache[which] = cached
         return cached

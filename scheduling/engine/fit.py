@@ -50,6 +50,10 @@ class Shape:
     memory_mib: int = 0
     # Derived from the fields above once (read for every node choice): "mig", "whole", "fraction", "cpu".
     kind: str = field(init=False, compare=False, repr=False)
+    # The hash of the fields above, once: a shape sits in the keys of every per-cycle memo a decision
+    # reads (its MIG geometry would be hashed deep each time). Not pickled (``__getstate__``): another
+    # process hashes strings differently.
+    _hash: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.mig is not None:
@@ -61,6 +65,19 @@ class Shape:
         else:
             kind = "cpu"
         object.__setattr__(self, "kind", kind)
+        fields = (self.gpu_model, self.gpus, self.milli, self.mig, self.cpu_milli, self.memory_mib)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> tuple[object, ...]:
+        return (self.gpu_model, self.gpus, self.milli, self.mig, self.cpu_milli, self.memory_mib)
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        for name, value in zip(_SHAPE_FIELDS, state, strict=True):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
 
     @property
     def quota_milli(self) -> int:
@@ -68,6 +85,9 @@ class Shape:
         if self.mig is not None:
             return self.mig.gpu_milli
         return self.gpus * FULL + self.milli
+
+
+_SHAPE_FIELDS = ("gpu_model", "gpus", "milli", "mig", "cpu_milli", "memory_mib")
 
 
 def shape_of(

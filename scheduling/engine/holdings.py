@@ -29,11 +29,10 @@ def load_running(
     for w in snapshot.workloads:
         if w.state == WorkloadState.PENDING:
             continue
-        for p in w.placements:
-            cluster.apply(p, 1, refresh=False)
         lq = lq_by_name.get(w.local_queue)
         cq = lq.cluster_queue if lq is not None else ""
         holders.append(Holder(w, w.local_queue, cq, held(w, cluster, shape_for), w.placements))
+    cluster.take_all(p for holder in holders for p in holder.placements)
     cluster.refresh_all()
     return holders
 

@@ -205,6 +205,15 @@ def slot_loss(used_mask: int, used_compute: int, geometry: MigGeometry, start: i
     return tuple(b - a for b, a in zip(before, after, strict=True))
 
 
+@cache
+def best_start(used_mask: int, used_compute: int, geometry: MigGeometry) -> tuple[tuple[int, ...], int] | None:
+    """The free start of ``geometry`` on such a device that costs it least (``slot_loss``), the lowest
+    of equals, with its loss; ``None`` when none is free. Per device state: a node's devices and the
+    nodes of one model repeat the same few states."""
+    starts = free_starts(used_mask, used_compute, geometry)
+    return min(((slot_loss(used_mask, used_compute, geometry, s), s) for s in starts), default=None)
+
+
 def default_device_memory_gib(gpu_model: str) -> int:
     """Best guess of per-device memory from a model name such as ``A100-80GB``; 0 if unknown."""
     match = re.search(r"(\d+)\s*G(?:i)?B", gpu_model, re.IGNORECASE)

@@ -250,15 +250,18 @@ class Placer:
         """
         if workload.rules is not None:
             return self._place_ruled(workload, shape, stmt, wanted, needed, explain)
-        if wanted == 1:  # one replica (most jobs): ``_place_replicas``'s one step; a miss is explained below
+        if wanted == 1:  # one replica (most jobs): ``_place_replicas``'s one step
             placement = self.place_one(workload, shape, stmt, (), 1)
             if placement is not None:
                 return GangResult((placement,), None)
+            if needed > 0:  # the same step again would miss again: explain the miss
+                return GangResult((), self.explain(workload, [shape]) if explain else NO_EXPLANATION, 0)
         first = None
         if needed > 1 and shape.kind != "mig":
             # Replicas are identical and each takes exactly one unit of a node's replica capacity,
             # so the summed capacity is exactly how many fit: fail before placing any.
-            feasible = self.feasible(shape, self.eligible(workload, shape))
+            mask, _, lo = self.filters.eligible(workload, shape)
+            feasible = self._feasible_in(shape, mask, lo)  # on the model's block: no gathering
             node_cap = fit.replica_capacity(self.cluster, shape, feasible)
             capacity = int(node_cap.sum())
             if capacity < needed:

@@ -137,6 +137,7 @@ class QuotaBook:
         self.changes = 0
         self._all_changed = 0
         self._changed: dict[str, int] = {}
+        self._cohort_changed: dict[str, int] = {}  # per cohort: the count at the last change of a member's usage
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -256,11 +257,22 @@ class QuotaBook:
         :meth:`would_borrow` reads besides the fixed limits)."""
         return self._all_changed <= stamp and self._changed.get(cq, 0) <= stamp
 
+    def room_unchanged_since(self, stamp: int, cq: str) -> bool:
+        """Whether neither the queue's usage nor its cohort's (the pool it may borrow from) changed after
+        ``changes`` was ``stamp``: what :meth:`replicas_with_room` and :meth:`room_for_all` read besides
+        the fixed limits."""
+        if self._all_changed > stamp or self._changed.get(cq, 0) > stamp:
+            return False
+        cohort = self._in_cohort(cq)
+        return not cohort or self._cohort_changed.get(cohort, 0) <= stamp
+
     def add(self, cq: str, request: dict[str, int], sign: int = 1) -> None:
         self.changes += 1
         self._changed[cq] = self.changes
         usage = self.usage.setdefault(cq, {})
         cohort = self._in_cohort(cq)
+        if cohort:
+            self._cohort_changed[cohort] = self.changes
         limits = self.limits.get(cq, {})
         pool_used = self._pool_used
         for key, amount in request.items():

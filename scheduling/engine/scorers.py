@@ -23,7 +23,7 @@ import numpy as np
 
 from .capacity import Cluster
 from .fit import Nodes, Shape
-from .mig import MigGeometry, free_starts, slot_loss
+from .mig import MigGeometry, best_start
 
 
 @dataclass(slots=True)
@@ -92,9 +92,15 @@ def register_scorer(name: str, spread: bool = False) -> Callable[[Scorer], Score
     return decorate
 
 
+_FEW_NODES = 256  # up to this many candidates, ``binpack_scores`` computes their scores directly
+
+
 def binpack_scores(cluster: Cluster, shape: Shape, nodes: Nodes) -> np.ndarray:
     """``binpack``'s score of ``nodes`` (an index array or a slice), read from the arrays
-    ``Cluster.apply`` keeps current; ``spread`` is its negation."""
+    ``Cluster.apply`` keeps current; ``spread`` is its negation. A few nodes' scores are computed
+    from the free arrays (``Cluster.pack_scores_at``: the same floats) instead."""
+    if isinstance(nodes, np.ndarray) and len(nodes) <= _FEW_NODES:
+        return cluster.pack_scores_at(nodes, shape.kind == "cpu")
     if shape.kind == "cpu":
         return cluster.cpu_pack_score[nodes]
     return cluster.pack_score[nodes]
@@ -161,10 +167,12 @@ def _pick_mig_slot(cluster: Cluster, i: int, geometry: MigGeometry) -> tuple[tup
         slot = cluster.free_fixed_slot(i, geometry)
         return ((slot[0],), slot[1]) if slot is not None else ((), None)
     best: tuple[tuple[int, ...], int, int, int] | None = None
+    masks, computes = cluster.mig_mask[i].tolist(), cluster.mig_compute[i].tolist()
     for d in range(int(cluster.gpu_count[i])):
-        mask, compute = int(cluster.mig_mask[i, d]), int(cluster.mig_compute[i, d])
-        for start in free_starts(mask, compute, geometry):
-            key = (slot_loss(mask, compute, geometry, start), -mask.bit_count(), d, start)
+        mask = masks[d]
+        found = best_start(mask, computes[d], geometry)
+        if found is not None:
+            key = (found[0], -mask.bit_count(), d, found[1])
             if best is None or key < best:
                 best = key
     if best is None:

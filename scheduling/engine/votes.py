@@ -93,6 +93,10 @@ class Votes:
         self.rack_top, self.zone_top = int(self.rack.max(initial=-1)), int(self.zone.max(initial=-1))
         # The GPU-avoidance vote's penalty per node (static): CPU-only work avoids GPU nodes.
         self.gpu_avoid = 2 * GPU_AVOID_WEIGHT * (cluster.gpu_count > 0)
+        # Its one value when every node has the same (every node has GPUs, or none): subtracted as a
+        # number, the same floats as the per-node array's, without gathering it per candidate.
+        avoid = np.unique(self.gpu_avoid)
+        self._avoid_same: float | None = float(avoid[0]) if len(avoid) == 1 else None
         self.rack_of: list[int] = self.rack.tolist()  # the same codes as plain numbers, per node
         self._zone_of: list[int] = self.zone.tolist()
         # Each rack's and zone's nodes (static), for the topology vote of a gang's next replica.
@@ -165,10 +169,14 @@ class Votes:
         CPU-only work avoids GPU nodes (strictly beyond the policy's range of about one unit),
         multi-GPU replicas prefer a contiguous block of free devices."""
         if shape.kind == "cpu":
-            return raw - self.gpu_avoid[nodes]
+            return raw - self._avoid(nodes)
         if shape.gpus > 1:
             return raw + CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
         return raw
+
+    def _avoid(self, nodes: Nodes) -> np.ndarray | float:
+        """The GPU-avoidance penalty of ``nodes``: one number when every node has the same."""
+        return self.gpu_avoid[nodes] if self._avoid_same is None else self._avoid_same
 
     def fast_pick(self, shape: Shape, mask: np.ndarray, lo: int) -> int | None:
         """``binpack``/``spread`` when only they vote: a masked argmax over the model's block of nodes
@@ -204,7 +212,7 @@ class Votes:
             # side votes a single replica still gets (GPU avoidance, contiguity).
             scores = _unit(scores)
             if shape.kind == "cpu":
-                scores -= self.gpu_avoid[nodes]
+                scores -= self._avoid(nodes)
             if shape.gpus > 1:
                 scores += CONTIGUOUS_WEIGHT * fit.contiguous(self.cluster, shape.gpus, nodes)
         return int(nodes[scores.argmax()])  # the first best; all -inf: the first candidate
@@ -244,7 +252,7 @@ class Votes:
         if shape.kind == "cpu":
             # Strictly above the policy's unit range, as in :meth:`single_vote_score`: at equal weight
             # the fullest GPU node tied with the emptiest CPU node and won on node order.
-            total -= self.gpu_avoid[cand]
+            total -= self._avoid(cand)
         if gang is not None and gang.scores:
             total += INTER_POD_WEIGHT * gang.anti_affinity_score(cand, gang_nodes)
             total += SPREAD_WEIGHT * gang.spread_score(cand, gang_nodes)

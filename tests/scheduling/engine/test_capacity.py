@@ -135,3 +135,31 @@ def test_bin_packing_scores_follow_every_change_when_read():
         c.apply(ReplicaPlacement(name, devices, 250 if devices else 0, cpu_milli=100, memory_mib=1), 1)
     assert np.allclose(c.pack_score, pack_rule(c)[0], rtol=0, atol=1e-12)
     assert np.allclose(c.cpu_pack_score, pack_rule(c)[1], rtol=0, atol=1e-12)
+
+
+def test_a_bulk_take_of_placements_leaves_the_arrays_one_apply_each_leaves():
+    # The running jobs' load (``holdings.load_running``): plain placements summed in array operations,
+    # MIG slices and a plain holder of a MIG device one by one, a placement on an unknown node skipped.
+    foreign_on_mig = ReplicaPlacement("m1", (1,), 500)
+    placements = [*PLACEMENTS, PLACEMENTS[1], foreign_on_mig, ReplicaPlacement("gone", (0,), 1000, cpu_milli=5)]
+    bulk, one_by_one = cluster(), cluster()
+    heard: list[tuple[int, ReplicaPlacement, int]] = []
+    bulk.listeners.append(lambda i, p, sign: heard.append((i, p, sign)))
+    bulk.take_all(placements)
+    for p in placements:
+        one_by_one.apply(p, 1, refresh=False)
+    bulk.refresh_all()
+    one_by_one.refresh_all()
+    assert state(bulk) == state(one_by_one)
+    assert bulk.mem_free.tolist() == one_by_one.mem_free.tolist()
+    assert heard == [(bulk.index[p.node], p, 1) for p in placements if p.node in bulk.index]
+
+
+def test_the_bin_packing_scores_of_a_few_nodes_are_the_floats_the_array_holds():
+    # ``Cluster.pack_scores_at`` computes them from the free arrays, without rescoring the stale nodes.
+    c = cluster()
+    for k, p in enumerate(PLACEMENTS):
+        c.apply(p, 1)
+        nodes = np.array([i for i in range(c.n) if (i + k) % 2 == 0])
+        direct = (c.pack_scores_at(nodes, False).tolist(), c.pack_scores_at(nodes, True).tolist())
+        assert direct == (c.pack_score[nodes].tolist(), c.cpu_pack_score[nodes].tolist())

@@ -109,3 +109,46 @@ def test_contiguity_after_any_changes_is_a_block_of_that_many_free_devices() -> 
         for g in range(1, 9):
             block = any(all(d not in busy for d in range(s, s + g)) for s in range(9 - g))
             assert fit.contiguous(cluster, g, np.arange(1)).tolist() == [block], (held, g)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_the_mig_slice_picked_is_the_least_costly_free_start_by_the_rule(data: Any) -> None:
+    # ``scorers.pick_devices`` on a MIG node (kept per device state, ``mig.best_start``) against the
+    # rule written out over every free (device, start): least loss, then the busiest device, then the
+    # lowest device and start.
+    from scheduling.engine.mig import best_start, free_starts, slot_loss
+
+    cluster = data.draw(loaded_clusters(mig=True))
+    shape = data.draw(shapes(cluster, mig=True))
+    if shape.mig is None:
+        return
+    for i in np.flatnonzero(cluster.mig_node & ~cluster.mig_fixed).tolist():
+        options = []
+        for d in range(int(cluster.gpu_count[i])):
+            mask, compute = int(cluster.mig_mask[i, d]), int(cluster.mig_compute[i, d])
+            mine = [(slot_loss(mask, compute, shape.mig, s), s) for s in free_starts(mask, compute, shape.mig)]
+            assert best_start(mask, compute, shape.mig) == min(mine, default=None)
+            options += [(loss, -mask.bit_count(), d, start) for loss, start in mine]
+        expected = ((min(options)[2],), min(options)[3]) if options else ((), None)
+        assert pick_devices(cluster, i, shape) == expected
+
+
+def test_a_shape_pickles_without_its_hash_and_hashes_as_its_fields_again() -> None:
+    import pickle
+    from dataclasses import replace
+
+    from scheduling.engine.fit import Shape
+    from scheduling.engine.mig import mig_geometry
+
+    for shape in (Shape("A100-80GB", gpus=2, cpu_milli=8), Shape("A100-80GB", mig=mig_geometry("1g.10gb", 80))):
+        assert shape.__getstate__() == tuple(_fields(shape).values())  # no hash: another process's differs
+        back = pickle.loads(pickle.dumps(shape))
+        assert back == shape
+        assert hash(back) == hash(shape)
+        assert back.kind == shape.kind
+        assert hash(replace(shape, cpu_milli=1)) == hash(Shape(**{**_fields(shape), "cpu_milli": 1}))
+
+
+def _fields(shape: Any) -> dict[str, Any]:
+    return {k: getattr(shape, k) for k in ("gpu_model", "gpus", "milli", "mig", "cpu_milli", "memory_mib")}

@@ -381,3 +381,21 @@ def test_a_gangs_topology_vote_is_its_replicas_nearest_tier_as_the_gang_grows(da
         if data.draw(st.booleans()):  # another gang in between: its own tiers, from its own nodes
             other = [data.draw(nodes)]
             assert votes.topology(shape, every, other, 2).tolist() == rule(other)
+
+
+def test_a_single_replica_that_fits_nowhere_is_searched_for_once_and_explained():
+    # The one-step path of ``place_gang``: a miss is the answer (the same search again would miss again).
+    cluster = Cluster(snapshot([node("a", gpus=2), node("b", gpus=2)], [], [], []))
+    placer = Placer(cluster, Policy(placement="portal"))
+    workload = job("j", "q", gpu=4)
+    shape = placer.shape_for(workload, "A100-80GB")
+    searched = []
+    choose = placer.choose_node
+    placer.choose_node = lambda *args, **kwargs: searched.append(1) or choose(*args, **kwargs)  # type: ignore[method-assign]
+    result = placer.place_gang(workload, shape, Statement(cluster), 1, 1)
+    assert result.placements == ()
+    assert result.fit_count == 0
+    assert len(searched) == 1
+    assert result.explanation == placer.explain(workload, [shape])
+    assert result.explanation.fit == 0
+    assert dict(result.explanation.counts) == {"too few free GPUs": 2}

@@ -201,3 +201,28 @@ def test_restoring_saved_usage_undoes_every_add_since():
         assert book.used(queue, gpu_key("A100-80GB")) == fresh.used(queue, gpu_key("A100-80GB"))
     assert book.pool_free("a", gpu_key("A100-80GB")) == fresh.pool_free("a", gpu_key("A100-80GB"))
     assert (fair.cq_share("a"), fair.lq_share("la"), fair.cq_share("b")) == (share_a, share_la, 0.0)
+
+
+def test_a_queues_room_stands_until_its_own_or_its_cohorts_usage_changes():
+    # What the forecast's skip of a job that failed on quota alone reads (``QuotaBook.room_unchanged_since``):
+    # a queue's room depends on its usage and on the pool its cohort lends, so a change of a cohort
+    # member changes it, one of a queue outside the cohort does not, and a restore changes every queue's.
+    gpus = gpu_key("A100-80GB")
+    book = QuotaBook(
+        (cq("a", {"A100-80GB": 4}, cohort="c"), cq("b", {"A100-80GB": 4}, cohort="c"), cq("alone", {"A100-80GB": 4}))
+    )
+    stamp = book.changes
+    room = book.replicas_with_room("a", {gpus: 1000}, 10, borrow=True)
+    book.add("alone", {gpus: 2000})
+    assert book.room_unchanged_since(stamp, "a")
+    assert book.replicas_with_room("a", {gpus: 1000}, 10, borrow=True) == room
+    book.add("b", {gpus: 3000})  # past its own quota: borrows from the pool "a" would borrow from
+    assert not book.room_unchanged_since(stamp, "a")
+    assert book.replicas_with_room("a", {gpus: 1000}, 10, borrow=True) < room
+    assert not book.room_unchanged_since(stamp, "alone")
+    stamp = book.changes
+    saved = book.save_usage()
+    assert book.room_unchanged_since(stamp, "alone")
+    assert book.room_unchanged_since(stamp, "a")
+    book.restore_usage(saved)
+    assert not book.room_unchanged_since(stamp, "alone")
