@@ -39,7 +39,7 @@ from __future__ import annotations
 import copy
 import heapq
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Protocol, cast
 
@@ -49,12 +49,13 @@ from .admission import FairShare
 from .capacity import FULL, Cluster
 from .estimate import MAX_STEPS, NO_END, Start, _End, ends_at, group_key, order_key, pop_step, spare_budget
 from .fit import Shape, replica_capacity
-from .model import Workload
+from .model import ReplicaPlacement, Workload
 from .outcome import Fit, Outcome
 from .quota import QuotaBook
 from .reservations import Holds, Reservation, active
 
 CURSORS = 3  # copies of the state parked along one record
+DECIDED_KEPT = 4096  # decisions remembered per replay (``Replay.decided``)
 
 
 @dataclass(slots=True)
@@ -223,6 +224,17 @@ class Replay:
         self.now = now
         self.bound = bound
         self.cursors: list[_Cursor] = []
+        # The decisions taken so far: (point, what the decision depends on besides the state there) ->
+        # the fit's GPU model and placements, None for no fit. Jobs of one shape are decided at the same
+        # points (the next checks of a burst): the cursors are not moved there again.
+        self.decided: dict[tuple[object, ...], tuple[str | None, tuple[ReplicaPlacement, ...]] | None] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the decisions taken (a copy answers its own checks)."""
+        return {**self.__dict__, "decided": {}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
 
     def warm(self) -> None:
         """Make the copies now and park them spread along the record (each costs about a copy of the
@@ -241,19 +253,31 @@ class Replay:
         events = self.timeline.events
         tally = self.bound.tally(events) if self.bound is not None else None
         models = self.models(job, cq)
+        decision = (replace(job, created_at=0.0), cq)  # its submission time only orders it (``_points``)
         for at, pos in self._points(job, cq):
             if tally is not None and pos <= len(events) and not tally.may_fit(job, models, pos):
                 continue  # not enough room on any node it may use: the decision would be no
-            cursor = self._cursor(pos)
-            if pos > len(self.timeline.events):  # past the record: the ends left, given back here
-                start = self._beyond(cursor, job, at, pos)
-                if start is not None:
-                    return start
-                continue
-            fit = self._decide(cursor, job, at, pos)
-            if fit is not None:
-                return Start(at, fit.admission.gpu_model, fit.admission.placements)
+            # With reservations the room held out depends on when it would end (``_decide``).
+            held = (at, self.runtime(job)) if self.reservations and self.runtime is not None else ()
+            key = (pos, decision, held)
+            if key not in self.decided:
+                if len(self.decided) >= DECIDED_KEPT:
+                    self.decided.clear()
+                self.decided[key] = self._decision(job, at, pos)
+            found = self.decided[key]
+            if found is not None:
+                return Start(at, *found)
         return None
+
+    def _decision(self, job: Workload, at: float, pos: int) -> tuple[str | None, tuple[ReplicaPlacement, ...]] | None:
+        """The run's decision for ``job`` at ``pos`` (its step's time ``at``): the GPU model and
+        placements of a fit, None for none."""
+        cursor = self._cursor(pos)
+        if pos > len(self.timeline.events):  # past the record: the ends left, given back here
+            start = self._beyond(cursor, job, at, pos)
+            return None if start is None else (start.gpu_model, start.placements)
+        fit = self._decide(cursor, job, at, pos)
+        return None if fit is None else (fit.admission.gpu_model, fit.admission.placements)
 
     def _decide(self, cursor: _Cursor, job: Workload, at: float, pos: int) -> Fit | None:
         """The run's decision at ``pos``: the reserved room the job must leave alone held out (the
