@@ -27,8 +27,9 @@ a submission's answer ask the engine).
 5. Handed over by the scheduler: with a shared cache, a process that needs a newer state says so
    (``WANTED``, for ``DRY_RUN_STALE_S``), or none was handed over within ``DRY_RUN_STALE_S`` (a web
    process that starts takes it instead of running a cycle in its first check), and the scheduler's
-   next cycle, at most every ``DRY_RUN_REFRESH_EVERY_S``, runs as a ``DryRun`` (the same cycle, its plan applied as always) and
-   stores its final state under its own cycle's key (``dry_run_publish``): the web processes load it
+   next cycle, at most every ``DRY_RUN_REFRESH_EVERY_S``, runs as a ``DryRun`` (the same cycle, its
+   plan applied as always) and stores its final state under its own cycle's key
+   (``dry_run_publish``): the web processes load it
    instead of reading a snapshot and running the cycle again. Until a newer one is handed over, the
    last one handed over (``LATEST``) answers while it is younger than ``DRY_RUN_STALE_S``; a process
    builds a state itself only when there is none (no scheduler running, ``DRY_RUN_PUBLISH`` off, or
