@@ -55,7 +55,8 @@ def test_the_forecast_with_its_queue_made_once_starts_every_job_as_with_its_queu
             assert kept == cycle.forecast(waiting, which, until=candidate.id)
             assert cycle.forecast(waiting, which, fixed=len(waiting) - 1) == cycle.forecast(waiting, which)
         later.append((replace(candidate, id=f"later-{k}"), cq))  # the next check's waiting list: one more
-    assert cycle._forecast is not None and cycle._forecast.base_queues  # made once, copied by the next runs
+    assert cycle._forecast is not None
+    assert cycle._forecast.base_queues  # made once, copied by the next runs
     # Another list of waiting jobs (a new copy's, or one fewer): made again, the same starts.
     fewer = [*cycle.waiting, *later[1:]]
     assert cycle.forecast(fewer, P50, fixed=len(fewer)) == cycle.forecast(fewer, P50)
