@@ -46,7 +46,7 @@ import bisect
 import heapq
 import math
 import operator
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
@@ -192,7 +192,7 @@ class Forecast:
     def __getstate__(self) -> dict[str, object]:
         """Pickled without the expected submissions' copies and the queues' memos (made again where
         needed)."""
-        memos = {"base_queues": {}, "period_plans": {}, "slot_keys": [], "slot_of": {}}
+        memos: dict[str, object] = {"base_queues": {}, "period_plans": {}, "slot_keys": [], "slot_of": {}}
         return {**self.__dict__, "expected_copies": {}, **memos}
 
     def __setstate__(self, state: dict[str, object]) -> None:
@@ -643,8 +643,14 @@ class _Ranked:
         self.shares.append((first, offsets, copies))
         self.n += len(copies)
 
+    def append(self, item: tuple[int, Workload]) -> None:
+        self.add(item[0], [0], [item[1]])
+
     def __len__(self) -> int:
         return self.n
+
+    def __iter__(self) -> Iterator[tuple[int, Workload]]:
+        return (self[i] for i in range(self.n))
 
     def __getitem__(self, i: int) -> tuple[int, Workload]:
         k = bisect.bisect_right(self.starts, i) - 1
