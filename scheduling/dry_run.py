@@ -25,9 +25,11 @@ a submission's answer ask the engine).
    the same answer. Kept in the process and in the shared cache, dropped with the state.
 
 5. Handed over by the scheduler: with a shared cache, a process that needs a newer state says so
-   (``WANTED``, for ``DRY_RUN_STALE_S``), and the scheduler's next cycle, at most every
-   ``DRY_RUN_REFRESH_EVERY_S``, runs as a ``DryRun`` (the same cycle, its plan applied as always) and
-   stores its final state under its own cycle's key (``dry_run_publish``): the web processes load it
+   (``WANTED``, for ``DRY_RUN_STALE_S``), or none was handed over within ``DRY_RUN_STALE_S`` (a web
+   process that starts takes it instead of running a cycle in its first check), and the scheduler's
+   next cycle, at most every ``DRY_RUN_REFRESH_EVERY_S``, runs as a ``DryRun`` (the same cycle, its
+   plan applied as always) and stores its final state under its own cycle's key
+   (``dry_run_publish``): the web processes load it
    instead of reading a snapshot and running the cycle again. Until a newer one is handed over, the
    last one handed over (``LATEST``) answers while it is younger than ``DRY_RUN_STALE_S``; a process
    builds a state itself only when there is none (no scheduler running, ``DRY_RUN_PUBLISH`` off, or
@@ -322,9 +324,11 @@ def dry_run_forget() -> None:
 
 def dry_run_to_publish() -> bool:
     """Whether the scheduler's next cycle should hand its final state to the web processes (step 5 of
-    the module docstring): ``DRY_RUN_PUBLISH``, a shared cache, a process asked for a newer state, and
-    none handed over within ``DRY_RUN_REFRESH_EVERY_S``."""
-    if not settings.DRY_RUN_PUBLISH or _cache_call("get", WANTED) is None:
+    the module docstring): ``DRY_RUN_PUBLISH``, a shared cache, a process asked for a newer state or
+    none handed over within ``DRY_RUN_STALE_S`` (a web process that starts then takes that one rather
+    than running a cycle itself in its first check), and none handed over within
+    ``DRY_RUN_REFRESH_EVERY_S``."""
+    if not settings.DRY_RUN_PUBLISH or (_cache_call("get", WANTED) is None and _cache_call("get", LATEST) is not None):
         return False
     return _cache_call("add", PUBLISHED, 1, timeout=max(1, round(settings.DRY_RUN_REFRESH_EVERY_S))) is True
 

@@ -72,9 +72,11 @@ class ForecastHost:
         until: str | None = None,
         recorder: Timeline | None = None,
         max_decisions: int | None = None,
+        fixed: int = 0,
     ) -> dict[str, Start]:
         """Step 4's forward run from the final state (``estimate.Forecast``); changes nothing.
-        ``max_decisions``: fewer than the policy's (``Policy.forecast_decisions``)."""
+        ``max_decisions``: fewer than the policy's (``Policy.forecast_decisions``); ``fixed``: as
+        ``Forecast.run``'s (the dry run: the cycle's own waiting jobs come first in every check)."""
         budget = self.policy.forecast_decisions
         if max_decisions is not None:
             budget = min(budget, max_decisions)
@@ -88,6 +90,7 @@ class ForecastHost:
             recorder=recorder,
             arrivals=self._arrivals(),
             reservations=self.reservations,
+            fixed=fixed,
         )
 
     def replay(self, which: int) -> Replay:

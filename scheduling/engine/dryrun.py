@@ -298,7 +298,8 @@ class DryRun:
         cycle = self._cycle_of(ahead)
         budget = LATER_DECISIONS
         waiting = [*cycle.waiting, *ahead.waiting, (workload, cq)]
-        early = cycle.forecast(waiting, P50, until=workload.id, max_decisions=budget).get(workload.id)
+        fixed = len(waiting) - 1  # those of the previous checks on this copy, and more: their groups made once
+        early = cycle.forecast(waiting, P50, until=workload.id, max_decisions=budget, fixed=fixed).get(workload.id)
         if early is None:
             return self._replayed(workload, cq, p90)
         if not p90:
@@ -306,7 +307,7 @@ class DryRun:
         spread = (cycle.runtimes.get(i, (0.0, 0.0)) for i in (*ahead.ids, workload.id))
         if self._replays[P50] is self._replays[P90] and all(p50 == p90 for p50, p90 in spread):
             return early, early  # the P90 run would be the P50 one (``_Cycle._plan``)
-        late = cycle.forecast(waiting, P90, until=workload.id, max_decisions=budget).get(workload.id)
+        late = cycle.forecast(waiting, P90, until=workload.id, max_decisions=budget, fixed=fixed).get(workload.id)
         return early, late
 
     def _replayed(self, workload: Workload, cq: str, p90: bool) -> tuple[Start | None, Start | None]:

@@ -42,9 +42,11 @@ cycle does not hand them in).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections.abc import Collection, Mapping, Sequence
+import operator
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
@@ -178,10 +180,20 @@ class Forecast:
         # The expected submissions of each period (``_Expected``), made once: the same in every run over
         # this state (a dry run's check runs the forecast again; a period is ~2,000 copies of jobs).
         self.expected_copies: dict[tuple[int, bool], list[tuple[Workload, str, str]]] = {}
+        # What adding jobs to a run's queue computes once per state (``_Queue``): the groups of the
+        # first ``fixed`` waiting jobs (``run``), and how each period's expected copies join it
+        # (``period_plan``; their groups as slot numbers), per ``which`` with the reservations they
+        # were made under (groups depend on both with them).
+        self.base_queues: dict[int, tuple[tuple[Reservation, ...], list[tuple[Workload, str]], _Queue]] = {}
+        self.period_plans: dict[tuple[int, bool, int], tuple[tuple[Reservation, ...], object, _PeriodPlan]] = {}
+        self.slot_keys: list[tuple[object, ...]] = []
+        self.slot_of: dict[tuple[object, ...], int] = {}
 
     def __getstate__(self) -> dict[str, object]:
-        """Pickled without the expected submissions' copies (made again where needed)."""
-        return {**self.__dict__, "expected_copies": {}}
+        """Pickled without the expected submissions' copies and the queues' memos (made again where
+        needed)."""
+        memos: dict[str, object] = {"base_queues": {}, "period_plans": {}, "slot_keys": [], "slot_of": {}}
+        return {**self.__dict__, "expected_copies": {}, **memos}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
@@ -198,9 +210,12 @@ class Forecast:
         recorder: Recorder | None = None,
         arrivals: Arrivals | None = None,
         reservations: Sequence[Reservation] = (),
+        fixed: int = 0,
     ) -> dict[str, Start]:
         """When (and where) each ``(job, cluster queue)`` of ``waiting`` (in the cycle's order) starts;
         a job missing from the answer has no estimate. ``until``: stop once this job has started.
+        ``fixed``: the first ``fixed`` of ``waiting`` are those of the previous runs that passed it (a
+        dry run's checks on one state): their groups are made once and copied (``_queue``).
         ``recorder``: told each step's ends, each group taken off the heap, and what is left.
         ``arrivals``: the submissions expected meanwhile (step 3), which compete as submitted jobs do.
         ``reservations``: the cycle's (``reservations``): until its job starts, each keeps its room from
@@ -218,9 +233,7 @@ class Forecast:
         try:
             # 2. Ends of what holds capacity now (a heap; the same for every run over one state).
             ends = list(self.ends(holders, victims, which))
-            queue = _Queue(self, len(ends))
-            for job, cq in waiting:
-                queue.add(job, cq)
+            queue = self._queue(waiting, len(ends), fixed)
             upper = which == P90 and arrivals is not None and arrivals.upper_p90
             expected = _Expected(arrivals, self.now, upper, self.expected_copies) if arrivals is not None else None
             left = len(waiting)
@@ -233,7 +246,7 @@ class Forecast:
             # spent the waiting jobs' reach (``spare_budget``).
             spare = spare_budget(budget)
             if recorder is not None:
-                recorder.begin({key: (g.index, len(g.jobs)) for key, g in queue.by_key.items()}, budget)
+                recorder.begin({key: (i, len(queue.groups[i].jobs)) for key, i in queue.by_key.items()}, budget)
                 queue.recorder = recorder
             while left and step < max_steps and budget > 0 and (until is None or until not in starts):
                 if expected is not None:
@@ -345,6 +358,62 @@ class Forecast:
             host.forecast_end(saved)
         return starts
 
+    def _queue(self, waiting: Sequence[tuple[Workload, str]], seq: int, fixed: int) -> _Queue:
+        """The run's queue of ``waiting``: its first ``fixed`` jobs' groups (``group_key``, the cost of a
+        queue of thousands) made once per ``which`` and reservations and copied, the rest added to the
+        copy, as ``_Queue.add`` adds them one by one (the same groups, in the same order, the same
+        ranks). The made ones are used while they are the first of the ``fixed`` (the same objects);
+        jobs after them are added to them (a later run passed more)."""
+        if fixed <= 0:
+            queue = _Queue(self, seq)
+            for job, cq in waiting:
+                queue.add(job, cq)
+            return queue
+        reservations, head = tuple(self.reservations), waiting[:fixed]
+        made = self.base_queues.get(self.which)
+        if made is None or made[0] != reservations or len(made[1]) > fixed or not all(map(operator.is_, made[1], head)):
+            made = self.base_queues[self.which] = (reservations, [], _Queue(self, seq))
+        _, known, base = made
+        for item in head[len(known) :]:
+            base.add(*item)
+            known.append(item)
+        queue = base.fork(seq)
+        for job, cq in waiting[fixed:]:
+            queue.add(job, cq)
+        return queue
+
+    def period_plan(self, k: int, upper: bool, made: list[tuple[Workload, str, str]]) -> _PeriodPlan:
+        """How period ``k``'s expected copies (``made``: ``_Expected.period_copies``) join a run's queue
+        (``_PeriodPlan``), made once per ``which`` and reservations (groups depend on both with them)."""
+        reservations = tuple(self.reservations)
+        memo_key = (k, upper, self.which)
+        known = self.period_plans.get(memo_key)
+        if known is not None and known[0] == reservations and known[1] is made:
+            return known[2]
+        parts: dict[int, tuple[list[int], list[Workload], str]] = {}
+        arrivals: list[tuple[float, str, str, frozenset[str | None]]] = []
+        models: dict[int, frozenset[str | None]] = {}
+        for offset, (copy, cq, origin) in enumerate(made):
+            key = (*self.group_key(copy, cq, {copy.id: origin}), EXPECTED)
+            slot = self.slot_of.get(key)
+            if slot is None:
+                slot = self.slot_of[key] = len(self.slot_keys)
+                self.slot_keys.append(key)
+            part = parts.get(slot)
+            if part is None:
+                part = parts[slot] = ([], [], cq)
+                models[slot] = self.models(copy, cq)
+            part[0].append(offset)
+            part[1].append(copy)
+            arrivals.append((copy.created_at, copy.local_queue, cq, models[slot]))
+        plan = _PeriodPlan(
+            [(slot, offsets, copies, cq) for slot, (offsets, copies, cq) in parts.items()],
+            {copy.id: origin for copy, _, origin in made},
+            arrivals,
+        )
+        self.period_plans[memo_key] = (reservations, made, plan)
+        return plan
+
     def ends(self, holders: Sequence[Holder], victims: Collection[str], which: int) -> list[_End]:
         """Step 2's heap of ends, kept per ``which`` (the holders of one cycle's final state do not
         change between runs)."""
@@ -420,7 +489,8 @@ class _Queue:
     def __init__(self, forecast: Forecast, seq: int) -> None:
         self.forecast = forecast
         self.groups: list[_Group] = []
-        self.by_key: dict[tuple[object, ...], _Group] = {}
+        self.by_key: dict[tuple[object, ...], int] = {}  # a group's key -> its index
+        self.by_slot: dict[int, int] = {}  # an expected group's slot (``Forecast.slots``) -> its index
         self.alias: dict[str, str] = {}  # an expected submission's id -> the submission it repeats
         self.rank = 0
         self.seq = seq  # the next end's tie-breaker
@@ -429,15 +499,47 @@ class _Queue:
     def add(self, job: Workload, cq: str, expected: bool = False) -> _Group:
         key = self.forecast.group_key(job, cq, self.alias)
         key = (*key, EXPECTED) if expected else key
-        group = self.by_key.get(key)
-        if group is None:
-            group = self.by_key[key] = _Group(len(self.groups), cq, self.forecast.models(job, cq))
-            self.groups.append(group)
-            if expected and self.recorder is not None:
-                self.recorder.expected(key, group.index)
+        index = self.by_key.get(key)
+        group = self.groups[index] if index is not None else self._group(key, job, cq, expected)
         group.jobs.append((self.rank, job))
         self.rank += 1
         return group
+
+    def add_period(self, plan: _PeriodPlan) -> int:
+        """A period's expected copies added as ``add(copy, cq, expected=True)`` adds them one by one
+        (the same groups, made in the same order, the same ranks), a group's share at once; returns
+        the rank of the first."""
+        first = self.rank
+        for slot, offsets, copies, cq in plan.parts:
+            index = self.by_slot.get(slot)
+            if index is None:
+                group = self._group(self.forecast.slot_keys[slot], copies[0], cq, True)
+                group.jobs = _Ranked()
+                index = self.by_slot[slot] = group.index
+            jobs = self.groups[index].jobs
+            assert isinstance(jobs, _Ranked)  # an expected group's
+            jobs.add(first, offsets, copies)
+        self.rank += len(plan.arrivals)
+        self.alias.update(plan.alias)
+        return first
+
+    def _group(self, key: tuple[object, ...], job: Workload, cq: str, expected: bool) -> _Group:
+        group = _Group(len(self.groups), cq, self.forecast.models(job, cq))
+        self.by_key[key] = group.index
+        self.groups.append(group)
+        if expected and self.recorder is not None:
+            self.recorder.expected(key, group.index)
+        return group
+
+    def fork(self, seq: int) -> _Queue:
+        """A copy to run on (this one stays as it is), its ends counted from ``seq``."""
+        twin = _Queue(self.forecast, seq)
+        twin.groups = [_Group(g.index, g.cq, g.models, list(g.jobs)) for g in self.groups]
+        twin.by_key = dict(self.by_key)  # keeps the keys' hashes: no key is hashed again
+        twin.by_slot = dict(self.by_slot)
+        twin.alias = dict(self.alias)
+        twin.rank = self.rank
+        return twin
 
 
 class _Expected:
@@ -482,11 +584,13 @@ class _Expected:
             made = self.made.get((self.k, self.upper))
             if made is None:
                 made = self.made[(self.k, self.upper)] = self.period_copies()
-            for copy, cq, origin in made:
-                queue.alias[copy.id] = origin
-                group = queue.add(copy, cq, expected=True)
-                heapq.heappush(ends, _End(copy.created_at, queue.seq, (), copy.local_queue, cq, {}, group.models))
-                queue.seq += 1
+            plan = queue.forecast.period_plan(self.k, self.upper, made)
+            queue.add_period(plan)
+            # Their arrivals: ends that give nothing back, numbered from ``queue.seq`` (a heap with unique
+            # (at, seq): pushed one by one or heapified, it pops in the same order).
+            ends.extend(plan.ends_from(queue.seq))
+            heapq.heapify(ends)
+            queue.seq += len(plan.arrivals)
             self.k += 1
 
     def period_copies(self) -> list[tuple[Workload, str, str]]:
@@ -502,12 +606,69 @@ class _Expected:
         return made
 
 
+@dataclass(frozen=True, slots=True)
+class _PeriodPlan:
+    """How one period's expected copies join a run's queue (``Forecast.period_plan``): per group (its
+    slot, in the order the copies first come), the copies' offsets among the period's and the copies,
+    with their ClusterQueue; each copy's id -> the submission it repeats; each copy's arrival (its
+    submission time, local queue, ClusterQueue and its group's GPU models), in order."""
+
+    parts: list[tuple[int, list[int], list[Workload], str]]
+    alias: dict[str, str]
+    arrivals: list[tuple[float, str, str, frozenset[str | None]]]
+    made: dict[int, list[_End]] = field(default_factory=dict)  # ``ends_from``'s, by their first number
+
+    def ends_from(self, seq: int) -> list[_End]:
+        """The arrivals as ends numbered from ``seq`` (the runs of one state often start them at the
+        same number: made once for it)."""
+        ends = self.made.get(seq)
+        if ends is None:
+            if len(self.made) >= 4:
+                self.made.clear()
+            ends = self.made[seq] = [
+                _End(at, seq + n, (), lq, cq, {}, models) for n, (at, lq, cq, models) in enumerate(self.arrivals)
+            ]
+        return ends
+
+
+class _Ranked:
+    """An expected group's ``(rank, job)`` list, added a period's share at a time: each share's ranks
+    (its first rank plus the copies' offsets) are read when a job is, not made for every copy."""
+
+    __slots__ = ("n", "shares", "starts")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.starts: list[int] = []  # each share's first index
+        self.shares: list[tuple[int, list[int], list[Workload]]] = []
+
+    def add(self, first: int, offsets: list[int], copies: list[Workload]) -> None:
+        self.starts.append(self.n)
+        self.shares.append((first, offsets, copies))
+        self.n += len(copies)
+
+    def append(self, item: tuple[int, Workload]) -> None:
+        self.add(item[0], [0], [item[1]])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[tuple[int, Workload]]:
+        return (self[i] for i in range(self.n))
+
+    def __getitem__(self, i: int) -> tuple[int, Workload]:
+        k = bisect.bisect_right(self.starts, i) - 1
+        first, offsets, copies = self.shares[k]
+        j = i - self.starts[k]
+        return first + offsets[j], copies[j]
+
+
 @dataclass(slots=True)
 class _Group:
     index: int
     cq: str
     models: frozenset[str | None]
-    jobs: list[tuple[int, Workload]] = field(default_factory=list)
+    jobs: list[tuple[int, Workload]] | _Ranked = field(default_factory=list)
     head: int = 0
     tried_at: int = 0
 

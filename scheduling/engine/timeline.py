@@ -39,7 +39,7 @@ from __future__ import annotations
 import copy
 import heapq
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Protocol, cast
 
@@ -49,12 +49,14 @@ from .admission import FairShare
 from .capacity import FULL, Cluster
 from .estimate import MAX_STEPS, NO_END, Start, _End, ends_at, group_key, order_key, pop_step, spare_budget
 from .fit import Shape, replica_capacity
-from .model import Workload
+from .model import ReplicaPlacement, Workload
 from .outcome import Fit, Outcome
 from .quota import QuotaBook
 from .reservations import Holds, Reservation, active
 
 CURSORS = 3  # copies of the state parked along one record
+DECIDED_KEPT = 4096  # decisions remembered per replay (``Replay.decided``)
+WALKS_KEPT = 4  # walks remembered per group of jobs (``Replay.walked``)
 
 
 @dataclass(slots=True)
@@ -223,6 +225,20 @@ class Replay:
         self.now = now
         self.bound = bound
         self.cursors: list[_Cursor] = []
+        # The decisions taken so far: (point, what the decision depends on besides the state there) ->
+        # the fit's GPU model and placements, None for no fit. Jobs of one shape are decided at the same
+        # points (the next checks of a burst): the cursors are not moved there again.
+        self.decided: dict[tuple[object, ...], tuple[str | None, tuple[ReplicaPlacement, ...]] | None] = {}
+        # The points walked so far (``_points_of``): per group, (low, high, points) for the jobs
+        # submitted between low and high.
+        self.walked: dict[tuple[object, ...], list[tuple[float, float, list[tuple[float, int]]]]] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the decisions taken and the points walked (a copy answers its own checks)."""
+        return {**self.__dict__, "decided": {}, "walked": {}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
 
     def warm(self) -> None:
         """Make the copies now and park them spread along the record (each costs about a copy of the
@@ -239,21 +255,54 @@ class Replay:
         """When (and where) ``job`` of ClusterQueue ``cq`` would start in the recorded run, had it been
         waiting too (last in the waiting list); ``None``: beyond the run's reach. Changes nothing."""
         events = self.timeline.events
-        tally = self.bound.tally(events) if self.bound is not None else None
+        tally: _Tally | None = None
         models = self.models(job, cq)
-        for at, pos in self._points(job, cq):
-            if tally is not None and pos <= len(events) and not tally.may_fit(job, models, pos):
-                continue  # not enough room on any node it may use: the decision would be no
-            cursor = self._cursor(pos)
-            if pos > len(self.timeline.events):  # past the record: the ends left, given back here
-                start = self._beyond(cursor, job, at, pos)
-                if start is not None:
-                    return start
-                continue
-            fit = self._decide(cursor, job, at, pos)
-            if fit is not None:
-                return Start(at, fit.admission.gpu_model, fit.admission.placements)
+        decision = (replace(job, created_at=0.0), cq)  # its submission time only orders it (``_points``)
+        for at, pos in self._points_of(job, cq):
+            # With reservations the room held out depends on when it would end (``_decide``).
+            held = (at, self.runtime(job)) if self.reservations and self.runtime is not None else ()
+            key = (pos, decision, held)
+            if key not in self.decided:
+                if tally is None and self.bound is not None:
+                    tally = self.bound.tally(events)
+                if tally is not None and pos <= len(events) and not tally.may_fit(job, models, pos):
+                    continue  # not enough room on any node it may use: the decision would be no
+                if len(self.decided) >= DECIDED_KEPT:
+                    self.decided.clear()
+                self.decided[key] = self._decision(job, at, pos)
+            found = self.decided[key]
+            if found is not None:
+                return Start(at, *found)
         return None
+
+    def _points_of(self, job: Workload, cq: str) -> list[tuple[float, int]]:
+        """``_points``, all of them, remembered: the walk depends on the job's group and queue, and on
+        its submission time only where its order key ties with a recorded one up to the submission
+        time (``_points``' bounds), so a job of the same group submitted between the same such times
+        has the same points (the next checks of a burst)."""
+        group = (self.group_key(job, cq), cq)
+        at = job.created_at
+        for low, high, points in self.walked.get(group, ()):
+            if low < at < high:
+                return points
+        bounds = [float("-inf"), float("inf"), True]
+        points = list(self._points(job, cq, bounds))
+        if bounds[2]:  # no tie with a recorded job submitted at the same time
+            kept = self.walked.setdefault(group, [])
+            if len(kept) >= WALKS_KEPT:
+                del kept[0]
+            kept.append((bounds[0], bounds[1], points))
+        return points
+
+    def _decision(self, job: Workload, at: float, pos: int) -> tuple[str | None, tuple[ReplicaPlacement, ...]] | None:
+        """The run's decision for ``job`` at ``pos`` (its step's time ``at``): the GPU model and
+        placements of a fit, None for none."""
+        cursor = self._cursor(pos)
+        if pos > len(self.timeline.events):  # past the record: the ends left, given back here
+            start = self._beyond(cursor, job, at, pos)
+            return None if start is None else (start.gpu_model, start.placements)
+        fit = self._decide(cursor, job, at, pos)
+        return None if fit is None else (fit.admission.gpu_model, fit.admission.placements)
 
     def _decide(self, cursor: _Cursor, job: Workload, at: float, pos: int) -> Fit | None:
         """The run's decision at ``pos``: the reserved room the job must leave alone held out (the
@@ -279,10 +328,13 @@ class Replay:
         cursor.move(events, min(pos, len(events)))
         return cursor
 
-    def _points(self, job: Workload, cq: str) -> Iterator[tuple[float, int]]:
+    def _points(self, job: Workload, cq: str, bounds: list | None = None) -> Iterator[tuple[float, int]]:
         """Where the run would decide ``job`` (its step's time, events before it), in order, while the
         budget lasts; the caller stops at the first where it fits. Positions past the record's events
-        stand for the steps after it (``_beyond``)."""
+        stand for the steps after it (``_beyond``). ``bounds``: ``[low, high, exact]``, narrowed to the
+        submission times between which the same points come (its order key compared with a recorded
+        one that ties with it up to the submission time: the submission time decided), ``exact`` False
+        when one tied with it there too."""
         timeline = self.timeline
         models = self.models(job, cq)
         member = timeline.groups.get(self.group_key(job, cq))
@@ -306,12 +358,16 @@ class Replay:
             dirty.came_back(step_no, step.models)
             mine = (order_key(fair, job, rank), index) if seen >= ahead and dirty.since(tried_at) else None
             for pop in [*step.pops, None]:
+                if bounds is not None and mine is not None and pop is not None:
+                    _bound(bounds, mine[0], pop.key)
                 while mine is not None and (pop is None or mine < (pop.key, pop.index)):
                     if used >= timeline.budget:
                         return
                     fresh = (order_key(fair, job, rank), index)
                     if fresh != mine:
                         mine = fresh
+                        if bounds is not None and pop is not None:
+                            _bound(bounds, mine[0], pop.key)
                         continue
                     used += 1
                     tried_at = step_no
@@ -370,6 +426,20 @@ class Replay:
             for end in reversed(released):
                 cursor.apply(end, 1)
         return None if fit is None else Start(at, fit.admission.gpu_model, fit.admission.placements)
+
+
+def _bound(bounds: list, mine: tuple[object, ...], recorded: tuple[object, ...]) -> None:
+    """Narrow ``bounds`` (``Replay._points``) by one comparison of the job's order key ``mine`` with a
+    recorded one: where they tie up to the submission time (index 3), the job's submission time
+    decides it."""
+    if mine[0] == recorded[0] and mine[1] == recorded[1] and mine[2] == recorded[2]:
+        at, pivot = cast(float, mine[3]), cast(float, recorded[3])
+        if pivot > at:
+            bounds[1] = min(bounds[1], pivot)
+        elif pivot < at:
+            bounds[0] = max(bounds[0], pivot)
+        else:
+            bounds[2] = False
 
 
 class _Dirty:

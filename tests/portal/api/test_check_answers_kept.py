@@ -198,6 +198,16 @@ def test_asked_for_a_newer_state_the_next_cycle_hands_its_own_over_and_a_process
     assert again["verdict"] == first["verdict"] == "waits"
 
 
+def test_a_web_process_that_starts_after_the_scheduler_ran_takes_its_state_without_running_a_cycle(
+    api, redis_cache, builds
+):
+    run = a_cycle()  # no web process asked for a state yet
+    answer = api("alice").post("/api/v1/jobs/check/", BODY, format="json")
+    assert answer.status_code == 200
+    assert builds == []
+    assert kept._kept["state"].state.key == (run.id, "simulated")
+
+
 def test_the_handed_over_state_answers_as_a_state_built_from_the_applied_plan(world, redis_cache, settings):
     """The scheduler's final state (before applying its plan) and a state read after applying it, at
     the same time, give the same answers to the same requests."""
@@ -232,10 +242,20 @@ def test_the_handed_over_state_answers_as_a_state_built_from_the_applied_plan(wo
         assert handed.check(workload) == fresh.check(workload), (team, overrides)
 
 
-def test_unasked_the_scheduler_hands_nothing_over_and_asked_at_most_once_per_refresh_interval(redis_cache, settings):
+def test_unasked_the_scheduler_hands_over_one_state_while_none_is_recent_and_asked_at_most_once_per_interval(
+    redis_cache, settings
+):
     settings.DRY_RUN_REFRESH_EVERY_S = 1.0
-    a_cycle()
-    assert cache.get(kept.LATEST) is None  # no web process asked: the cycle ran as ever
+    none_yet = a_cycle()
+    assert cache.get(kept.LATEST) == (none_yet.id, "simulated")  # a web process starting now takes it
+    time.sleep(1.2)
+    unasked = a_cycle()
+    assert cache.get(kept.LATEST) == (none_yet.id, "simulated")  # one is recent: the cycle ran as ever
+    assert cache.get(kept._shared_key((unasked.id, "simulated"))) is None
+    cache.delete(kept.LATEST)  # none younger than DRY_RUN_STALE_S
+    gone = a_cycle()
+    assert cache.get(kept.LATEST) == (gone.id, "simulated")
+    cache.delete(kept.PUBLISHED)
     cache.set(kept.WANTED, 1)
     first = a_cycle()
     second = a_cycle()  # within the interval: not handed over
