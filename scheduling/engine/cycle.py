@@ -52,7 +52,7 @@ from .capacity import Cluster, Statement
 from .collector import collector_paused
 from .cycle_forecast import ForecastHost
 from .cycle_plan import plan_of, waiting_jobs
-from .estimate import P50, P90, Arrivals, Forecast, Start, decision_key, ends_at, expected_runtime
+from .estimate import P50, P90, Forecast, Start, ends_at
 from .explain import (
     gang_reason,
     placement_reason,
@@ -61,6 +61,7 @@ from .explain import (
     window_reason,
 )
 from .fit import Shape
+from .forecast_queue import Arrivals, decision_key, expected_runtime
 from .frag.plugins import workload_mix
 from .holdings import held_per_queue, load_running
 from .model import (

@@ -11,7 +11,8 @@ import copy
 from typing import TYPE_CHECKING, Self
 
 from .cycle_plan import expected_arrivals
-from .estimate import Arrivals, Forecast, RunKeys, Start
+from .estimate import Forecast, Start
+from .forecast_queue import Arrivals, RunKeys
 from .model import Workload
 from .outcome import Memo, Outcome
 from .reservations import Holds

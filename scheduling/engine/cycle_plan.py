@@ -15,7 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .admission import lq_order_key
-from .estimate import Arrivals, Start
+from .estimate import Start
+from .forecast_queue import Arrivals
 from .model import (
     Admission,
     LocalQueue,
@@ -103,7 +104,7 @@ def expected_arrivals(
     policy: Policy,
     now: float,
 ) -> Arrivals:
-    """The submissions the forecast expects (``estimate.Arrivals``): the recent ones (submitted within
+    """The submissions the forecast expects (``forecast_queue.Arrivals``): the recent ones (submitted within
     ``policy.arrival_period_s``) that are valid and may start (their team not blocked, no start
     window, not a job that never fits), as pending jobs, oldest first."""
     period, horizon = policy.arrival_period_s, policy.arrival_horizon_s

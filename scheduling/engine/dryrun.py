@@ -52,7 +52,8 @@ from dataclasses import dataclass, field, replace
 
 from .collector import collector_paused
 from .cycle import _Cycle
-from .estimate import P50, P90, Start, expected_runtime
+from .estimate import P50, P90, Start
+from .forecast_queue import expected_runtime
 from .model import Plan, Policy, Reason, ReasonKind, ReplicaPlacement, Resources, Snapshot, Workload, WorkloadState
 from .outcome import Deferred, Fit, NoFit, Preempt
 from .windows import opens_at

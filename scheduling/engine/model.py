@@ -373,10 +373,10 @@ class Snapshot:
     runtimes: tuple[tuple[str, float, float], ...] = ()
     # running workload id -> (P50, P90) expected runtime given how long it has run (the team's runs that
     # lasted longer, ``runtimes.runtime_from_history``); its ``runtimes`` entry stays the plain figure,
-    # which expected submissions repeating it run (``estimate.Arrivals``)
+    # which expected submissions repeating it run (``forecast_queue.Arrivals``)
     running_runtimes: tuple[tuple[str, float, float], ...] = ()
     # jobs submitted within ``Policy.arrival_period_s`` before now, in any state (finished too, with
-    # their runtimes in ``runtimes``): the forecast expects their like again (``estimate.Arrivals``)
+    # their runtimes in ``runtimes``): the forecast expects their like again (``forecast_queue.Arrivals``)
     recent: tuple[Workload, ...] = ()
 
 

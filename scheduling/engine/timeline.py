@@ -28,7 +28,7 @@ stay parked along the record, and the nearest one is moved there (no decision, n
 only capacity and quota move), so consecutive checks move them little. When the record stops because
 every waiting job had started, the replay goes on over the ends left, the job alone.
 
-Expected submissions (``estimate.Arrivals``) are groups of their own in the record, so the job's place
+Expected submissions (``forecast_queue.Arrivals``) are groups of their own in the record, so the job's place
 among them is found as among the waiting jobs' groups. Past the record the replay adds no further
 expected submissions (the run stopped before their periods came): there a replay may start the job
 earlier than the run itself would, where a later period's submission would have come first.
@@ -47,8 +47,9 @@ import numpy as np
 
 from .admission import FairShare
 from .capacity import FULL, Cluster
-from .estimate import MAX_STEPS, NO_END, Start, _End, ends_at, group_key, order_key, pop_step, spare_budget
+from .estimate import MAX_STEPS, NO_END, Start, ends_at, pop_step, spare_budget
 from .fit import Shape, replica_capacity
+from .forecast_queue import _End, group_key, order_key
 from .model import ReplicaPlacement, Workload
 from .outcome import Fit, Outcome
 from .quota import QuotaBook
@@ -107,7 +108,7 @@ class Timeline:
         self.steps[-1].pops.append(_Pop(key, index, decided, started))
 
     def expected(self, key: tuple[object, ...], index: int) -> None:
-        """A group of expected submissions joined the run (``estimate.Arrivals``)."""
+        """A group of expected submissions joined the run (``forecast_queue.Arrivals``)."""
         self.expected_groups[index] = key[1:-1]  # its decision key (without the EXPECTED marker)
 
     def same_run(self, other: Timeline) -> bool:
