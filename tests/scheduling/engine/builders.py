@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from scheduling.engine.model import (
     ClusterQueue,
@@ -173,3 +174,15 @@ def apply_plan(snap: Snapshot, plan: Plan, now: float) -> Snapshot:
             w = replace(w, state=WorkloadState.PENDING, gpu_model=None, placements=(), started_at=None)
         workloads.append(w)
     return replace(snap, workloads=tuple(workloads))
+
+
+def largest_expected_again(snap: Snapshot, submitted: int, now: float) -> Snapshot:
+    """``snap`` whose forecast expects ``submitted`` submissions early in the next hour: its largest
+    pending jobs again, as if submitted in the first ten minutes of the last hour before ``now``."""
+    pending = [w for w in snap.workloads if w.state == WorkloadState.PENDING]
+    largest = sorted(pending, key=lambda w: (-(w.resources.gpu * w.replicas), w.id))
+    recent = tuple(
+        replace(w, id=f"recent-{i}", created_at=now - 3600 + 600 * (i + 1) / (submitted + 1))
+        for i, w in enumerate(largest[:submitted])
+    )
+    return replace(snap, recent=recent)

@@ -15,6 +15,8 @@ from scheduling.engine.dryrun import DryRun
 from scheduling.engine.estimate import P50, P90
 from scheduling.engine.model import Policy, WorkloadState
 
+from .builders import largest_expected_again
+
 NOW = 5000.0
 
 
@@ -22,13 +24,7 @@ def a_state(seed: int, submitted: int, reserved: int) -> DryRun:
     """A cycle's final state whose forecast expects ``submitted`` submissions early in the next hour
     (the largest pending jobs again) and keeps ``reserved`` backfill reservations."""
     snap = build(48, 160, 6, 0.6, seed)
-    pending = [w for w in snap.workloads if w.state == WorkloadState.PENDING]
-    largest = sorted(pending, key=lambda w: (-(w.resources.gpu * w.replicas), w.id))
-    recent = tuple(
-        replace(w, id=f"recent-{i}", created_at=NOW - 3600 + 600 * (i + 1) / (submitted + 1))
-        for i, w in enumerate(largest[:submitted])
-    )
-    return DryRun(replace(snap, recent=recent), Policy(seed=seed, reserved_jobs=reserved), NOW)
+    return DryRun(largest_expected_again(snap, submitted, NOW), Policy(seed=seed, reserved_jobs=reserved), NOW)
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])

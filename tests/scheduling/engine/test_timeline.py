@@ -14,6 +14,8 @@ from scheduling.engine.dryrun import DryRun
 from scheduling.engine.estimate import P50, P90
 from scheduling.engine.model import Policy, WorkloadState
 
+from .builders import largest_expected_again
+
 NOW = 5000.0
 
 
@@ -52,19 +54,13 @@ def test_a_replayed_start_is_the_forecast_run_again_with_the_job_waiting(
     submitted=st.sampled_from((8, 40)),  # submissions early in the last hour: expected again soon
 )
 def test_a_replayed_start_with_expected_submissions_is_the_forecast_run_again(seed, picks, decisions, submitted):
-    """With expected submissions (``estimate.Arrivals``), whose failed decisions the run charges to a
+    """With expected submissions (``forecast_queue.Arrivals``), whose failed decisions the run charges to a
     budget of their own (``estimate.spare_budget``): the replay charges them the same, so where the run
     stopped within its budget (waiting jobs left: the replay never goes past the record, where it adds
     no later period's submissions) it starts the job where the run again would. The submissions repeat
     the largest waiting jobs (they fail at most steps), and so do the jobs checked."""
     snap = build(48, 160, 6, 0.6, seed)
-    pending = [w for w in snap.workloads if w.state == WorkloadState.PENDING]
-    largest = sorted(pending, key=lambda w: (-(w.resources.gpu * w.replicas), w.id))
-    recent = tuple(
-        replace(w, id=f"recent-{i}", created_at=NOW - 3600 + 600 * (i + 1) / (submitted + 1))
-        for i, w in enumerate(largest[:submitted])
-    )
-    dry = DryRun(replace(snap, recent=recent), Policy(seed=seed, forecast_decisions=decisions), NOW)
+    dry = DryRun(largest_expected_again(snap, submitted, NOW), Policy(seed=seed, forecast_decisions=decisions), NOW)
     cycle = dry.cycle
     assert cycle._arrivals() is not None
     for which in (P50, P90):
