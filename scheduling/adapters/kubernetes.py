@@ -2,8 +2,8 @@
 
 The ``scheduling.adapters.kubernetes*`` modules are the only ones that import the ``kubernetes``
 client: this one (the backend), ``kubernetes_api`` (configuration, calls with retries),
-``kubernetes_informer`` (the caches), and the writers of team namespaces, Services and Ray objects
-(``kubernetes_namespaces``, ``kubernetes_services``, ``kubernetes_ray``). The pure
+``kubernetes_informer`` (the caches), and the writers of pods, team namespaces, Services and Ray
+objects (``kubernetes_pods``, ``kubernetes_namespaces``, ``kubernetes_services``, ``kubernetes_ray``). The pure
 ``scheduling.adapters.k8s`` package translates what they read and write.
 
 Reading the cluster (``nodes``, ``foreign_usage``, ``observe``):
@@ -26,10 +26,8 @@ Reading the cluster (``nodes``, ``foreign_usage``, ``observe``):
 
 Writing the cluster (``start``, ``stop``, ``reconcile``):
 
-- an admitted job becomes one pod per replica in its team's namespace, named from the job id,
-  attempt and replica (a retried create that gets 409 AlreadyExists is success), with the portal as
-  ``schedulerName``, then is bound to the chosen node through the Binding API (409: already bound);
-- stopping deletes the attempt's pods with a grace period (404: already gone);
+- an admitted job becomes one pod per replica, created then bound to the chosen node, and stopping
+  deletes the attempt's pods (``kubernetes_pods``: names, 409s and 404s, the pods bound lately);
 - ``reconcile`` converges after any crash: pods missing for an admitted job are created and its
   unbound ones bound; pods of unknown jobs, and live pods of finished jobs or older attempts, are
   deleted;
@@ -44,52 +42,31 @@ import json
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
 from django.db.models import Prefetch
-from django.utils import timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from portal.jobs.models import GpuModel, Job, ReplicaPlacement
 from portal.jobs.states import ACTIVE_STATES, JobState
-from scheduling.adapters import workloads
-from scheduling.adapters.contract import SPOT, Observation, job_tolerations, termination_notice
-from scheduling.adapters.k8s.manifests import PodJob, binding_manifest, event_manifest, pod_manifest
+from scheduling.adapters.contract import SPOT, Observation, termination_notice
 from scheduling.adapters.k8s.namespaces import NamespaceObjects, ObjectReport
 from scheduling.adapters.k8s.nodes import gpu_node_from
 from scheduling.adapters.k8s.observations import ActiveJob, job_observations
-from scheduling.adapters.k8s.pods import ANN_NODE, pod_job_attempt, pod_name, pod_phase
-from scheduling.adapters.k8s.training import procs_per_node
+from scheduling.adapters.k8s.pods import pod_job_attempt, pod_name, pod_phase
 from scheduling.adapters.k8s.usage import foreign_usage_from
-from scheduling.adapters.kubernetes_api import (
-    NETWORK_ERRORS,
-    K8sOptions,
-    api_client_from_settings,
-    call,
-    logger,
-    read_body,
-)
+from scheduling.adapters.kubernetes_api import K8sOptions, api_client_from_settings, call, logger
 from scheduling.adapters.kubernetes_informer import Changes, Informer
 from scheduling.adapters.kubernetes_namespaces import NamespaceWriter
+from scheduling.adapters.kubernetes_pods import PodWriter, StartResult
 from scheduling.adapters.kubernetes_ray import RayJobs, RayWriter
 from scheduling.adapters.kubernetes_services import ServiceWriter
 from scheduling.engine.model import ForeignUsage, GpuNode
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class StartResult:
-    created: int = 0
-    existed: int = 0
-    bound: int = 0
-
 
 OBSERVE, RECONCILE = "observe", "reconcile"  # the pod cache's two subscribers (module docstring, step 3)
 
@@ -115,15 +92,12 @@ class KubernetesBackend:
         self._full_pass_at = {OBSERVE: float("-inf"), RECONCILE: float("-inf")}  # monotonic; -inf: the next is full
         self._node_view: tuple | None = None  # the node names and termination notices ``observe`` last saw
         self._observing: Changes | None = None  # the last ``observe``'s changes, until ``observed``
-        # Pods this process bound, by name, until the cache shows them (client-go's "expectations"):
-        # reconcile does not create and bind them again while the watch has not delivered them yet.
-        self._bound: dict[str, float] = {}  # name -> monotonic deadline
-        self._bound_order: deque[tuple[float, str]] = deque()
         self._nodes: tuple[tuple, list[GpuNode]] | None = None  # (version, the nodes converted)
         self._kinds_active: set[str] = set()  # training or Ray jobs active when ``observe`` last looked
         self._kinds_reconciled: set[str] = set()  # the same, when ``reconcile`` last did
         self.services = ServiceWriter(self.core, self.options)
-        self.ray = RayJobs(RayWriter(api_client, self.options), self.options, self._pod_job)
+        self.pods = PodWriter(self.core, self.options, expect_s=self._cache_max_age_s)
+        self.ray = RayJobs(RayWriter(api_client, self.options), self.options, self.pods.pod_job)
         self._started: set[str] = set()  # the informers started, by name
         self._lock = threading.Lock()
 
@@ -296,131 +270,11 @@ class KubernetesBackend:
         """The last ``observe``'s observations were applied: its changes are done with."""
         self._observing = None
 
-    # -- writing ----------------------------------------------------------------------------------
-
-    def _pod_job(self, job: Job, replicas: int) -> PodJob:  # also a Ray object's (``RayJobs``)
-        return PodJob(
-            job_id=job.pk,
-            attempt=job.attempt,
-            namespace=job.team.namespace,
-            team=job.team.slug,
-            queue=job.local_queue.name,
-            image=job.image,
-            command=tuple(str(a) for a in job.command or ()),
-            replicas=replicas,
-            cpu_milli=job.cpu_milli,
-            memory_mib=job.memory_mib,
-            tolerations=tuple(job_tolerations(job.tolerations or [], spot=job.spot)),
-            node_selector=tuple(sorted((job.node_selector or {}).items())),
-            labels=tuple(sorted((getattr(job, "labels", None) or {}).items())),
-            rules=workloads.job_rules(job),
-            kind=job.kind,
-            procs_per_node=procs_per_node(gpu=job.gpu),
-            checkpoint_path=job.checkpoint_path,
-        )
-
-    def pods_for(self, job: Job) -> list[dict]:
-        """The manifests of a job's current attempt, from its placements.
-
-        ``PORTAL_REPLICAS`` is the number of placements: a gang with ``min_available`` may have been
-        admitted with fewer replicas than it asked for, and its pods must not wait for the others.
-        """
-        placements = sorted(job.placements.all(), key=lambda p: p.replica)  # prefetched by ``start_many``
-        pod_job = self._pod_job(job, len(placements))
-        return [
-            pod_manifest(
-                pod_job,
-                p.replica,
-                p.engine_placement(),
-                scheduler_name=self.options.scheduler_name,
-                run_as_user=self.options.run_as_user,
-            )
-            for p in placements
-        ]
+    # -- writing (pods: ``kubernetes_pods``) ------------------------------------------------------
 
     def create_and_bind(self, manifest: dict, *, skip_create: bool = False) -> StartResult:
-        """Create one pod (409 AlreadyExists is success) and bind it to its node (409: already bound)."""
-        namespace = manifest["metadata"]["namespace"]
-        name = manifest["metadata"]["name"]
-        node = manifest["metadata"]["annotations"][ANN_NODE]
-        created = existed = 0
-        uid = ""
-        if not skip_create:
-            try:
-                body = self._call(
-                    lambda: read_body(
-                        self.core.create_namespaced_pod(
-                            namespace, manifest, _preload_content=False, _request_timeout=self._timeout
-                        )
-                    ),
-                    f"create pod {namespace}/{name}",
-                )
-                uid = (json.loads(body).get("metadata") or {}).get("uid", "")
-                created = 1
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                existed = 1
-        bound = 0
-        try:
-            self._call(
-                lambda: read_body(
-                    self.core.create_namespaced_pod_binding(
-                        name,
-                        namespace,
-                        binding_manifest(name, namespace, node),
-                        _preload_content=False,
-                        _request_timeout=self._timeout,
-                    )
-                ),
-                f"bind pod {namespace}/{name} to {node}",
-            )
-            bound = 1
-            self._expect_bound(name)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            self._expect_bound(name)
-        if bound:
-            self._event(namespace, name, uid, "Scheduled", f"Successfully assigned {namespace}/{name} to {node}")
-        return StartResult(created=created, existed=existed, bound=bound)
-
-    def _expect_bound(self, name: str) -> None:
-        """Remember that pod ``name`` is created and bound until the pod cache must have seen it."""
-        deadline = time.monotonic() + self._cache_max_age_s
-        with self._lock:
-            self._bound[name] = deadline
-            self._bound_order.append((deadline, name))
-
-    def _expected_bound(self) -> set[str]:
-        """The pods this process created and bound lately (their expectations not expired)."""
-        now = time.monotonic()
-        with self._lock:
-            while self._bound_order and self._bound_order[0][0] <= now:
-                deadline, name = self._bound_order.popleft()
-                if self._bound.get(name) == deadline:
-                    del self._bound[name]
-            return set(self._bound)
-
-    def _event(self, namespace: str, pod: str, uid: str, reason: str, message: str) -> None:
-        """Best effort: an event is for people reading ``kubectl describe``; losing one loses nothing."""
-        body = event_manifest(
-            pod=pod,
-            namespace=namespace,
-            uid=uid,
-            reason=reason,
-            message=message,
-            at=timezone.now(),
-            source=self.options.scheduler_name,
-        )
-        try:
-            read_body(
-                self.core.create_namespaced_event(
-                    namespace, body, _preload_content=False, _request_timeout=self._timeout
-                )
-            )
-        except (ApiException, *NETWORK_ERRORS) as exc:
-            logger.info("kubernetes: event %s for %s/%s not recorded: %s", reason, namespace, pod, exc)
+        """Create one pod and bind it to its node (``PodWriter.create_and_bind``)."""
+        return self.pods.create_and_bind(manifest, skip_create=skip_create)
 
     def start(self, *, job_id: int) -> None:
         """Create and bind the pods of an admitted job's current attempt (idempotent)."""
@@ -446,57 +300,8 @@ class KubernetesBackend:
                 continue
             if job.kind == Job.Kind.TRAINING:
                 self.services.ensure(job)  # before its workers, which resolve each other through it
-            work += [(job, manifest) for manifest in self.pods_for(job)]
-        if len(work) <= 1 or self.options.start_threads <= 1:
-            for job, manifest in work:
-                self._start_pods(job, [manifest])
-            return
-        with ThreadPoolExecutor(max_workers=min(self.options.start_threads, len(work))) as pool:
-            futures = [pool.submit(self._start_pods, job, [manifest]) for job, manifest in work]
-            errors = [error for future in futures if (error := future.exception()) is not None]
-        if errors:
-            raise errors[0]
-
-    def _start_pods(self, job: Job, manifests: list[dict], *, skip_create: bool = False) -> int:
-        """Create (unless ``skip_create``) and bind ``manifests``; returns pods created. A refusal (403
-        RBAC, 422 invalid) is logged and skipped so other jobs still start: the sweeper requeues the
-        job if it persists. Retryable failures (:class:`ClusterApiError`) propagate, and the task
-        retries."""
-        created = 0
-        for manifest in manifests:
-            try:
-                created += self.create_and_bind(manifest, skip_create=skip_create).created
-            except ApiException as exc:
-                logger.warning(
-                    "kubernetes: job %s: cannot start pod %s/%s: %s %s",
-                    job.pk,
-                    manifest["metadata"]["namespace"],
-                    manifest["metadata"]["name"],
-                    exc.status,
-                    exc.reason,
-                )
-        return created
-
-    def delete_pod(self, namespace: str, name: str, *, grace_s: int) -> bool:
-        """Delete one pod with a grace period; False if it was already gone."""
-        try:
-            self._call(
-                lambda: read_body(
-                    self.core.delete_namespaced_pod(
-                        name,
-                        namespace,
-                        grace_period_seconds=grace_s,
-                        _preload_content=False,
-                        _request_timeout=self._timeout,
-                    )
-                ),
-                f"delete pod {namespace}/{name}",
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return False
-        return True
+            work += [(job, manifest) for manifest in self.pods.pods_for(job)]
+        self.pods.start_all(work)
 
     def stop(self, *, job_id: int, grace_s: int) -> None:
         """Delete the pods of the job's current attempt (names are derived, so no cache is needed)."""
@@ -507,7 +312,7 @@ class KubernetesBackend:
             self.ray.stop(job)  # and KubeRay's pods with it
             return
         for replica in range(job.replicas):
-            self.delete_pod(job.team.namespace, pod_name(job.pk, job.attempt, replica), grace_s=grace_s)
+            self.pods.delete_pod(job.team.namespace, pod_name(job.pk, job.attempt, replica), grace_s=grace_s)
 
     def reconcile(self, *, now: datetime) -> dict[str, int]:
         """Converge the cluster on the database: create missing pods, delete orphaned ones.
@@ -575,7 +380,7 @@ class KubernetesBackend:
                 continue  # holds nothing; kept so its logs can be read (the cluster's pod GC removes it)
             meta = pod["metadata"]
             try:
-                deleted += self.delete_pod(meta["namespace"], meta["name"], grace_s=self.options.grace_s)
+                deleted += self.pods.delete_pod(meta["namespace"], meta["name"], grace_s=self.options.grace_s)
             except ApiException as exc:
                 logger.warning("kubernetes: cannot delete orphan %s/%s: %s", meta["namespace"], meta["name"], exc)
         return deleted
@@ -585,7 +390,7 @@ class KubernetesBackend:
 
         Every admitted attempt is checked, from one query of its placements and the pod cache's index
         (a job whose worker died after the admission committed has no pod event to announce it); a
-        pod this process bound lately counts as there until the cache shows it (``_expect_bound``).
+        pod this process bound lately counts as there until the cache shows it (``PodWriter``).
         Only the jobs missing something are read in full."""
         wanted: dict[tuple[int, int], set[str]] = {}
         for job_id, attempt, replica in (
@@ -594,7 +399,7 @@ class KubernetesBackend:
             .values_list("job_id", "job__attempt", "replica")
         ):
             wanted.setdefault((job_id, attempt), set()).add(pod_name(job_id, attempt, replica))
-        expected = self._expected_bound()
+        expected = self.pods.expected_bound()
         short: dict[int, tuple[set[str], set[str]]] = {}  # job id -> (its pods' names, the unbound ones)
         for key, names in wanted.items():
             pods = self.pod_informer.indexed(key)
@@ -613,11 +418,11 @@ class KubernetesBackend:
         )
         for job in jobs:
             existing, stranded = short[job.pk]
-            manifests = self.pods_for(job)
+            manifests = self.pods.pods_for(job)
             missing = [m for m in manifests if m["metadata"]["name"] not in existing | expected]
-            created += self._start_pods(job, missing)
+            created += self.pods.start_pods(job, missing)
             # Created, but the bind failed (an API outage after the create): only the bind is retried.
-            self._start_pods(job, [m for m in manifests if m["metadata"]["name"] in stranded], skip_create=True)
+            self.pods.start_pods(job, [m for m in manifests if m["metadata"]["name"] in stranded], skip_create=True)
         return created
 
     # -- inspection (manage.py cluster_check) -----------------------------------------------------

@@ -11,6 +11,7 @@ CLIENT_FAMILY = [
     "scheduling/adapters/kubernetes_api.py",
     "scheduling/adapters/kubernetes_informer.py",
     "scheduling/adapters/kubernetes_namespaces.py",
+    "scheduling/adapters/kubernetes_pods.py",
     "scheduling/adapters/kubernetes_ray.py",
     "scheduling/adapters/kubernetes_services.py",
 ]
