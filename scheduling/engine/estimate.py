@@ -53,6 +53,7 @@ from .capacity import Cluster
 from .forecast_queue import (
     EXPECTED,
     Arrivals,
+    Recorder,
     Runtimes,
     _End,
     _Expected,
@@ -93,20 +94,6 @@ class Host(Protocol):
     def forecast_step(self) -> None: ...
 
     def forecast_end(self, saved: object) -> None: ...
-
-
-class Recorder(Protocol):
-    """What a run tells a recorder of its timeline (``timeline.Timeline``, which the dry run replays)."""
-
-    def begin(self, groups: Mapping[tuple[object, ...], tuple[int, int]], budget: int) -> None: ...
-
-    def step(self, at: float, released: list[_End]) -> None: ...
-
-    def popped(self, key: tuple[object, ...], index: int, decided: bool, started: _End | None) -> None: ...
-
-    def expected(self, key: tuple[object, ...], index: int) -> None: ...
-
-    def finish(self, ends: list[_End], left: int, steps: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

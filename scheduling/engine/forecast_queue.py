@@ -1,7 +1,8 @@
 """The forecast's waiting jobs and the submissions it expects (``estimate``'s step 3): which jobs a
 forward run tries, in which groups and in which order (``group_key``, ``order_key``, the run's queue),
 the submissions it expects (``Arrivals``, added period by period) and the ends in its heap (``_End``).
-``estimate.Forecast`` runs over them; ``timeline`` replays what it recorded.
+``estimate.Forecast`` runs over them (``QueueHost``: what the queue asks of it); ``timeline`` replays
+what it recorded (``Recorder``).
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ import heapq
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from .admission import FairShare
 from .model import ReplicaPlacement, Workload
 from .reservations import Reservation
 from .runtimes import upper_count
-
-if TYPE_CHECKING:
-    from .estimate import Forecast, Recorder
 
 Runtimes = Mapping[str, tuple[float, float]]
 """Workload id -> (P50, P90) expected runtime in the cluster's seconds."""
@@ -46,6 +44,32 @@ class _End(NamedTuple):
     job_id: str = ""  # the job that started (a forecast start)
 
 
+class Recorder(Protocol):
+    """What a run tells a recorder of its timeline (``timeline.Timeline``, which the dry run replays)."""
+
+    def begin(self, groups: Mapping[tuple[object, ...], tuple[int, int]], budget: int) -> None: ...
+
+    def step(self, at: float, released: list[_End]) -> None: ...
+
+    def popped(self, key: tuple[object, ...], index: int, decided: bool, started: _End | None) -> None: ...
+
+    def expected(self, key: tuple[object, ...], index: int) -> None: ...
+
+    def finish(self, ends: list[_End], left: int, steps: int) -> None: ...
+
+
+class QueueHost(Protocol):
+    """What a run's queue asks of its forward run (``estimate.Forecast``)."""
+
+    slot_keys: list[tuple[object, ...]]
+
+    def group_key(self, job: Workload, cq: str, alias: Mapping[str, str] | None = None) -> tuple[object, ...]: ...
+
+    def models(self, job: Workload, cq: str) -> frozenset[str | None]: ...
+
+    def period_plan(self, k: int, upper: bool, made: list[tuple[Workload, str, str]]) -> _PeriodPlan: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Arrivals:
     """Submissions the forecast expects (a persistence forecast: the next hours bring what the last
@@ -69,7 +93,7 @@ class _Queue:
     of waiting jobs: so adding one more waiting job (a dry run) leaves them where they were, and a
     replay of the recorded run (``timeline``) places it as the run itself would."""
 
-    def __init__(self, forecast: Forecast, seq: int) -> None:
+    def __init__(self, forecast: QueueHost, seq: int) -> None:
         self.forecast = forecast
         self.groups: list[_Group] = []
         self.by_key: dict[tuple[object, ...], int] = {}  # a group's key -> its index

@@ -79,7 +79,7 @@ class _Step:
 
 
 class Timeline:
-    """One forecast run's record (``estimate.Recorder``), and its events in order once sealed."""
+    """One forecast run's record (``forecast_queue.Recorder``), and its events in order once sealed."""
 
     def __init__(self) -> None:
         self.groups: dict[tuple[object, ...], tuple[int, int]] = {}  # group key -> (index, size)
